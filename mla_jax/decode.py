@@ -1,0 +1,187 @@
+"""``mla_decode``: one MLA decode step over a paged latent cache.
+
+The step takes the logits buffer reserved by ``reserve_logits_buffer``, donates it,
+lets stage 1 write its partials into it in place and returns it: thread the
+returned buffer into the next step (the one passed in is deleted, and using it
+again raises JAX's deleted-array error). Inside your own ``jit``/``scan`` the
+buffer is a carry and XLA updates it in place.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Literal
+
+import jax
+import jax.numpy as jnp
+
+from mla_jax import xla_backend
+from mla_jax.buffers import LOGITS_DTYPE, gpu_sm_count
+from mla_jax.splits import num_kv_splits
+
+Backend = Literal["auto", "triton", "xla"]
+QUERY_DTYPES = (jnp.bfloat16, jnp.float16, jnp.float32)
+
+
+def _shape_error(name: str, got, needed: str) -> ValueError:
+    return ValueError(f"{name}: got {got}, needed {needed}")
+
+
+def _check_inputs(q_nope, q_pe, kv_cache, block_table, seq_lens, logits_buffer):
+    """Trace-time checks; returns ``(kv_lora_rank, rope_dim)``."""
+    if logits_buffer.ndim != 4 or logits_buffer.dtype != LOGITS_DTYPE:
+        raise _shape_error(
+            "logits_buffer", f"{logits_buffer.dtype}{list(logits_buffer.shape)}",
+            "float32 [max_num_seqs, num_heads, max_splits, kv_lora_rank + 1] "
+            "from mla_jax.reserve_logits_buffer")
+    rows, buf_heads, _, lora1 = logits_buffer.shape
+    kv_lora_rank = lora1 - 1
+    if kv_cache.ndim != 3:
+        raise _shape_error("kv_cache", list(kv_cache.shape),
+                           "[num_pages, page_size, kv_lora_rank + rope_dim]")
+    rope_dim = kv_cache.shape[2] - kv_lora_rank
+    if rope_dim < 1:
+        raise _shape_error(
+            "kv_cache", list(kv_cache.shape),
+            f"last dim kv_lora_rank + rope_dim > {kv_lora_rank} (the buffer was "
+            f"reserved for kv_lora_rank={kv_lora_rank})")
+    if q_nope.ndim != 3:
+        raise _shape_error("q", list(q_nope.shape), "[B, H, kv_lora_rank + rope_dim]")
+    batch, heads = q_nope.shape[:2]
+    if q_pe is None:
+        if q_nope.shape[2] != kv_lora_rank + rope_dim:
+            raise _shape_error(
+                "q", list(q_nope.shape),
+                f"[B, H, {kv_lora_rank + rope_dim}] to match kv_cache {list(kv_cache.shape)}")
+    else:
+        if q_nope.shape[2] != kv_lora_rank:
+            raise _shape_error("q_nope", list(q_nope.shape), f"[B, H, {kv_lora_rank}]")
+        if q_pe.shape != (batch, heads, rope_dim):
+            raise _shape_error("q_pe", list(q_pe.shape), f"{[batch, heads, rope_dim]} "
+                               f"(q_nope is {list(q_nope.shape)})")
+        if q_pe.dtype != q_nope.dtype:
+            raise _shape_error("q_pe dtype", q_pe.dtype, f"q_nope's {q_nope.dtype}")
+    if q_nope.dtype not in QUERY_DTYPES:
+        raise _shape_error("q dtype", q_nope.dtype, "bfloat16, float16 or float32")
+    if kv_cache.dtype != q_nope.dtype:
+        raise _shape_error("kv_cache dtype", kv_cache.dtype, f"q's dtype {q_nope.dtype}")
+    if block_table.dtype != jnp.int32 or block_table.ndim != 2 or block_table.shape[0] != batch:
+        raise _shape_error("block_table", f"{block_table.dtype}{list(block_table.shape)}",
+                           f"int32 [{batch}, pages_per_seq]")
+    if seq_lens.dtype != jnp.int32 or seq_lens.shape != (batch,):
+        raise _shape_error("seq_lens", f"{seq_lens.dtype}{list(seq_lens.shape)}",
+                           f"int32 [{batch}]")
+    if batch > rows:
+        raise ValueError(f"q: batch {batch} exceeds the logits buffer's {rows} rows "
+                         f"(buffer {list(logits_buffer.shape)}); reserve with "
+                         f"max_num_seqs >= {batch}")
+    if heads != buf_heads:
+        raise ValueError(f"q: {heads} heads, but the logits buffer "
+                         f"{list(logits_buffer.shape)} was reserved for {buf_heads}")
+    return kv_lora_rank, rope_dim
+
+
+def resolve_backend(backend: Backend, compute_capability: int | None) -> str:
+    """``"auto"``: the Triton kernels on a CUDA GPU (or when lowering for one), else XLA."""
+    if backend not in ("auto", "triton", "xla"):
+        raise ValueError(f"backend must be 'auto', 'triton' or 'xla', got {backend!r}")
+    if backend != "auto":
+        return backend
+    return "triton" if compute_capability is not None or jax.default_backend() == "gpu" else "xla"
+
+
+@functools.partial(
+    jax.jit,
+    static_argnames=("scale", "static_max_seq_len", "sm_count", "backend", "compute_capability"),
+    donate_argnames=("logits_buffer",),
+)
+def _decode_step(q_nope, q_pe, kv_cache, block_table, seq_lens, logits_buffer,
+                 dynamic_max_seq_len, *, scale, static_max_seq_len, sm_count, backend,
+                 compute_capability):
+    kv_lora_rank, rope_dim = _check_inputs(
+        q_nope, q_pe, kv_cache, block_table, seq_lens, logits_buffer)
+    buffer_splits = logits_buffer.shape[2]
+    if static_max_seq_len is not None:
+        grid_splits = num_kv_splits(static_max_seq_len, sm_count)
+        if grid_splits > buffer_splits:
+            raise ValueError(
+                f"max_seq_len={static_max_seq_len} needs {grid_splits} KV splits but the "
+                f"logits buffer {list(logits_buffer.shape)} holds {buffer_splits}; reserve "
+                f"it with max_model_len >= {static_max_seq_len} (and the same sm_count)")
+        num_splits = jnp.full((1,), grid_splits, jnp.int32)
+    else:
+        # Run-time count; a length past the reservation's reach is clamped to the
+        # buffer's split axis, which still partitions the row exactly.
+        length = (jnp.max(seq_lens, initial=0) if dynamic_max_seq_len is None
+                  else dynamic_max_seq_len)
+        grid_splits = buffer_splits
+        num_splits = jnp.minimum(num_kv_splits(length, sm_count), buffer_splits).reshape(1)
+
+    if backend == "triton":
+        from mla_jax import triton_backend  # jax_triton needs a GPU-capable jaxlib
+
+        q_pe_arg, qp_offset = (q_nope, kv_lora_rank) if q_pe is None else (q_pe, 0)
+        return triton_backend.decode(
+            q_nope, q_pe_arg, qp_offset, kv_cache, block_table, seq_lens, num_splits,
+            grid_splits, logits_buffer, scale=scale, kv_lora_rank=kv_lora_rank,
+            rope_dim=rope_dim, compute_capability=compute_capability)
+    q = q_nope if q_pe is None else jnp.concatenate([q_nope, q_pe], axis=-1)
+    return xla_backend.decode(
+        q, kv_cache, block_table, seq_lens, num_splits, grid_splits, logits_buffer,
+        scale=scale, kv_lora_rank=kv_lora_rank,
+        static_splits=static_max_seq_len is not None)
+
+
+def mla_decode(
+    q: jax.Array | tuple[jax.Array, jax.Array],
+    kv_cache: jax.Array,
+    block_table: jax.Array,
+    seq_lens: jax.Array,
+    logits_buffer: jax.Array,
+    *,
+    scale: float,
+    max_seq_len: int | jax.Array | None = None,
+    sm_count: int | None = None,
+    backend: Backend = "auto",
+    compute_capability: int | None = None,
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """One MLA decode step; the logits buffer is donated and returned.
+
+    Args:
+      q: absorbed query ``[B, H, kv_lora_rank + rope_dim]``, or the pair
+        ``(q_nope [B, H, kv_lora_rank], q_pe [B, H, rope_dim])`` (no concatenation
+        on the Triton path).
+      kv_cache: paged latent cache ``[num_pages, page_size, kv_lora_rank + rope_dim]``
+        in q's dtype; each row is ``kv_c`` followed by the rope key ``k_pe``.
+      block_table: int32 ``[B, pages_per_seq]``, page indices into ``kv_cache``.
+      seq_lens: int32 ``[B]``; a row of length 0 gives ``out = 0``, ``lse = -inf``.
+      logits_buffer: float32 ``[rows >= B, H, splits, kv_lora_rank + 1]`` from
+        ``reserve_logits_buffer``; donated.
+      scale: softmax scale (a Python float; a new value compiles a new kernel).
+      max_seq_len: the longest entry of ``seq_lens``, as vLLM passes it. A Python int
+        fixes the split count at trace time (one compilation per split count); an
+        int32 scalar array (traced is fine) or ``None`` (taken from ``seq_lens``)
+        computes it at run time, so one executable serves every length.
+      sm_count: the multiprocessor count the split rule caps at; ``None`` reads the
+        GPU's. Use the value the buffer was reserved with.
+      backend: ``"triton"`` (jax-triton kernels, CUDA), ``"xla"`` (portable jnp) or
+        ``"auto"`` (triton on a GPU, xla elsewhere).
+      compute_capability: lower the Triton kernels for this CUDA capability (e.g. 90)
+        without asking a GPU, as in ``jax.export(..., platforms=["cuda"])`` on a CPU.
+
+    Returns:
+      ``out [B, H, kv_lora_rank]`` in q's dtype, ``lse`` float32 ``[B, H]``, and the
+      logits buffer to pass to the next step.
+    """
+    q_nope, q_pe = q if isinstance(q, (tuple, list)) else (q, None)
+    if sm_count is None:
+        sm_count = gpu_sm_count()
+    static = max_seq_len if isinstance(max_seq_len, int) else None
+    dynamic = None if static is not None or max_seq_len is None else jnp.asarray(
+        max_seq_len, jnp.int32)
+    return _decode_step(
+        q_nope, q_pe, kv_cache, block_table, seq_lens, logits_buffer, dynamic,
+        scale=float(scale), static_max_seq_len=static, sm_count=sm_count,
+        backend=resolve_backend(backend, compute_capability),
+        compute_capability=compute_capability)
+

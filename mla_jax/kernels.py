@@ -1,0 +1,204 @@
+"""Triton kernels of the two-stage split-KV MLA decode.
+
+No JAX here: the Triton interpreter loads this module alone (tests drive it with
+torch CPU tensors), and ``mla_jax.triton_backend`` calls the same kernels through
+jax-triton. Both drivers take the launch parameters from ``stage1_config``.
+
+Stage 1, one program per (row, head tile, split): an online softmax over the
+split's slice of the row's paged latent cache. Each 576-wide latent row is read
+once per head tile: its first ``LORA`` columns serve as the key's ``kv_c`` part
+and again as the value, the last ``ROPE`` columns as the rope key. It writes the
+normalised partial output and its log-sum-exp into the logits buffer.
+
+Stage 2, one program per (row, head): merges the row's non-empty splits into the
+output and the log-sum-exp; a row with no tokens gets ``out = 0, lse = -inf``.
+
+The split count arrives as a one-element int32 array so it can change per step
+without a recompilation; programs whose split index is at or past it exit at once.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+_LOG2E = tl.constexpr(1.4426950408889634)
+_LN2 = tl.constexpr(0.6931471805599453)
+
+
+@triton.jit
+def _split_range(seq_len, num_splits, split):
+    """[start, end) of ``split``: vLLM's cdiv partition of the row's tokens."""
+    per_split = (seq_len + num_splits - 1) // num_splits
+    start = per_split * split
+    end = tl.minimum(start + per_split, seq_len)
+    return start, end
+
+
+@triton.jit
+def mla_decode_stage1(
+    q_nope_ptr, q_pe_ptr, kv_ptr, block_table_ptr, seq_lens_ptr, num_splits_ptr,
+    buf_in_ptr,  # noqa: ARG001 -- aliased to buf_ptr; jax-triton passes both
+    buf_ptr,
+    SM_SCALE: tl.constexpr,
+    NUM_HEADS: tl.constexpr, PAGE_SIZE: tl.constexpr,
+    LORA: tl.constexpr, ROPE: tl.constexpr,
+    stride_qn_b: tl.constexpr, stride_qn_h: tl.constexpr,
+    stride_qp_b: tl.constexpr, stride_qp_h: tl.constexpr, QP_OFFSET: tl.constexpr,
+    stride_kv_page: tl.constexpr, stride_kv_row: tl.constexpr,
+    stride_bt_b: tl.constexpr,
+    stride_buf_b: tl.constexpr, stride_buf_h: tl.constexpr, stride_buf_s: tl.constexpr,
+    BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    row = tl.program_id(0)
+    head_tile = tl.program_id(1)
+    split = tl.program_id(2)
+    num_splits = tl.load(num_splits_ptr)
+    if split >= num_splits:
+        return
+    seq_len = tl.load(seq_lens_ptr + row)
+    start, end = _split_range(seq_len, num_splits, split)
+    if end <= start:
+        return  # stage 2 skips empty splits; nothing to write.
+
+    heads = head_tile * BLOCK_H + tl.arange(0, BLOCK_H)
+    head_mask = heads < NUM_HEADS
+    d_lora = tl.arange(0, LORA)
+    d_rope = tl.arange(0, ROPE)
+    q_nope = tl.load(
+        q_nope_ptr + row * stride_qn_b + heads[:, None] * stride_qn_h + d_lora[None, :],
+        mask=head_mask[:, None], other=0.0)
+    q_pe = tl.load(
+        q_pe_ptr + row * stride_qp_b + heads[:, None] * stride_qp_h + QP_OFFSET
+        + d_rope[None, :],
+        mask=head_mask[:, None], other=0.0)
+
+    # Base-2 softmax: fold log2(e) into the scale once.
+    qk_scale = SM_SCALE * _LOG2E
+    m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_H], tl.float32)
+    acc = tl.zeros([BLOCK_H, LORA], tl.float32)
+    for n0 in range(start, end, BLOCK_N):
+        tokens = n0 + tl.arange(0, BLOCK_N)
+        tok_mask = tokens < end
+        pages = tl.load(block_table_ptr + row * stride_bt_b + tokens // PAGE_SIZE,
+                        mask=tok_mask, other=0)
+        row_off = pages.to(tl.int64) * stride_kv_page + (tokens % PAGE_SIZE) * stride_kv_row
+        kv_c = tl.load(kv_ptr + row_off[:, None] + d_lora[None, :],
+                       mask=tok_mask[:, None], other=0.0)
+        k_pe = tl.load(kv_ptr + row_off[:, None] + LORA + d_rope[None, :],
+                       mask=tok_mask[:, None], other=0.0)
+        qk = tl.dot(q_nope, tl.trans(kv_c))
+        qk = tl.dot(q_pe, tl.trans(k_pe), acc=qk)
+        qk = tl.where(tok_mask[None, :], qk * qk_scale, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(qk, 1))
+        alpha = tl.exp2(m_i - m_new)
+        p = tl.exp2(qk - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = tl.dot(p.to(kv_c.dtype), kv_c, acc=acc * alpha[:, None])
+        m_i = m_new
+
+    out_off = (row.to(tl.int64) * stride_buf_b + heads[:, None].to(tl.int64) * stride_buf_h
+               + split * stride_buf_s)
+    tl.store(buf_ptr + out_off + d_lora[None, :], acc / l_i[:, None],
+             mask=head_mask[:, None])
+    lse = (m_i + tl.log2(l_i)) * _LN2
+    tl.store(buf_ptr + out_off + LORA, lse[:, None], mask=head_mask[:, None])
+
+
+@triton.jit
+def mla_decode_stage2(
+    buf_ptr, seq_lens_ptr, num_splits_ptr,
+    out_ptr, lse_ptr,
+    NUM_HEADS: tl.constexpr, LORA: tl.constexpr,
+    stride_buf_b: tl.constexpr, stride_buf_h: tl.constexpr, stride_buf_s: tl.constexpr,
+):
+    row = tl.program_id(0)
+    head = tl.program_id(1)
+    num_splits = tl.load(num_splits_ptr)
+    seq_len = tl.load(seq_lens_ptr + row)
+    d_lora = tl.arange(0, LORA)
+    # Splits [0, cdiv(seq_len, per_split)) are exactly the non-empty ones.
+    per_split = tl.maximum((seq_len + num_splits - 1) // num_splits, 1)
+    live = (seq_len + per_split - 1) // per_split
+    base = buf_ptr + row.to(tl.int64) * stride_buf_b + head.to(tl.int64) * stride_buf_h
+
+    m = float("-inf")
+    l = 0.0
+    acc = tl.zeros([LORA], tl.float32)
+    for split in range(0, live):
+        part = tl.load(base + split * stride_buf_s + d_lora)
+        part_lse = tl.load(base + split * stride_buf_s + LORA)
+        m_new = tl.maximum(m, part_lse)
+        alpha = tl.exp(m - m_new)
+        w = tl.exp(part_lse - m_new)
+        acc = acc * alpha + w * part
+        l = l * alpha + w
+        m = m_new
+
+    nonempty = seq_len > 0
+    out = tl.where(nonempty, acc / tl.maximum(l, 1e-30), 0.0)
+    tl.store(out_ptr + (row * NUM_HEADS + head) * LORA + d_lora, out.to(out_ptr.dtype.element_ty))
+    tl.store(lse_ptr + row * NUM_HEADS + head, tl.where(nonempty, m + tl.log(l), float("-inf")))
+
+
+def stage1_config(num_heads: int) -> dict[str, int]:
+    """Tile sizes and launch options of stage 1 for ``num_heads`` query heads.
+
+    Heads are grouped up to 64 per program so each latent tile loaded serves many
+    heads; ``tl.dot`` needs at least 16 rows, so fewer heads are padded to 16.
+    """
+    block_h = min(64, max(16, triton.next_power_of_2(num_heads)))
+    return {
+        "BLOCK_H": block_h,
+        "BLOCK_N": 32 if block_h >= 64 else 64,
+        "num_warps": 8 if block_h >= 64 else 4,
+        "num_stages": 2,
+    }
+
+
+def launch_params(
+    *,
+    batch: int,
+    num_heads: int,
+    page_size: int,
+    kv_lora_rank: int,
+    rope_dim: int,
+    scale: float,
+    grid_splits: int,
+    q_nope_strides: tuple[int, ...],
+    q_pe_strides: tuple[int, ...],
+    qp_offset: int,
+    kv_strides: tuple[int, ...],
+    block_table_strides: tuple[int, ...],
+    buffer_strides: tuple[int, ...],
+) -> tuple[dict, dict]:
+    """Grids, options and constexpr arguments of both stages (element strides).
+
+    Returns ``(stage1, stage2)``, each ``{"grid", "num_warps", "num_stages",
+    "constexprs"}``; the jax-triton wrapper and the interpreter tests both launch
+    from these, so they cannot disagree.
+    """
+    cfg = stage1_config(num_heads)
+    buf = {"stride_buf_b": buffer_strides[0], "stride_buf_h": buffer_strides[1],
+           "stride_buf_s": buffer_strides[2]}
+    stage1 = {
+        "grid": (batch, triton.cdiv(num_heads, cfg["BLOCK_H"]), grid_splits),
+        "num_warps": cfg["num_warps"],
+        "num_stages": cfg["num_stages"],
+        "constexprs": dict(
+            SM_SCALE=float(scale), NUM_HEADS=num_heads, PAGE_SIZE=page_size,
+            LORA=kv_lora_rank, ROPE=rope_dim,
+            stride_qn_b=q_nope_strides[0], stride_qn_h=q_nope_strides[1],
+            stride_qp_b=q_pe_strides[0], stride_qp_h=q_pe_strides[1], QP_OFFSET=qp_offset,
+            stride_kv_page=kv_strides[0], stride_kv_row=kv_strides[1],
+            stride_bt_b=block_table_strides[0], **buf,
+            BLOCK_H=cfg["BLOCK_H"], BLOCK_N=cfg["BLOCK_N"]),
+    }
+    stage2 = {
+        "grid": (batch, num_heads),
+        "num_warps": 4,
+        "num_stages": 1,
+        "constexprs": dict(NUM_HEADS=num_heads, LORA=kv_lora_rank, **buf),
+    }
+    return stage1, stage2

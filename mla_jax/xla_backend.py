@@ -1,0 +1,91 @@
+"""The two-stage split-KV algorithm in plain jnp: the portable backend.
+
+Same buffer, same split rule, same partials as the Triton kernels, so it runs on
+any JAX platform and can be compared slot by slot with them. Stage 1 gathers each
+split's tokens into a window of static width ``cdiv(N, k)`` for a static split count
+``k`` (``N`` = pages_per_seq * page_size), so no work is spent on other splits'
+tokens; a run-time split count picks its branch with ``lax.switch`` over the few
+counts the split rule can produce, all compiled once.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+
+def _stage1_static(q, kv_cache, block_table, seq_lens, *, k, scale, kv_lora_rank):
+    """Partials ``[B, H, k, kv_lora_rank + 1]`` for a static split count ``k``."""
+    page_size = kv_cache.shape[1]
+    capacity = block_table.shape[1] * page_size
+    width = -(-capacity // k)
+    per_split = (seq_lens + k - 1) // k  # [B], vLLM's cdiv partition
+    tokens = (jnp.arange(k)[None, :, None] * per_split[:, None, None]
+              + jnp.arange(width)[None, None, :])  # [B, k, W]
+    live = (jnp.arange(width)[None, None, :] < per_split[:, None, None]) & (
+        tokens < seq_lens[:, None, None])
+    tokens = jnp.where(live, tokens, 0)
+    pages = jnp.take_along_axis(block_table, (tokens // page_size).reshape(
+        tokens.shape[0], -1), axis=1).reshape(tokens.shape)
+    rows = kv_cache[pages, tokens % page_size]  # [B, k, W, D]
+    logits = jnp.einsum("bhd,bswd->bhsw", q, rows,
+                        preferred_element_type=jnp.float32) * scale
+    logits = jnp.where(live[:, None], logits, -jnp.inf)
+    m = jnp.max(logits, axis=-1)
+    m_safe = jnp.where(jnp.isfinite(m), m, 0.0)
+    p = jnp.exp(logits - m_safe[..., None])
+    denom = jnp.sum(p, axis=-1)
+    acc = jnp.einsum("bhsw,bswd->bhsd", p.astype(rows.dtype), rows[..., :kv_lora_rank],
+                     preferred_element_type=jnp.float32)
+    nonempty = denom > 0
+    part = jnp.where(nonempty[..., None], acc / jnp.where(nonempty, denom, 1.0)[..., None], 0.0)
+    lse = jnp.where(nonempty, m_safe + jnp.log(jnp.where(nonempty, denom, 1.0)), -jnp.inf)
+    return jnp.concatenate([part, lse[..., None]], axis=-1)
+
+
+def _split_counts(grid_splits: int) -> tuple[int, ...]:
+    """Every count ``min(power of two, grid_splits)`` the split rule can yield."""
+    counts, k = [], 1
+    while k < grid_splits:
+        counts.append(k)
+        k *= 2
+    return (*counts, grid_splits)
+
+
+def decode(q, kv_cache, block_table, seq_lens, num_splits, grid_splits, logits_buffer,
+           *, scale, kv_lora_rank, static_splits):
+    """Both stages on checked inputs; mirrors ``triton_backend.decode``.
+
+    Args:
+      q: ``[B, H, kv_lora_rank + rope_dim]``.
+      num_splits: int32 ``[1]``, the run-time split count (``<= grid_splits``).
+      static_splits: whether ``grid_splits`` *is* the split count (known at trace
+        time); otherwise the count is read from ``num_splits``.
+    """
+    batch = q.shape[0]
+    stage1 = lambda k: lambda buf: lax.dynamic_update_slice(  # noqa: E731
+        buf, _stage1_static(q, kv_cache, block_table, seq_lens, k=k, scale=scale,
+                            kv_lora_rank=kv_lora_rank), (0, 0, 0, 0))
+    if static_splits:
+        buffer = stage1(grid_splits)(logits_buffer)
+    else:
+        counts = _split_counts(grid_splits)
+        branch = jnp.searchsorted(jnp.array(counts, jnp.int32), num_splits[0])
+        buffer = lax.switch(branch, [stage1(k) for k in counts], logits_buffer)
+
+    # Stage 2: merge splits [0, live) of each row, where live = cdiv(len, per_split).
+    parts = buffer[:batch, :, :grid_splits]
+    per_split = (seq_lens + num_splits[0] - 1) // num_splits[0]
+    live = (seq_lens + jnp.maximum(per_split, 1) - 1) // jnp.maximum(per_split, 1)
+    mask = jnp.arange(grid_splits)[None, None, :] < live[:, None, None]
+    part_lse = jnp.where(mask, parts[..., kv_lora_rank], -jnp.inf)
+    m = jnp.max(part_lse, axis=-1)
+    m_safe = jnp.where(jnp.isfinite(m), m, 0.0)
+    w = jnp.where(mask, jnp.exp(part_lse - m_safe[..., None]), 0.0)
+    denom = jnp.sum(w, axis=-1)
+    acc = jnp.einsum("bhs,bhsd->bhd", w, jnp.where(mask[..., None], parts[..., :kv_lora_rank], 0.0))
+    nonempty = (seq_lens > 0)[:, None]
+    out = jnp.where(nonempty[..., None], acc / jnp.where(nonempty, denom, 1.0)[..., None], 0.0)
+    lse = jnp.where(nonempty, m_safe + jnp.log(jnp.where(nonempty, denom, 1.0)), -jnp.inf)
+    return out.astype(q.dtype), lse, buffer

@@ -1,0 +1,65 @@
+"""Runs the Triton kernels under the Triton interpreter with torch CPU tensors.
+
+``TRITON_INTERPRET`` must be set before triton defines any kernel, so the
+interpreted runs happen in worker processes started with it set; the test process
+keeps the compiled kernels that jax-triton lowers. Use ``interpreter_pool()`` and
+submit ``run`` to it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+
+import numpy as np
+
+
+@contextlib.contextmanager
+def interpreter_pool(processes: int = 2):
+    """A pool of spawned workers whose triton runs kernels in the interpreter."""
+    old = os.environ.get("TRITON_INTERPRET")
+    os.environ["TRITON_INTERPRET"] = "1"
+    try:
+        pool = multiprocessing.get_context("spawn").Pool(processes)
+    finally:
+        if old is None:
+            del os.environ["TRITON_INTERPRET"]
+        else:
+            os.environ["TRITON_INTERPRET"] = old
+    with pool:
+        yield pool
+
+
+def run(q: np.ndarray, kv_cache: np.ndarray, block_table: np.ndarray, seq_lens: np.ndarray,
+        buffer: np.ndarray, *, scale: float, num_splits: int, grid_splits: int | None = None):
+    """Both stages on numpy inputs (in a pool worker); returns numpy ``(out, lse, buffer)``.
+
+    ``q`` is ``[B, H, lora + rope]``; ``buffer`` float32 ``[rows, H, splits, lora + 1]``
+    keeps its contents where the kernel does not write. Outputs start as NaN.
+    """
+    import torch
+
+    from mla_jax import kernels
+
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        raise RuntimeError("run() belongs in a worker of interpreter_pool()")
+    batch, heads, _ = q.shape
+    lora = buffer.shape[-1] - 1
+    t = lambda a: torch.from_numpy(np.ascontiguousarray(a))  # noqa: E731
+    q_t, kv_t, bt_t, sl_t = t(q), t(kv_cache), t(block_table), t(seq_lens)
+    buf_t = t(buffer.copy())
+    ns_t = torch.tensor([num_splits], dtype=torch.int32)
+    out_t = torch.full((batch, heads, lora), float("nan"), dtype=q_t.dtype)
+    lse_t = torch.full((batch, heads), float("nan"), dtype=torch.float32)
+    stage1, stage2 = kernels.launch_params(
+        batch=batch, num_heads=heads, page_size=kv_cache.shape[1], kv_lora_rank=lora,
+        rope_dim=q.shape[2] - lora, scale=scale, grid_splits=grid_splits or num_splits,
+        q_nope_strides=q_t.stride(), q_pe_strides=q_t.stride(), qp_offset=lora,
+        kv_strides=kv_t.stride(), block_table_strides=bt_t.stride(),
+        buffer_strides=buf_t.stride())
+    kernels.mla_decode_stage1[stage1["grid"]](
+        q_t, q_t, kv_t, bt_t, sl_t, ns_t, buf_t, buf_t, **stage1["constexprs"])
+    kernels.mla_decode_stage2[stage2["grid"]](
+        buf_t, sl_t, ns_t, out_t, lse_t, **stage2["constexprs"])
+    return out_t.float().numpy(), lse_t.numpy(), buf_t.numpy()
