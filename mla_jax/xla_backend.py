@@ -29,7 +29,8 @@ def _stage1_static(q, kv_cache, block_table, seq_lens, *, k, scale, kv_lora_rank
     pages = jnp.take_along_axis(block_table, (tokens // page_size).reshape(
         tokens.shape[0], -1), axis=1).reshape(tokens.shape)
     rows = kv_cache[pages, tokens % page_size]  # [B, k, W, D]
-    logits = jnp.einsum("bhd,bswd->bhsw", q, rows,
+    # HIGHEST keeps float32 inputs out of TF32 on GPUs; bf16/fp16 are unaffected.
+    logits = jnp.einsum("bhd,bswd->bhsw", q, rows, precision=lax.Precision.HIGHEST,
                         preferred_element_type=jnp.float32) * scale
     logits = jnp.where(live[:, None], logits, -jnp.inf)
     m = jnp.max(logits, axis=-1)
@@ -37,7 +38,7 @@ def _stage1_static(q, kv_cache, block_table, seq_lens, *, k, scale, kv_lora_rank
     p = jnp.exp(logits - m_safe[..., None])
     denom = jnp.sum(p, axis=-1)
     acc = jnp.einsum("bhsw,bswd->bhsd", p.astype(rows.dtype), rows[..., :kv_lora_rank],
-                     preferred_element_type=jnp.float32)
+                     precision=lax.Precision.HIGHEST, preferred_element_type=jnp.float32)
     nonempty = denom > 0
     part = jnp.where(nonempty[..., None], acc / jnp.where(nonempty, denom, 1.0)[..., None], 0.0)
     lse = jnp.where(nonempty, m_safe + jnp.log(jnp.where(nonempty, denom, 1.0)), -jnp.inf)
@@ -84,7 +85,8 @@ def decode(q, kv_cache, block_table, seq_lens, num_splits, grid_splits, logits_b
     m_safe = jnp.where(jnp.isfinite(m), m, 0.0)
     w = jnp.where(mask, jnp.exp(part_lse - m_safe[..., None]), 0.0)
     denom = jnp.sum(w, axis=-1)
-    acc = jnp.einsum("bhs,bhsd->bhd", w, jnp.where(mask[..., None], parts[..., :kv_lora_rank], 0.0))
+    acc = jnp.einsum("bhs,bhsd->bhd", w, jnp.where(mask[..., None], parts[..., :kv_lora_rank], 0.0),
+                     precision=lax.Precision.HIGHEST)
     nonempty = (seq_lens > 0)[:, None]
     out = jnp.where(nonempty[..., None], acc / jnp.where(nonempty, denom, 1.0)[..., None], 0.0)
     lse = jnp.where(nonempty, m_safe + jnp.log(jnp.where(nonempty, denom, 1.0)), -jnp.inf)

@@ -1,0 +1,115 @@
+"""The paged latent cache: appending a decode step's rows, and allocating one.
+
+A cache is ``[num_pages, page_size, kv_lora_rank + rope_dim]``. Token ``t`` of
+sequence ``b`` lives at row ``t % page_size`` of page ``block_table[b, t // page_size]``,
+the layout ``mla_decode`` reads.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import jax
+import jax.numpy as jnp
+
+
+def _shape_error(name: str, got, needed: str) -> ValueError:
+    return ValueError(f"{name}: got {got}, needed {needed}")
+
+
+def append_latent(
+    kv_cache: jax.Array, latent: jax.Array, block_table: jax.Array, positions: jax.Array
+) -> jax.Array:
+    """Writes each sequence's new latent row at its token position.
+
+    A pure scatter: under a jitted step with ``kv_cache`` donated, XLA writes the
+    ``B`` rows in place instead of copying the cache.
+
+    Args:
+      kv_cache: ``[num_pages, page_size, width]``.
+      latent: ``[B, width]`` in ``kv_cache``'s dtype; row ``b`` is sequence ``b``'s
+        new ``kv_c ++ k_pe``.
+      block_table: int32 ``[B, pages_per_seq]``.
+      positions: int32 ``[B]``, the token index each row is written at. A position
+        outside ``[0, pages_per_seq * page_size)``, or one whose page entry is
+        negative or past ``num_pages``, writes nothing.
+
+    Returns:
+      The cache with the rows written, same shape and dtype.
+    """
+    if kv_cache.ndim != 3:
+        raise _shape_error("kv_cache", list(kv_cache.shape), "[num_pages, page_size, width]")
+    num_pages, page_size, width = kv_cache.shape
+    if latent.ndim != 2 or latent.shape[1] != width:
+        raise _shape_error("latent", list(latent.shape),
+                           f"[B, {width}] to match kv_cache {list(kv_cache.shape)}")
+    if latent.dtype != kv_cache.dtype:
+        raise _shape_error("latent dtype", latent.dtype, f"kv_cache's {kv_cache.dtype}")
+    batch = latent.shape[0]
+    if block_table.dtype != jnp.int32 or block_table.ndim != 2 or block_table.shape[0] != batch:
+        raise _shape_error("block_table", f"{block_table.dtype}{list(block_table.shape)}",
+                           f"int32 [{batch}, pages_per_seq]")
+    if positions.dtype != jnp.int32 or positions.shape != (batch,):
+        raise _shape_error("positions", f"{positions.dtype}{list(positions.shape)}",
+                           f"int32 [{batch}]")
+
+    pages_per_seq = block_table.shape[1]
+    slot = positions // page_size
+    page = jnp.take_along_axis(block_table, jnp.clip(slot, 0, pages_per_seq - 1)[:, None],
+                               axis=1)[:, 0]
+    inside = (positions >= 0) & (slot < pages_per_seq) & (page >= 0)
+    # Page index num_pages is out of bounds, so mode="drop" skips the row; clamping
+    # (the default) would overwrite a live page, and a negative index would wrap.
+    page = jnp.where(inside, page, num_pages)
+    return kv_cache.at[page, positions % page_size].set(latent, mode="drop")
+
+
+def _check_positive(**values: int) -> None:
+    for name, value in values.items():
+        if not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+
+
+def new_block_table(num_seqs: int, max_len: int, page_size: int, *, key: jax.Array) -> jax.Array:
+    """A shuffled page assignment: int32 ``[num_seqs, cdiv(max_len, page_size)]``.
+
+    Every page of a ``num_seqs * cdiv(max_len, page_size)``-page cache is used once,
+    in random order, so a kernel that assumes contiguous pages shows up.
+    """
+    _check_positive(num_seqs=num_seqs, max_len=max_len, page_size=page_size)
+    pages_per_seq = -(-max_len // page_size)
+    pages = jax.random.permutation(key, num_seqs * pages_per_seq).astype(jnp.int32)
+    return pages.reshape(num_seqs, pages_per_seq)
+
+
+def new_paged_cache(
+    num_seqs: int,
+    max_len: int,
+    page_size: int,
+    width: int,
+    dtype: jnp.dtype = jnp.float32,
+    *,
+    key: jax.Array,
+    fill: Literal["normal", "zeros"] = "normal",
+) -> tuple[jax.Array, jax.Array]:
+    """A paged cache for ``num_seqs`` sequences of up to ``max_len`` tokens.
+
+    Args:
+      width: ``kv_lora_rank + rope_dim`` (576 for DeepSeek-V2/V3).
+      fill: ``"normal"`` fills every row with standard-normal values (stand-ins for
+        prompt latents); ``"zeros"`` leaves them zero.
+
+    Returns:
+      ``kv_cache [num_seqs * pages_per_seq, page_size, width]`` in ``dtype`` and
+      its shuffled int32 ``block_table [num_seqs, pages_per_seq]``, with
+      ``pages_per_seq = cdiv(max_len, page_size)``.
+    """
+    _check_positive(width=width)
+    if fill not in ("normal", "zeros"):
+        raise ValueError(f"fill must be 'normal' or 'zeros', got {fill!r}")
+    table_key, data_key = jax.random.split(key)
+    block_table = new_block_table(num_seqs, max_len, page_size, key=table_key)
+    shape = (block_table.size, page_size, width)
+    kv_cache = (jax.random.normal(data_key, shape, dtype) if fill == "normal"
+                else jnp.zeros(shape, dtype))
+    return kv_cache, block_table

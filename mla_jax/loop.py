@@ -1,0 +1,145 @@
+"""A multi-layer MLA decode loop in one ``lax.scan``, over an explicit state.
+
+Every step runs each layer (MLA attention plus a residual) on the previous step's
+normalised output. The state (per-layer caches, the shared block table and logits
+buffer, the positions) is a pytree the jitted loop donates, so the caches and the
+buffer are updated in place, and the split count is computed at run time, so one
+executable serves every length the state reaches.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from mla_jax.buffers import reserve_logits_buffer
+from mla_jax.cache import new_block_table
+from mla_jax.decode import Backend
+from mla_jax.layer import MLAConfig, MLAParams, mla_decode_layer
+
+
+class DecodeState(NamedTuple):
+    """What a decode step reads and returns; ``B`` = num_seqs."""
+
+    kv_caches: tuple[jax.Array, ...]  # per layer [num_pages, page_size, latent_dim]
+    block_table: jax.Array            # int32 [B, pages_per_seq], shared by the layers
+    logits_buffer: jax.Array          # shared: each layer's decode writes before it reads
+    positions: jax.Array              # int32 [B], the next token's index
+
+
+def _rms_normalise(x: jax.Array, eps: float) -> jax.Array:
+    return x * lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + eps)
+
+
+def init_decode_state(
+    config: MLAConfig,
+    num_layers: int,
+    num_seqs: int,
+    max_len: int,
+    page_size: int,
+    *,
+    sm_count: int | None,
+    key: jax.Array,
+    prompt_lens: Sequence[int] | np.ndarray,
+    dtype: jnp.dtype = jnp.float32,
+) -> DecodeState:
+    """A state whose caches hold ``prompt_lens`` tokens of random latents.
+
+    Every cache row is filled with standard-normal values (rows past a prompt are
+    overwritten by the step that appends them, before any read). All layers share
+    one shuffled block table; the logits buffer is reserved for ``max_len``.
+
+    Args:
+      max_len: capacity per sequence; the prompt plus every decoded token must fit.
+      prompt_lens: ``[num_seqs]`` ints in ``[0, max_len)``.
+      dtype: the caches' dtype (the attention dtype).
+    """
+    if not isinstance(num_layers, int) or num_layers < 1:
+        raise ValueError(f"num_layers must be a positive int, got {num_layers!r}")
+    lens = np.asarray(prompt_lens)
+    if lens.shape != (num_seqs,) or not np.issubdtype(lens.dtype, np.integer) or (
+            lens.min() < 0 or lens.max() >= max_len):
+        raise ValueError(f"prompt_lens: got {lens.dtype}{list(lens.shape)} {lens.tolist()}, "
+                         f"needed {num_seqs} ints in [0, max_len={max_len})")
+    table_key, *layer_keys = jax.random.split(key, num_layers + 1)
+    block_table = new_block_table(num_seqs, max_len, page_size, key=table_key)
+    shape = (block_table.size, page_size, config.latent_dim)
+    return DecodeState(
+        kv_caches=tuple(jax.random.normal(k, shape, dtype) for k in layer_keys),
+        block_table=block_table,
+        logits_buffer=reserve_logits_buffer(num_seqs, config.num_heads, max_len,
+                                            kv_lora_rank=config.kv_lora_rank,
+                                            sm_count=sm_count),
+        positions=jnp.asarray(lens, jnp.int32),
+    )
+
+
+def decode_step(
+    params_list: Sequence[MLAParams],
+    config: MLAConfig,
+    x: jax.Array,
+    state: DecodeState,
+    *,
+    backend: Backend = "auto",
+    sm_count: int | None = None,
+) -> tuple[jax.Array, DecodeState]:
+    """One token through every layer: ``h += mla_layer(rms(h))``.
+
+    Args:
+      x: ``[B, hidden]``.
+
+    Returns:
+      ``y [B, hidden]`` and the state with one more token per sequence.
+    """
+    if len(params_list) != len(state.kv_caches):
+        raise ValueError(f"params_list: got {len(params_list)} layers, needed "
+                         f"{len(state.kv_caches)} to match state.kv_caches")
+    h, buffer, caches = x, state.logits_buffer, []
+    for params, cache in zip(params_list, state.kv_caches):
+        attn, cache, buffer = mla_decode_layer(
+            params, config, _rms_normalise(h, config.rms_norm_eps), cache,
+            state.block_table, state.positions, buffer, backend=backend, sm_count=sm_count)
+        h = h + attn
+        caches.append(cache)
+    return h, DecodeState(tuple(caches), state.block_table, buffer, state.positions + 1)
+
+
+@functools.partial(jax.jit, static_argnames=("config", "num_steps", "backend", "sm_count"),
+                   donate_argnames=("state",))
+def decode_loop(
+    params_list: Sequence[MLAParams],
+    config: MLAConfig,
+    x0: jax.Array,
+    state: DecodeState,
+    num_steps: int,
+    *,
+    backend: Backend = "auto",
+    sm_count: int | None = None,
+) -> tuple[jax.Array, DecodeState]:
+    """``num_steps`` decode steps in one ``lax.scan``; ``state`` is donated.
+
+    Step ``t``'s input is step ``t-1``'s output, RMS-normalised (``x0`` for the
+    first). The caller keeps ``positions + num_steps <= max_len``: a row past the
+    block table is dropped, not written.
+
+    Args:
+      params_list: one ``MLAParams`` per layer, as many as ``state.kv_caches``.
+      x0: ``[B, hidden]``.
+
+    Returns:
+      ``outputs [num_steps, B, hidden]`` (each step's output before normalising)
+      and the advanced state; the one passed in is deleted.
+    """
+    def body(carry, _):
+        x, state = carry
+        y, state = decode_step(params_list, config, x, state, backend=backend,
+                               sm_count=sm_count)
+        return (_rms_normalise(y, config.rms_norm_eps), state), y
+
+    (_, state), outputs = lax.scan(body, (x0, state), length=num_steps)
+    return outputs, state

@@ -1,0 +1,47 @@
+"""Random decode problems for the tests: fresh data, shuffled pages, edge lengths."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+TINY = (32, 16)  # kv_lora_rank, rope_dim: the smallest sizes the kernels take
+DEEPSEEK = (512, 64)
+
+
+class Case(NamedTuple):
+    q: np.ndarray  # [B, H, lora + rope]
+    kv_cache: np.ndarray  # [num_pages, page_size, lora + rope]
+    block_table: np.ndarray  # int32 [B, pages_per_seq]
+    seq_lens: np.ndarray  # int32 [B]
+    scale: float
+    kv_lora_rank: int
+
+
+def edge_lengths(page_size: int, capacity: int, tokens_per_split: int = 512) -> list[int]:
+    """0, 1, page and split boundaries +-1, and the full capacity, within capacity."""
+    picks = {0, 1, page_size - 1, page_size, page_size + 1, tokens_per_split - 1,
+             tokens_per_split, tokens_per_split + 1, capacity - 1, capacity}
+    return sorted(n for n in picks if 0 <= n <= capacity)
+
+
+def random_case(rng: np.random.Generator, *, batch: int, heads: int, dims=TINY,
+                page_size: int = 16, pages_per_seq: int = 4, dtype=np.float32,
+                seq_lens=None) -> Case:
+    """Normal random q and cache; each row's pages drawn from a shuffled, larger pool."""
+    lora, rope = dims
+    num_pages = batch * pages_per_seq + 5
+    kv = rng.standard_normal((num_pages, page_size, lora + rope)).astype(dtype)
+    table = rng.permutation(num_pages)[: batch * pages_per_seq].reshape(batch, pages_per_seq)
+    capacity = pages_per_seq * page_size
+    if seq_lens is None:
+        seq_lens = rng.integers(0, capacity + 1, batch)
+    q = rng.standard_normal((batch, heads, lora + rope)).astype(dtype)
+    scale = float(rng.uniform(0.5, 1.5) / np.sqrt(lora + rope))
+    return Case(q, kv, table.astype(np.int32), np.asarray(seq_lens, np.int32), scale, lora)
+
+
+def tolerance(dtype) -> float:
+    """Max abs error allowed on outputs of O(1): the output's own rounding dominates."""
+    return {np.float32: 2e-5, np.float16: 4e-3}[np.dtype(dtype).type]

@@ -1,0 +1,25 @@
+import os
+import sys
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))  # the shared helpers: cases, interpreted
+
+
+def has_gpu() -> bool:
+    import jax
+
+    return any(d.platform == "gpu" for d in jax.devices())
+
+
+def pytest_collection_modifyitems(config, items):
+    gpu = has_gpu()
+    # Triton 3.6's interpreter breaks on numpy >= 2.4 once a loop bound is a loaded value.
+    old_numpy = tuple(int(p) for p in np.__version__.split(".")[:2]) < (2, 4)
+    for item in items:
+        if "gpu" in item.keywords and not gpu:
+            item.add_marker(pytest.mark.skip(reason="needs a CUDA GPU"))
+        if "interpreter" in item.keywords and not old_numpy:
+            item.add_marker(pytest.mark.skip(
+                reason=f"Triton 3.6's interpreter needs numpy < 2.4 (have {np.__version__})"))

@@ -1,0 +1,133 @@
+"""The real jax-triton path on a CUDA GPU (skipped elsewhere): bf16 and fp16."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import mla_jax
+from cases import DEEPSEEK, TINY, edge_lengths, random_case
+from mla_jax.decode import _decode_step
+from mla_jax.reference import mla_decode_reference_np
+
+pytestmark = pytest.mark.gpu
+REL_TOL = {jnp.bfloat16: 1e-2, jnp.float16: 2e-3}
+
+
+def on_device(case, dtype):
+    """The case's arrays on the GPU in ``dtype``, and the case rounded to it (for references)."""
+    q, kv = jnp.asarray(case.q, dtype), jnp.asarray(case.kv_cache, dtype)
+    rounded = case._replace(q=np.asarray(q.astype(jnp.float32)),
+                            kv_cache=np.asarray(kv.astype(jnp.float32)))
+    return (q, kv, jnp.asarray(case.block_table), jnp.asarray(case.seq_lens)), rounded
+
+
+def assert_close(out, lse, rounded, dtype):
+    ref_out, ref_lse = mla_decode_reference_np(*rounded[:4], scale=rounded.scale,
+                                               kv_lora_rank=rounded.kv_lora_rank)
+    out = np.asarray(out.astype(jnp.float32), np.float64)
+    rel = np.linalg.norm(out - ref_out) / np.linalg.norm(ref_out)
+    assert rel < REL_TOL[dtype], rel
+    np.testing.assert_allclose(np.asarray(lse), ref_lse, atol=2e-3, rtol=1e-4)
+    empty = rounded.seq_lens == 0
+    assert np.all(out[empty] == 0) and np.all(np.asarray(lse)[empty] == -np.inf)
+
+
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
+@pytest.mark.parametrize("dims, heads", [(DEEPSEEK, 16), (DEEPSEEK, 128), (TINY, 20)])
+@pytest.mark.parametrize("page_size", [1, 16, 64])
+@pytest.mark.parametrize("max_seq_len", ["static", "runtime"])
+def test_triton_matches_reference(dtype, dims, heads, page_size, max_seq_len):
+    rng = np.random.default_rng()
+    pages = 4200 // page_size + 1
+    lens = edge_lengths(page_size, pages * page_size)[:6] + [int(rng.integers(1, 4200)), 4200]
+    case = random_case(rng, batch=len(lens), heads=heads, dims=dims, page_size=page_size,
+                       pages_per_seq=pages, seq_lens=rng.permutation(lens))
+    args, rounded = on_device(case, dtype)
+    buffer = mla_jax.reserve_logits_buffer(len(lens) + 3, heads, 8192, kv_lora_rank=dims[0])
+    length = 4200 if max_seq_len == "static" else None
+    out, lse, buffer = mla_jax.mla_decode(*args, buffer, scale=case.scale, max_seq_len=length,
+                                          backend="triton")
+    assert out.dtype == dtype and out.shape == (len(lens), heads, dims[0])
+    assert_close(out, lse, rounded, dtype)
+
+
+def test_query_pair_equals_concatenated_query():
+    rng = np.random.default_rng()
+    case = random_case(rng, batch=4, heads=16, dims=DEEPSEEK, page_size=64, pages_per_seq=40)
+    (q, kv, bt, sl), _ = on_device(case, jnp.bfloat16)
+    buf = mla_jax.reserve_logits_buffer(4, 16, 4096)
+    out1, lse1, buf = mla_jax.mla_decode(q, kv, bt, sl, buf, scale=case.scale, backend="triton")
+    out2, lse2, buf = mla_jax.mla_decode((q[..., :512], q[..., 512:]), kv, bt, sl, buf,
+                                         scale=case.scale, backend="triton")
+    np.testing.assert_array_equal(np.asarray(out1), np.asarray(out2))
+    np.testing.assert_array_equal(np.asarray(lse1), np.asarray(lse2))
+
+
+def test_triton_and_xla_partials_agree():
+    rng = np.random.default_rng()
+    case = random_case(rng, batch=5, heads=16, dims=DEEPSEEK, page_size=64, pages_per_seq=40,
+                       seq_lens=[0, 1, 700, 1900, 2560])
+    args, _ = on_device(case, jnp.bfloat16)
+    splits = mla_jax.num_kv_splits(2560, 132)
+    bufs = {}
+    for backend in ("triton", "xla"):
+        buf = mla_jax.reserve_logits_buffer(8, 16, 2560)
+        _, _, buf = mla_jax.mla_decode(*args, buf, scale=case.scale, max_seq_len=2560,
+                                       backend=backend)
+        bufs[backend] = np.asarray(buf)
+    for b, n in enumerate(case.seq_lens):
+        per = -(-int(n) // splits)
+        for s in range(splits):
+            if s * per < n:
+                a, x = bufs["triton"][b, :, s], bufs["xla"][b, :, s]
+                rel = np.linalg.norm(a - x) / np.linalg.norm(x)
+                assert rel < 1e-2, (b, s, rel)
+
+
+def test_buffer_stays_in_place_for_100_steps():
+    rng = np.random.default_rng()
+    case = random_case(rng, batch=8, heads=128, dims=DEEPSEEK, page_size=64, pages_per_seq=64)
+    args, rounded = on_device(case, jnp.bfloat16)
+    buf = mla_jax.reserve_logits_buffer(16, 128, 4096)
+    pointer = buf.unsafe_buffer_pointer()
+    for step in range(100):
+        out, lse, buf = mla_jax.mla_decode(*args, buf, scale=case.scale, max_seq_len=4096,
+                                           backend="triton")
+        assert buf.unsafe_buffer_pointer() == pointer, step
+    assert_close(out, lse, rounded, jnp.bfloat16)
+
+
+def test_compiled_step_aliases_buffer_and_allocates_no_copy():
+    spec = jax.ShapeDtypeStruct
+    buf = spec((64, 128, 16, 513), jnp.float32)
+    compiled = _decode_step.trace(
+        spec((64, 128, 576), jnp.bfloat16), None, spec((64 * 64, 64, 576), jnp.bfloat16),
+        spec((64, 64), jnp.int32), spec((64,), jnp.int32), buf, None, scale=0.1,
+        static_max_seq_len=4096, sm_count=132, backend="triton",
+        compute_capability=None).lower().compile()
+    stats = compiled.memory_analysis()
+    buf_bytes = np.prod(buf.shape) * 4
+    print(f"memory_analysis: {stats}")
+    assert stats.alias_size_in_bytes >= buf_bytes
+    assert stats.temp_size_in_bytes < buf_bytes
+
+
+def test_scan_over_growing_lengths_compiles_once():
+    rng = np.random.default_rng()
+    case = random_case(rng, batch=4, heads=16, dims=DEEPSEEK, page_size=64, pages_per_seq=80)
+    (q, kv, bt, _), rounded = on_device(case, jnp.bfloat16)
+    lengths = jnp.asarray([[n, n // 2, 0, 1] for n in (100, 600, 1100, 2100, 4200, 5000)], jnp.int32)
+
+    @jax.jit
+    def run(buf):
+        def body(buf, seq_lens):
+            out, lse, buf = mla_jax.mla_decode(q, kv, bt, seq_lens, buf, scale=case.scale,
+                                               backend="triton")
+            return buf, (out, lse)
+        return jax.lax.scan(body, buf, lengths)
+
+    buf, (outs, lses) = run(mla_jax.reserve_logits_buffer(4, 16, 5120))
+    assert run._cache_size() == 1
+    for i, seq_lens in enumerate(np.asarray(lengths)):
+        assert_close(outs[i], lses[i], rounded._replace(seq_lens=seq_lens), jnp.bfloat16)

@@ -1,0 +1,72 @@
+"""The Triton kernels under the Triton interpreter (fp16/fp32) vs the float64 reference."""
+
+import numpy as np
+import pytest
+
+from cases import DEEPSEEK, TINY, edge_lengths, random_case, tolerance
+from interpreted import interpreter_pool, run
+from mla_jax.reference import mla_decode_reference_np
+
+POISON = np.nan
+pytestmark = pytest.mark.interpreter
+
+
+@pytest.fixture(scope="module")
+def pool():
+    with interpreter_pool() as p:
+        yield p
+
+
+def check(pool, case, *, num_splits, grid_splits, buffer_rows, dtype):
+    heads = case.q.shape[1]
+    buffer = np.full((buffer_rows, heads, grid_splits + 1, case.kv_lora_rank + 1), POISON,
+                     np.float32)
+    out, lse, buf = pool.apply(run, (case.q, case.kv_cache, case.block_table, case.seq_lens,
+                                     buffer), dict(scale=case.scale, num_splits=num_splits,
+                                                   grid_splits=grid_splits))
+    ref_out, ref_lse = mla_decode_reference_np(case.q, case.kv_cache, case.block_table,
+                                               case.seq_lens, scale=case.scale,
+                                               kv_lora_rank=case.kv_lora_rank)
+    np.testing.assert_allclose(out, ref_out, atol=tolerance(dtype), rtol=0)
+    np.testing.assert_allclose(lse, ref_lse, atol=1e-4, rtol=1e-5)
+    empty = case.seq_lens == 0
+    assert np.all(out[empty] == 0) and np.all(lse[empty] == -np.inf)
+    # Only live rows and the first num_splits splits may be written.
+    batch = case.q.shape[0]
+    assert np.isnan(buf[batch:]).all() and np.isnan(buf[:, :, num_splits:]).all()
+    return buf
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("page_size", [1, 16, 64])
+def test_tiny_dims_edge_lengths(pool, dtype, page_size):
+    rng = np.random.default_rng()
+    pages = max(2, 1100 // page_size // 8)
+    capacity = pages * page_size
+    for heads, num_splits in [(4, 1), (16, 4), (20, 3)]:
+        lens = edge_lengths(page_size, capacity)
+        case = random_case(rng, batch=len(lens), heads=heads, dims=TINY, page_size=page_size,
+                           pages_per_seq=pages, dtype=dtype, seq_lens=rng.permutation(lens))
+        check(pool, case, num_splits=num_splits, grid_splits=num_splits + 2,
+              buffer_rows=len(lens) + 3, dtype=dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("heads", [16, 128])
+def test_deepseek_dims(pool, dtype, heads):
+    rng = np.random.default_rng()
+    case = random_case(rng, batch=3, heads=heads, dims=DEEPSEEK, page_size=64, pages_per_seq=20,
+                       dtype=dtype, seq_lens=[0, int(rng.integers(1, 1280)), 1280])
+    check(pool, case, num_splits=2, grid_splits=2, buffer_rows=4, dtype=dtype)
+
+
+def test_random_batches(pool):
+    rng = np.random.default_rng()
+    for _ in range(4):
+        batch = int(rng.integers(1, 7))
+        page_size = int(rng.choice([1, 3, 16, 32]))
+        case = random_case(rng, batch=batch, heads=int(rng.integers(1, 40)), dims=TINY,
+                           page_size=page_size, pages_per_seq=int(rng.integers(1, 200 // page_size + 2)))
+        splits = int(rng.integers(1, 9))
+        check(pool, case, num_splits=splits, grid_splits=splits, buffer_rows=batch + 1,
+              dtype=np.float32)

@@ -1,0 +1,75 @@
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import mla_jax
+from mla_jax.splits import MAX_SPLITS_PER_SM, TOKENS_PER_SPLIT
+
+
+def vllm_rule(max_seq_len: int, sm_count: int) -> int:
+    """vLLM's TRITON_MLA split count, written independently with floats."""
+    n = max(1, max_seq_len // 512)
+    return int(min(2 ** int(np.ceil(np.log2(n))), 2 * sm_count))
+
+
+LENGTHS = np.unique(np.concatenate([
+    np.arange(0, 70_000, 7),
+    np.arange(0, 2**20 + 1, 509),
+    [k * 512 + d for k in range(0, 2049, 1) for d in (-1, 0, 1) if k * 512 + d >= 0],
+    [2**20],
+])).astype(np.int64)
+
+
+@pytest.mark.parametrize("sm_count", [1, 8, 66, 78, 114, 132])
+def test_int_rule_matches_vllm(sm_count):
+    assert TOKENS_PER_SPLIT == 512 and MAX_SPLITS_PER_SM == 2
+    got = [mla_jax.num_kv_splits(int(n), sm_count) for n in LENGTHS]
+    want = [vllm_rule(int(n), sm_count) for n in LENGTHS]
+    assert got == want
+    assert all(isinstance(g, int) for g in got)
+
+
+@pytest.mark.parametrize("sm_count", [1, 66, 132])
+def test_traced_rule_matches_int_rule(sm_count):
+    traced = jax.jit(jax.vmap(lambda n: mla_jax.num_kv_splits(n, sm_count)))(
+        jnp.asarray(LENGTHS, jnp.int32))
+    assert traced.dtype == jnp.int32
+    np.testing.assert_array_equal(
+        np.asarray(traced), [mla_jax.num_kv_splits(int(n), sm_count) for n in LENGTHS])
+
+
+@pytest.mark.parametrize("max_model_len", [1, 511, 512, 4096, 5000, 65536, 163840, 2**20])
+@pytest.mark.parametrize("sm_count", [8, 132])
+def test_reservation_covers_every_shorter_length(max_model_len, sm_count):
+    buf_splits = mla_jax.num_kv_splits(max_model_len, sm_count)
+    lengths = LENGTHS[LENGTHS <= max_model_len]
+    assert max(mla_jax.num_kv_splits(int(n), sm_count) for n in lengths) <= buf_splits
+
+
+def test_reserve_logits_buffer_shape_and_dtype():
+    buf = mla_jax.reserve_logits_buffer(8, 16, 16384, sm_count=132)
+    assert buf.shape == (8, 16, 32, 513) and buf.dtype == jnp.float32
+    buf = mla_jax.reserve_logits_buffer(2, 4, 1 << 20, kv_lora_rank=32, sm_count=4)
+    assert buf.shape == (2, 4, 8, 33)
+
+
+def test_reserve_without_gpu_asks_for_sm_count():
+    if any(d.platform == "gpu" for d in jax.devices()):
+        pytest.skip("a GPU answers the question")
+    with pytest.raises(ValueError, match="Pass sm_count"):
+        mla_jax.reserve_logits_buffer(8, 16, 16384)
+
+
+@pytest.mark.parametrize("bad", [dict(max_num_seqs=0), dict(num_heads=-1), dict(max_model_len=0)])
+def test_reserve_rejects_bad_sizes(bad):
+    args = dict(max_num_seqs=2, num_heads=4, max_model_len=1024) | bad
+    with pytest.raises(ValueError, match=next(iter(bad))):
+        mla_jax.reserve_logits_buffer(**args, sm_count=4)
+
+
+def test_split_rule_rejects_bad_arguments():
+    with pytest.raises(ValueError, match="sm_count"):
+        mla_jax.num_kv_splits(1024, 0)
+    with pytest.raises(ValueError, match="max_seq_len"):
+        mla_jax.num_kv_splits(-1, 4)
