@@ -11,7 +11,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from mla_jax.splits import num_kv_splits
+from mla_jax.splits import Policy, reserved_splits
 
 LOGITS_DTYPE = jnp.float32
 
@@ -49,14 +49,17 @@ def reserve_logits_buffer(
     kv_lora_rank: int = 512,
     sm_count: int | None = None,
     device: jax.Device | jax.sharding.Sharding | None = None,
+    policy: Policy = "vllm",
 ) -> jax.Array:
     """Reserves the float32 logits buffer for the worst case, once.
 
     Returns:
-      float32 ``[max_num_seqs, num_heads, num_kv_splits(max_model_len, sm_count),
-      kv_lora_rank + 1]``. Its contents are scratch: every decode step overwrites
-      the part it reads. Thread the buffer that ``mla_decode`` returns into the
-      next step; the one passed in is donated.
+      float32 ``[max_num_seqs, num_heads, max_splits, kv_lora_rank + 1]`` where
+      ``max_splits`` is the most splits ``policy`` asks for at any batch and length
+      in range (for ``"vllm"``: ``num_kv_splits(max_model_len, sm_count)``). Its
+      contents are scratch: every decode step overwrites the part it reads. Thread
+      the buffer that ``mla_decode`` returns into the next step (use the same
+      ``policy`` and ``sm_count`` there); the one passed in is donated.
     """
     for name, value in (("max_num_seqs", max_num_seqs), ("num_heads", num_heads),
                         ("max_model_len", max_model_len), ("kv_lora_rank", kv_lora_rank)):
@@ -64,8 +67,8 @@ def reserve_logits_buffer(
             raise ValueError(f"{name} must be a positive int, got {value!r}")
     if sm_count is None:
         sm_count = gpu_sm_count(device if isinstance(device, jax.Device) else None)
-    shape = logits_buffer_shape(
-        max_num_seqs, num_heads, num_kv_splits(max_model_len, sm_count), kv_lora_rank
-    )
+    splits = reserved_splits(policy, num_heads=num_heads, max_model_len=max_model_len,
+                             sm_count=sm_count)
+    shape = logits_buffer_shape(max_num_seqs, num_heads, splits, kv_lora_rank)
     # NaN, not zeros: a read of a slot no kernel wrote shows up at once.
     return jnp.full(shape, jnp.nan, LOGITS_DTYPE, device=device)

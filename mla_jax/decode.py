@@ -17,7 +17,7 @@ import jax.numpy as jnp
 
 from mla_jax import xla_backend
 from mla_jax.buffers import LOGITS_DTYPE, gpu_sm_count
-from mla_jax.splits import num_kv_splits
+from mla_jax.splits import Policy, kv_splits
 
 Backend = Literal["auto", "triton", "xla"]
 QUERY_DTYPES = (jnp.bfloat16, jnp.float16, jnp.float32)
@@ -92,22 +92,26 @@ def resolve_backend(backend: Backend, compute_capability: int | None) -> str:
 
 @functools.partial(
     jax.jit,
-    static_argnames=("scale", "static_max_seq_len", "sm_count", "backend", "compute_capability"),
+    static_argnames=("scale", "static_max_seq_len", "sm_count", "policy", "backend",
+                     "compute_capability"),
     donate_argnames=("logits_buffer",),
 )
 def _decode_step(q_nope, q_pe, kv_cache, block_table, seq_lens, logits_buffer,
-                 dynamic_max_seq_len, *, scale, static_max_seq_len, sm_count, backend,
-                 compute_capability):
+                 dynamic_max_seq_len, *, scale, static_max_seq_len, sm_count, policy,
+                 backend, compute_capability):
     kv_lora_rank, rope_dim = _check_inputs(
         q_nope, q_pe, kv_cache, block_table, seq_lens, logits_buffer)
     buffer_splits = logits_buffer.shape[2]
+    splits = functools.partial(kv_splits, policy, batch=q_nope.shape[0],
+                               num_heads=q_nope.shape[1], sm_count=sm_count)
     if static_max_seq_len is not None:
-        grid_splits = num_kv_splits(static_max_seq_len, sm_count)
+        grid_splits = splits(max_seq_len=static_max_seq_len)
         if grid_splits > buffer_splits:
             raise ValueError(
                 f"max_seq_len={static_max_seq_len} needs {grid_splits} KV splits but the "
                 f"logits buffer {list(logits_buffer.shape)} holds {buffer_splits}; reserve "
-                f"it with max_model_len >= {static_max_seq_len} (and the same sm_count)")
+                f"it with max_model_len >= {static_max_seq_len} (and the same sm_count "
+                f"and policy={policy!r})")
         num_splits = jnp.full((1,), grid_splits, jnp.int32)
     else:
         # Run-time count; a length past the reservation's reach is clamped to the
@@ -115,7 +119,7 @@ def _decode_step(q_nope, q_pe, kv_cache, block_table, seq_lens, logits_buffer,
         length = (jnp.max(seq_lens, initial=0) if dynamic_max_seq_len is None
                   else dynamic_max_seq_len)
         grid_splits = buffer_splits
-        num_splits = jnp.minimum(num_kv_splits(length, sm_count), buffer_splits).reshape(1)
+        num_splits = jnp.minimum(splits(max_seq_len=length), buffer_splits).reshape(1)
 
     if backend == "triton":
         from mla_jax import triton_backend  # jax_triton needs a GPU-capable jaxlib
@@ -142,6 +146,7 @@ def mla_decode(
     scale: float,
     max_seq_len: int | jax.Array | None = None,
     sm_count: int | None = None,
+    policy: Policy = "vllm",
     backend: Backend = "auto",
     compute_capability: int | None = None,
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
@@ -164,6 +169,9 @@ def mla_decode(
         computes it at run time, so one executable serves every length.
       sm_count: the multiprocessor count the split rule caps at; ``None`` reads the
         GPU's. Use the value the buffer was reserved with.
+      policy: the split rule (``mla_jax.splits.kv_splits``): ``"vllm"`` (vLLM's
+        counts, for bitwise comparisons with its kernel) or ``"occupancy"``
+        (batch-aware). Use the policy the buffer was reserved with.
       backend: ``"triton"`` (jax-triton kernels, CUDA), ``"xla"`` (portable jnp) or
         ``"auto"`` (triton on a GPU, xla elsewhere).
       compute_capability: lower the Triton kernels for this CUDA capability (e.g. 90)
@@ -181,7 +189,7 @@ def mla_decode(
         max_seq_len, jnp.int32)
     return _decode_step(
         q_nope, q_pe, kv_cache, block_table, seq_lens, logits_buffer, dynamic,
-        scale=float(scale), static_max_seq_len=static, sm_count=sm_count,
+        scale=float(scale), static_max_seq_len=static, sm_count=sm_count, policy=policy,
         backend=resolve_backend(backend, compute_capability),
         compute_capability=compute_capability)
 

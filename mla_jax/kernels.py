@@ -22,6 +22,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from mla_jax.tiling import head_tile
+
 _LOG2E = tl.constexpr(1.4426950408889634)
 _LN2 = tl.constexpr(0.6931471805599453)
 
@@ -51,7 +53,7 @@ def mla_decode_stage1(
     BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
     row = tl.program_id(0)
-    head_tile = tl.program_id(1)
+    tile = tl.program_id(1)
     split = tl.program_id(2)
     num_splits = tl.load(num_splits_ptr)
     if split >= num_splits:
@@ -61,7 +63,7 @@ def mla_decode_stage1(
     if end <= start:
         return  # stage 2 skips empty splits; nothing to write.
 
-    heads = head_tile * BLOCK_H + tl.arange(0, BLOCK_H)
+    heads = tile * BLOCK_H + tl.arange(0, BLOCK_H)
     head_mask = heads < NUM_HEADS
     d_lora = tl.arange(0, LORA)
     d_rope = tl.arange(0, ROPE)
@@ -145,14 +147,14 @@ def mla_decode_stage2(
 def stage1_config(num_heads: int) -> dict[str, int]:
     """Tile sizes and launch options of stage 1 for ``num_heads`` query heads.
 
-    Heads are grouped up to 64 per program so each latent tile loaded serves many
-    heads; ``tl.dot`` needs at least 16 rows, so fewer heads are padded to 16.
+    Heads are grouped (``tiling.head_tile``) so each latent tile loaded serves many
+    heads; 64-head tiles reach Hopper's warpgroup MMA.
     """
-    block_h = min(64, max(16, triton.next_power_of_2(num_heads)))
+    block_h = head_tile(num_heads)
     return {
         "BLOCK_H": block_h,
-        "BLOCK_N": 32 if block_h >= 64 else 64,
-        "num_warps": 8 if block_h >= 64 else 4,
+        "BLOCK_N": 32,
+        "num_warps": 8,
         "num_stages": 2,
     }
 
@@ -172,14 +174,16 @@ def launch_params(
     kv_strides: tuple[int, ...],
     block_table_strides: tuple[int, ...],
     buffer_strides: tuple[int, ...],
+    config: dict[str, int] | None = None,
 ) -> tuple[dict, dict]:
     """Grids, options and constexpr arguments of both stages (element strides).
 
     Returns ``(stage1, stage2)``, each ``{"grid", "num_warps", "num_stages",
     "constexprs"}``; the jax-triton wrapper and the interpreter tests both launch
-    from these, so they cannot disagree.
+    from these, so they cannot disagree. ``config`` overrides entries of
+    ``stage1_config`` (for tuning sweeps).
     """
-    cfg = stage1_config(num_heads)
+    cfg = stage1_config(num_heads) | (config or {})
     buf = {"stride_buf_b": buffer_strides[0], "stride_buf_h": buffer_strides[1],
            "stride_buf_s": buffer_strides[2]}
     stage1 = {

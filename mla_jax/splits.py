@@ -1,20 +1,32 @@
-"""The split-count rule shared by buffer reservation and every decode step.
+"""The split-count rules shared by buffer reservation and every decode step.
 
-One pure function decides how many pieces each sequence's KV range is cut into.
-The reservation sizes the logits buffer's split axis with it at the worst case and
-the decode step calls it again at run time, so the two cannot drift.
+A pure function decides how many pieces each sequence's KV range is cut into. The
+reservation sizes the logits buffer's split axis with it at the worst case and the
+decode step calls it again at run time, so the two cannot drift. Two policies:
+vLLM's rule (length only) and an occupancy rule that also looks at the batch.
 """
 
 from __future__ import annotations
+
+from typing import Literal
 
 import jax
 import jax.numpy as jnp
 from jax import lax
 
+from mla_jax.tiling import head_tiles
+
+Policy = Literal["vllm", "occupancy"]
+
 # vLLM's rule: one split per this many KV tokens of the longest sequence ...
 TOKENS_PER_SPLIT = 512
 # ... rounded up to a power of two and capped at this many splits per SM.
 MAX_SPLITS_PER_SM = 2
+# The occupancy policy: fill this many stage-1 programs per SM (one wave) ...
+PROGRAMS_PER_SM = 2
+# ... but give no split fewer tokens than this: past it, the split's fixed cost
+# (loading q, writing a 2 KB partial, merging it) outweighs more parallelism.
+MIN_TOKENS_PER_SPLIT = 128
 
 
 def next_pow2(x):
@@ -24,6 +36,28 @@ def next_pow2(x):
     x = jnp.asarray(x, jnp.int32)
     # 1 << (32 - clz(x - 1)); clz(0) == 32 gives 1 for x == 1.
     return jnp.left_shift(jnp.int32(1), 32 - lax.clz(x - 1))
+
+
+def prev_pow2(x: int) -> int:
+    """Largest power of two <= x, for an int x >= 1."""
+    return 1 << (x.bit_length() - 1)
+
+
+def _check_sm_count(sm_count):
+    if not isinstance(sm_count, int) or sm_count < 1:
+        raise ValueError(f"sm_count must be a positive Python int, got {sm_count!r}")
+
+
+def _as_length(max_seq_len):
+    """A Python int stays one (checked >= 0); anything else becomes an int32 scalar."""
+    if isinstance(max_seq_len, int):
+        if max_seq_len < 0:
+            raise ValueError(f"max_seq_len must be >= 0, got {max_seq_len}")
+        return max_seq_len
+    n = jnp.asarray(max_seq_len, jnp.int32)
+    if n.shape != ():
+        raise ValueError(f"max_seq_len must be a scalar, got shape {n.shape}")
+    return n
 
 
 def num_kv_splits(max_seq_len: int | jax.Array, sm_count: int) -> int | jax.Array:
@@ -38,14 +72,52 @@ def num_kv_splits(max_seq_len: int | jax.Array, sm_count: int) -> int | jax.Arra
       A Python int for an int input, otherwise an int32 scalar array; both give
       the same value for the same input.
     """
-    if not isinstance(sm_count, int) or sm_count < 1:
-        raise ValueError(f"sm_count must be a positive Python int, got {sm_count!r}")
+    _check_sm_count(sm_count)
     cap = MAX_SPLITS_PER_SM * sm_count
-    if isinstance(max_seq_len, int):
-        if max_seq_len < 0:
-            raise ValueError(f"max_seq_len must be >= 0, got {max_seq_len}")
-        return min(next_pow2(max(1, max_seq_len // TOKENS_PER_SPLIT)), cap)
-    n = jnp.asarray(max_seq_len, jnp.int32)
-    if n.shape != ():
-        raise ValueError(f"max_seq_len must be a scalar, got shape {n.shape}")
+    n = _as_length(max_seq_len)
+    if isinstance(n, int):
+        return min(next_pow2(max(1, n // TOKENS_PER_SPLIT)), cap)
     return jnp.minimum(next_pow2(jnp.maximum(1, n // TOKENS_PER_SPLIT)), cap)
+
+
+def occupancy_kv_splits(batch: int, num_heads: int, max_seq_len: int | jax.Array,
+                        sm_count: int) -> int | jax.Array:
+    """A batch-aware split count: enough stage-1 programs for one wave, no more.
+
+    ``prev_pow2(PROGRAMS_PER_SM * sm_count // (batch * head_tiles))`` splits fill the
+    GPU once with programs, capped so a split keeps ``MIN_TOKENS_PER_SPLIT`` tokens
+    (``next_pow2(max_seq_len // MIN_TOKENS_PER_SPLIT)``) and at vLLM's ``2 * sm_count``.
+    A power of two, non-increasing in ``batch`` and non-decreasing in ``max_seq_len``,
+    so the value at ``batch = 1, max_model_len`` covers every smaller problem.
+    """
+    _check_sm_count(sm_count)
+    if not isinstance(batch, int) or batch < 1 or not isinstance(num_heads, int) or num_heads < 1:
+        raise ValueError(f"batch and num_heads must be positive ints, got {batch!r}, {num_heads!r}")
+    wave = prev_pow2(max(1, PROGRAMS_PER_SM * sm_count // (batch * head_tiles(num_heads))))
+    cap = min(wave, MAX_SPLITS_PER_SM * sm_count)
+    n = _as_length(max_seq_len)
+    if isinstance(n, int):
+        return min(next_pow2(max(1, n // MIN_TOKENS_PER_SPLIT)), cap)
+    return jnp.minimum(next_pow2(jnp.maximum(1, n // MIN_TOKENS_PER_SPLIT)), cap)
+
+
+def kv_splits(policy: Policy, *, batch: int, num_heads: int, max_seq_len: int | jax.Array,
+              sm_count: int) -> int | jax.Array:
+    """The split count of ``policy`` for one decode step.
+
+    ``"vllm"``: vLLM's rule (``num_kv_splits``), for bitwise parity with its kernel.
+    ``"occupancy"``: ``occupancy_kv_splits``, which also looks at the batch.
+    """
+    if policy == "vllm":
+        return num_kv_splits(max_seq_len, sm_count)
+    if policy == "occupancy":
+        return occupancy_kv_splits(batch, num_heads, max_seq_len, sm_count)
+    raise ValueError(f"policy must be 'vllm' or 'occupancy', got {policy!r}")
+
+
+def reserved_splits(policy: Policy, *, num_heads: int, max_model_len: int, sm_count: int) -> int:
+    """The split axis a reservation needs: the most ``policy`` asks for at any batch
+    and any length up to ``max_model_len`` (both rules are largest at batch 1 and the
+    longest length)."""
+    return kv_splits(policy, batch=1, num_heads=num_heads, max_seq_len=max_model_len,
+                     sm_count=sm_count)

@@ -39,6 +39,7 @@ def decode(
     kv_lora_rank: int,
     rope_dim: int,
     compute_capability: int | None,
+    config: dict[str, int] | None = None,
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """Both stages on checked inputs.
 
@@ -48,6 +49,7 @@ def decode(
         (``q_pe`` may be ``q_nope`` itself, with ``qp_offset = kv_lora_rank``).
       num_splits: int32 ``[1]``, at most ``grid_splits``.
       grid_splits: programs launched along the split axis (static).
+      config: overrides of ``kernels.stage1_config`` (tuning sweeps only).
 
     Returns:
       ``out [B, H, kv_lora_rank]`` in q's dtype, ``lse`` float32 ``[B, H]``, and the
@@ -59,7 +61,7 @@ def decode(
         kv_lora_rank=kv_lora_rank, rope_dim=rope_dim, scale=scale, grid_splits=grid_splits,
         q_nope_strides=_strides(q_nope), q_pe_strides=_strides(q_pe), qp_offset=qp_offset,
         kv_strides=_strides(kv_cache), block_table_strides=_strides(block_table),
-        buffer_strides=_strides(logits_buffer))
+        buffer_strides=_strides(logits_buffer), config=config)
     buffer = jt.triton_call(
         q_nope, q_pe, kv_cache, block_table, seq_lens, num_splits, logits_buffer,
         kernel=kernels.mla_decode_stage1,

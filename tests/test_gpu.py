@@ -104,7 +104,7 @@ def test_compiled_step_aliases_buffer_and_allocates_no_copy():
     compiled = _decode_step.trace(
         spec((64, 128, 576), jnp.bfloat16), None, spec((64 * 64, 64, 576), jnp.bfloat16),
         spec((64, 64), jnp.int32), spec((64,), jnp.int32), buf, None, scale=0.1,
-        static_max_seq_len=4096, sm_count=132, backend="triton",
+        static_max_seq_len=4096, sm_count=132, policy="vllm", backend="triton",
         compute_capability=None).lower().compile()
     stats = compiled.memory_analysis()
     buf_bytes = np.prod(buf.shape) * 4
@@ -131,3 +131,17 @@ def test_scan_over_growing_lengths_compiles_once():
     assert run._cache_size() == 1
     for i, seq_lens in enumerate(np.asarray(lengths)):
         assert_close(outs[i], lses[i], rounded._replace(seq_lens=seq_lens), jnp.bfloat16)
+
+
+@pytest.mark.parametrize("heads", [16, 128])
+def test_occupancy_policy_matches_reference(heads):
+    rng = np.random.default_rng()
+    case = random_case(rng, batch=3, heads=heads, dims=DEEPSEEK, page_size=64, pages_per_seq=64,
+                       seq_lens=[4096, 0, int(rng.integers(1, 4096))])
+    args, rounded = on_device(case, jnp.bfloat16)
+    buf = mla_jax.reserve_logits_buffer(4, heads, 4096, policy="occupancy")
+    assert buf.shape[2] == 32
+    for length in (4096, None):
+        out, lse, buf = mla_jax.mla_decode(*args, buf, scale=case.scale, max_seq_len=length,
+                                           policy="occupancy", backend="triton")
+        assert_close(out, lse, rounded, jnp.bfloat16)

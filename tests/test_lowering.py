@@ -28,7 +28,7 @@ def lowered_text(dtype, *, heads, max_seq_len, pair=False, batch=4, rows=8):
 
     def step(q, kv, bt, sl, buf):
         return mla_jax.mla_decode(q, kv, bt, sl, buf, scale=0.1, max_seq_len=max_seq_len,
-                                  sm_count=132, backend="triton", compute_capability=90)
+                                  sm_count=132, policy="vllm", backend="triton", compute_capability=90)
 
     exported = export.export(jax.jit(step, donate_argnums=4), platforms=["cuda"],
                              disabled_checks=DISABLED)(*args)
@@ -85,7 +85,7 @@ def test_decode_step_donates_the_buffer():
     traced = _decode_step.trace(
         spec((2, 16, 576), jnp.bfloat16), None, spec((8, 64, 576), jnp.bfloat16),
         spec((2, 4), jnp.int32), spec((2,), jnp.int32), spec((2, 16, 2, 513), jnp.float32), None,
-        scale=0.1, static_max_seq_len=256, sm_count=132, backend="triton", compute_capability=90)
+        scale=0.1, static_max_seq_len=256, sm_count=132, policy="vllm", backend="triton", compute_capability=90)
     text = traced.lower(lowering_platforms=("cuda",)).as_text()
     main = next(l for l in text.splitlines() if "func.func public @main" in l)
     assert re.search(r"tensor<2x16x2x513xf32> \{[^}]*tf.aliasing_output = 2", main)

@@ -73,3 +73,56 @@ def test_split_rule_rejects_bad_arguments():
         mla_jax.num_kv_splits(1024, 0)
     with pytest.raises(ValueError, match="max_seq_len"):
         mla_jax.num_kv_splits(-1, 4)
+
+
+def test_occupancy_policy_values():
+    from mla_jax.splits import occupancy_kv_splits as occ
+
+    # One wave of 2 programs per SM on 132 SMs, at most one split per 128 tokens.
+    assert occ(1, 16, 4096, 132) == 32
+    assert occ(1, 16, 1024, 132) == 8
+    assert occ(64, 16, 4096, 132) == 4
+    assert occ(128, 16, 16384, 132) == 2
+    assert occ(128, 128, 16384, 132) == 1  # two 64-head tiles per row already fill the wave
+    assert occ(16, 128, 4096, 132) == 8
+    assert occ(1, 128, 1 << 20, 132) == 128
+    assert occ(1, 16, 0, 132) == 1
+
+
+@pytest.mark.parametrize("policy", ["vllm", "occupancy"])
+@pytest.mark.parametrize("num_heads", [1, 16, 20, 128])
+@pytest.mark.parametrize("max_num_seqs, max_model_len, sm_count",
+                         [(128, 16384, 132), (7, 3000, 8), (300, 1 << 20, 132), (1, 600, 1)])
+def test_reservation_covers_every_batch_and_length(policy, num_heads, max_num_seqs,
+                                                    max_model_len, sm_count):
+    from mla_jax.splits import kv_splits, reserved_splits
+
+    buf = mla_jax.reserve_logits_buffer(max_num_seqs, num_heads, max_model_len,
+                                        kv_lora_rank=16, sm_count=sm_count, policy=policy)
+    assert buf.shape[2] == reserved_splits(policy, num_heads=num_heads,
+                                           max_model_len=max_model_len, sm_count=sm_count)
+    lengths = LENGTHS[LENGTHS <= max_model_len]
+    for batch in range(1, max_num_seqs + 1):
+        need = [kv_splits(policy, batch=batch, num_heads=num_heads, max_seq_len=int(n),
+                          sm_count=sm_count) for n in lengths[:: max(1, len(lengths) // 300)]]
+        need.append(kv_splits(policy, batch=batch, num_heads=num_heads,
+                              max_seq_len=max_model_len, sm_count=sm_count))
+        assert max(need) <= buf.shape[2]
+        assert all(n & (n - 1) == 0 or n == 2 * sm_count for n in need)  # powers of two or the cap
+
+
+def test_occupancy_traced_equals_int():
+    from mla_jax.splits import occupancy_kv_splits as occ
+
+    for batch, heads in [(1, 16), (5, 128), (128, 16)]:
+        traced = jax.jit(jax.vmap(lambda n: occ(batch, heads, n, 132)))(
+            jnp.asarray(LENGTHS, jnp.int32))
+        np.testing.assert_array_equal(np.asarray(traced),
+                                      [occ(batch, heads, int(n), 132) for n in LENGTHS])
+
+
+def test_policy_is_checked():
+    from mla_jax.splits import kv_splits
+
+    with pytest.raises(ValueError, match="policy must be"):
+        kv_splits("sglang", batch=1, num_heads=16, max_seq_len=10, sm_count=132)
