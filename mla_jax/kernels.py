@@ -26,6 +26,7 @@ from mla_jax.tiling import head_tile
 
 _LOG2E = tl.constexpr(1.4426950408889634)
 _LN2 = tl.constexpr(0.6931471805599453)
+RESCALE_THRESHOLD = tl.constexpr(8.0)
 
 
 @triton.jit
@@ -50,10 +51,12 @@ def mla_decode_stage1(
     stride_kv_page: tl.constexpr, stride_kv_row: tl.constexpr,
     stride_bt_b: tl.constexpr,
     stride_buf_b: tl.constexpr, stride_buf_h: tl.constexpr, stride_buf_s: tl.constexpr,
-    BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):
-    row = tl.program_id(0)
-    tile = tl.program_id(1)
+    # Head tiles vary fastest: the tiles of one (row, split) run side by side and
+    # read the same latent rows, so all but the first find them in L2.
+    tile = tl.program_id(0)
+    row = tl.program_id(1)
     split = tl.program_id(2)
     num_splits = tl.load(num_splits_ptr)
     if split >= num_splits:
@@ -90,15 +93,21 @@ def mla_decode_stage1(
                        mask=tok_mask[:, None], other=0.0)
         k_pe = tl.load(kv_ptr + row_off[:, None] + LORA + d_rope[None, :],
                        mask=tok_mask[:, None], other=0.0)
-        qk = tl.dot(q_nope, tl.trans(kv_c))
-        qk = tl.dot(q_pe, tl.trans(k_pe), acc=qk)
+        qk = tl.dot(q_nope, tl.trans(kv_c), input_precision=DOT_PRECISION)
+        qk = tl.dot(q_pe, tl.trans(k_pe), acc=qk, input_precision=DOT_PRECISION)
         qk = tl.where(tok_mask[None, :], qk * qk_scale, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(qk, 1))
-        alpha = tl.exp2(m_i - m_new)
-        p = tl.exp2(qk - m_new[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
-        acc = tl.dot(p.to(kv_c.dtype), kv_c, acc=acc * alpha[:, None])
-        m_i = m_new
+        # Lazy rescaling: the running max moves only when some row's max grew by more
+        # than 2^RESCALE_THRESHOLD, so the [BLOCK_H, LORA] accumulator is rarely
+        # rescaled; until then p <= 2^RESCALE_THRESHOLD, harmless in bf16 and fp32.
+        if tl.max(m_new - m_i, 0) > RESCALE_THRESHOLD:
+            alpha = tl.exp2(m_i - m_new)
+            acc = acc * alpha[:, None]
+            l_i = l_i * alpha
+            m_i = m_new
+        p = tl.exp2(qk - m_i[:, None])
+        l_i = l_i + tl.sum(p, 1)
+        acc = tl.dot(p.to(kv_c.dtype), kv_c, acc=acc, input_precision=DOT_PRECISION)
 
     out_off = (row.to(tl.int64) * stride_buf_b + heads[:, None].to(tl.int64) * stride_buf_h
                + split * stride_buf_s)
@@ -151,10 +160,12 @@ def stage1_config(num_heads: int) -> dict[str, int]:
     heads; 64-head tiles reach Hopper's warpgroup MMA.
     """
     block_h = head_tile(num_heads)
+    # Measured on the H200 (docs/perf_notes.md): 16-head tiles 32 tokens a block and
+    # 4 warps; 64-head tiles 64 tokens and 8 warps (their 64 x 512 accumulator).
     return {
         "BLOCK_H": block_h,
-        "BLOCK_N": 32,
-        "num_warps": 8,
+        "BLOCK_N": 32 if block_h <= 16 else 64,
+        "num_warps": 4 if block_h <= 16 else 8,
         "num_stages": 2,
     }
 
@@ -174,20 +185,21 @@ def launch_params(
     kv_strides: tuple[int, ...],
     block_table_strides: tuple[int, ...],
     buffer_strides: tuple[int, ...],
+    float32_inputs: bool,
     config: dict[str, int] | None = None,
 ) -> tuple[dict, dict]:
     """Grids, options and constexpr arguments of both stages (element strides).
 
     Returns ``(stage1, stage2)``, each ``{"grid", "num_warps", "num_stages",
     "constexprs"}``; the jax-triton wrapper and the interpreter tests both launch
-    from these, so they cannot disagree. ``config`` overrides entries of
-    ``stage1_config`` (for tuning sweeps).
+    from these, so they cannot disagree. ``float32_inputs`` keeps float32 dots
+    exact (no TF32); ``config`` overrides entries of ``stage1_config`` (for tuning).
     """
     cfg = stage1_config(num_heads) | (config or {})
     buf = {"stride_buf_b": buffer_strides[0], "stride_buf_h": buffer_strides[1],
            "stride_buf_s": buffer_strides[2]}
     stage1 = {
-        "grid": (batch, triton.cdiv(num_heads, cfg["BLOCK_H"]), grid_splits),
+        "grid": (triton.cdiv(num_heads, cfg["BLOCK_H"]), batch, grid_splits),
         "num_warps": cfg["num_warps"],
         "num_stages": cfg["num_stages"],
         "constexprs": dict(
@@ -197,7 +209,8 @@ def launch_params(
             stride_qp_b=q_pe_strides[0], stride_qp_h=q_pe_strides[1], QP_OFFSET=qp_offset,
             stride_kv_page=kv_strides[0], stride_kv_row=kv_strides[1],
             stride_bt_b=block_table_strides[0], **buf,
-            BLOCK_H=cfg["BLOCK_H"], BLOCK_N=cfg["BLOCK_N"]),
+            BLOCK_H=cfg["BLOCK_H"], BLOCK_N=cfg["BLOCK_N"],
+            DOT_PRECISION="ieee" if float32_inputs else "tf32"),
     }
     stage2 = {
         "grid": (batch, num_heads),

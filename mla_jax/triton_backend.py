@@ -61,7 +61,8 @@ def decode(
         kv_lora_rank=kv_lora_rank, rope_dim=rope_dim, scale=scale, grid_splits=grid_splits,
         q_nope_strides=_strides(q_nope), q_pe_strides=_strides(q_pe), qp_offset=qp_offset,
         kv_strides=_strides(kv_cache), block_table_strides=_strides(block_table),
-        buffer_strides=_strides(logits_buffer), config=config)
+        buffer_strides=_strides(logits_buffer), float32_inputs=q_nope.dtype == jnp.float32,
+        config=config)
     buffer = jt.triton_call(
         q_nope, q_pe, kv_cache, block_table, seq_lens, num_splits, logits_buffer,
         kernel=kernels.mla_decode_stage1,

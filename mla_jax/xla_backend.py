@@ -15,6 +15,17 @@ import jax.numpy as jnp
 from jax import lax
 
 
+def _dot_f32(spec: str, a: jax.Array, b: jax.Array) -> jax.Array:
+    """``einsum`` accumulating in float32 (HIGHEST keeps float32 out of TF32 on GPUs).
+
+    XLA:CPU has no bf16 x bf16 -> f32 dot, so on CPU the operands are upcast first.
+    """
+    dot = lambda x, y: jnp.einsum(spec, x, y, precision=lax.Precision.HIGHEST,  # noqa: E731
+                                  preferred_element_type=jnp.float32)
+    return lax.platform_dependent(
+        a, b, cpu=lambda x, y: dot(x.astype(jnp.float32), y.astype(jnp.float32)), default=dot)
+
+
 def _stage1_static(q, kv_cache, block_table, seq_lens, *, k, scale, kv_lora_rank):
     """Partials ``[B, H, k, kv_lora_rank + 1]`` for a static split count ``k``."""
     page_size = kv_cache.shape[1]
@@ -29,16 +40,13 @@ def _stage1_static(q, kv_cache, block_table, seq_lens, *, k, scale, kv_lora_rank
     pages = jnp.take_along_axis(block_table, (tokens // page_size).reshape(
         tokens.shape[0], -1), axis=1).reshape(tokens.shape)
     rows = kv_cache[pages, tokens % page_size]  # [B, k, W, D]
-    # HIGHEST keeps float32 inputs out of TF32 on GPUs; bf16/fp16 are unaffected.
-    logits = jnp.einsum("bhd,bswd->bhsw", q, rows, precision=lax.Precision.HIGHEST,
-                        preferred_element_type=jnp.float32) * scale
+    logits = _dot_f32("bhd,bswd->bhsw", q, rows) * scale
     logits = jnp.where(live[:, None], logits, -jnp.inf)
     m = jnp.max(logits, axis=-1)
     m_safe = jnp.where(jnp.isfinite(m), m, 0.0)
     p = jnp.exp(logits - m_safe[..., None])
     denom = jnp.sum(p, axis=-1)
-    acc = jnp.einsum("bhsw,bswd->bhsd", p.astype(rows.dtype), rows[..., :kv_lora_rank],
-                     precision=lax.Precision.HIGHEST, preferred_element_type=jnp.float32)
+    acc = _dot_f32("bhsw,bswd->bhsd", p.astype(rows.dtype), rows[..., :kv_lora_rank])
     nonempty = denom > 0
     part = jnp.where(nonempty[..., None], acc / jnp.where(nonempty, denom, 1.0)[..., None], 0.0)
     lse = jnp.where(nonempty, m_safe + jnp.log(jnp.where(nonempty, denom, 1.0)), -jnp.inf)

@@ -21,13 +21,11 @@ K, REPEATS, PAGE, SM = 10, 3, 64, 132
 SHAPES = [(128, 16, 16384), (64, 16, 4096), (1, 16, 4096), (128, 128, 16384),
           (128, 128, 4096), (16, 128, 4096), (1, 128, 4096)]
 CONFIGS = {
-    16: [dict(BLOCK_N=32, num_warps=4, num_stages=2), dict(BLOCK_N=32, num_warps=8, num_stages=2),
-         dict(BLOCK_N=64, num_warps=4, num_stages=3), dict(BLOCK_N=64, num_warps=8, num_stages=2)],
-    128: [dict(BLOCK_H=64, BLOCK_N=16, num_warps=8, num_stages=2),
-          dict(BLOCK_H=64, BLOCK_N=32, num_warps=8, num_stages=2),
-          dict(BLOCK_H=32, BLOCK_N=16, num_warps=8, num_stages=2),
-          dict(BLOCK_H=32, BLOCK_N=32, num_warps=8, num_stages=2),
-          dict(BLOCK_H=32, BLOCK_N=16, num_warps=4, num_stages=2)],
+    16: [dict(BLOCK_N=32, num_warps=4, num_stages=2), dict(BLOCK_N=64, num_warps=8, num_stages=2),
+         dict(BLOCK_N=32, num_warps=4, num_stages=3)],
+    128: [dict(BLOCK_H=64, BLOCK_N=32, num_warps=8, num_stages=2),
+          dict(BLOCK_H=64, BLOCK_N=64, num_warps=8, num_stages=2),
+          dict(BLOCK_H=64, BLOCK_N=32, num_warps=8, num_stages=3)],
 }
 
 
@@ -45,7 +43,8 @@ def timed(batch, heads, length, splits, config, data):
                 scale=0.0625, kv_lora_rank=512, rope_dim=64, compute_capability=None,
                 config=config)
             return o, buf
-        return jax.lax.fori_loop(0, K, body, (jnp.zeros((batch, heads, 512), q.dtype), buf))
+        return jax.lax.fori_loop(0, K, body, (jnp.zeros((batch, heads, 512), q.dtype), buf),
+                                 unroll=True)
 
     out, buf = jax.block_until_ready(loop(q, kv, bt, sl, buf))
     times = []
@@ -66,7 +65,7 @@ def main():
         q = jax.random.normal(jax.random.key(1), (batch, heads, 576), jnp.bfloat16)
         data = (q, kv, bt, jnp.full((batch,), length, jnp.int32))
         occ = occupancy_kv_splits(batch, heads, length, SM)
-        split_choices = sorted({num_kv_splits(length, SM), occ, 2 * occ, max(1, occ // 2)})
+        split_choices = sorted({num_kv_splits(length, SM), occ, 2 * occ})
         best = None
         for config in CONFIGS[16 if heads <= 16 else 128]:
             for splits in split_choices:

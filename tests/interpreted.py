@@ -57,7 +57,7 @@ def run(q: np.ndarray, kv_cache: np.ndarray, block_table: np.ndarray, seq_lens: 
         rope_dim=q.shape[2] - lora, scale=scale, grid_splits=grid_splits or num_splits,
         q_nope_strides=q_t.stride(), q_pe_strides=q_t.stride(), qp_offset=lora,
         kv_strides=kv_t.stride(), block_table_strides=bt_t.stride(),
-        buffer_strides=buf_t.stride())
+        buffer_strides=buf_t.stride(), float32_inputs=q.dtype == np.float32)
     kernels.mla_decode_stage1[stage1["grid"]](
         q_t, q_t, kv_t, bt_t, sl_t, ns_t, buf_t, buf_t, **stage1["constexprs"])
     kernels.mla_decode_stage2[stage2["grid"]](

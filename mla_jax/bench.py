@@ -1,0 +1,579 @@
+"""``python -m mla_jax bench``: device time of MLA decode paths on a GPU, side by side.
+
+Paths per shape (``bench_report.PATH_LABELS``): our Triton kernels and our XLA
+backend through ``mla_decode``, plain JAX gather+einsum, and vLLM's Triton
+``decode_attention_fwd`` (when ``mla_jax.vllm_kernel.load()`` finds its source).
+Device time per call, without host dispatch:
+
+- JAX paths: K chained calls in one jitted ``lax.fori_loop``, timed around
+  ``block_until_ready``, divided by K (K makes one run last ~2 ms or more).
+- vLLM: a CUDA graph of K calls, replayed between CUDA events.
+
+Both ceilings (device copy, bf16 matmul) are measured in the same run, and every
+path gets bandwidth, flop rate, % of the roofline floor and speed-up over vLLM.
+Writes ``results.json`` and PNG plots into ``--out`` and the markdown page next to
+that folder (``docs/benchmarks.md`` for the default ``docs/benchmarks``).
+
+``--dry-run`` runs on a CPU with tiny shapes and exercises every code path except
+the GPU timing calls: the Triton path is lowered for CUDA but not run, and the vLLM
+path runs a dense torch stand-in of ``decode_attention_fwd`` (``vllm_decode``'s
+plumbing included), timed by the wall clock instead of a CUDA graph.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import functools
+import importlib.metadata
+import itertools
+import json
+import os
+import platform
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from mla_jax import bench_report, vllm_kernel
+from mla_jax.bench_report import PATH_LABELS
+from mla_jax.buffers import reserve_logits_buffer
+from mla_jax.decode import mla_decode
+from mla_jax.splits import num_kv_splits
+
+BATCHES = (1, 4, 16, 64, 128)
+HEADS = (16, 128)
+LENS = (1024, 4096, 16384, 65536)
+LONG_LEN, LONG_MAX_BATCH = 16384, 4  # lengths past LONG_LEN only for B <= 4
+QUICK = {"batches": (4, 128), "heads": (16, 128), "lens": (4096, 16384), "repeats": 3}
+DRY = {"batches": (1, 2), "heads": (16,), "lens": (128, 256), "repeats": 2, "calls": 2,
+       "page_size": 16}
+
+KV_LORA_RANK, ROPE_DIM = 512, 64
+LATENT_DIM = KV_LORA_RANK + ROPE_DIM
+# DeepSeek-V3's softmax scale: the absorbed query keeps qk_nope (128) + rope dims.
+SCALE = (128 + ROPE_DIM) ** -0.5
+DEFAULT_SM_COUNT = 132  # H200 / H100 SXM, when no GPU can be asked
+# The calls are unrolled (bench.decode_loop): more than ~20 makes XLA compiles of
+# the XLA paths dominate the sweep (measured: 23 s a shape at 100 calls).
+TARGET_RUN_MS, MIN_CALLS, MAX_CALLS = 2.0, 5, 20
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything a sweep depends on besides the shapes."""
+
+    dry_run: bool
+    repeats: int
+    calls: int | None  # K; None: per shape, from its floor (calls_for)
+    page_size: int
+    sm_count: int
+    paths: tuple[str, ...]
+    time_budget_s: float
+    bytes_budget: int
+
+
+def sweep_shapes(batches: Sequence[int], heads: Sequence[int],
+                 lens: Sequence[int]) -> list[tuple[int, int, int]]:
+    """(B, H, L) in sweep order; lengths past ``LONG_LEN`` only for small batches."""
+    return [(b, h, n) for b, h, n in itertools.product(batches, heads, lens)
+            if n <= LONG_LEN or b <= LONG_MAX_BATCH]
+
+
+def calls_for(floor_ms: float) -> int:
+    """K calls per timed run: enough that a run lasts ~TARGET_RUN_MS even for the
+    fastest path, so the dispatch and sync around it stay a few % of the time."""
+    return int(min(MAX_CALLS, max(MIN_CALLS, round(TARGET_RUN_MS / max(floor_ms, 0.02)))))
+
+
+def xla_temp_bytes(batch: int, heads: int, seq_len: int) -> int:
+    """Rough peak temporaries of the XLA paths: the gathered rows plus three float32
+    [B, H, L] arrays (logits, probabilities, their cast)."""
+    return bench_report.kv_bytes(batch, seq_len) + 3 * batch * heads * seq_len * 4
+
+
+@functools.partial(jax.jit, static_argnums=(1, 2, 3, 4))
+def make_inputs(key: jax.Array, batch: int, heads: int, seq_len: int, page_size: int):
+    """Random bf16 ``(q, kv_cache)``, a shuffled block table, every row of length L
+    (one compilation per shape, rather than one per random op; an "rbg" key compiles
+    and runs faster than threefry's)."""
+    pages_per_seq = -(-seq_len // page_size)
+    num_pages = batch * pages_per_seq
+    kq, kkv, kperm = jax.random.split(key, 3)
+    q = jax.random.normal(kq, (batch, heads, LATENT_DIM), jnp.bfloat16)
+    kv_cache = jax.random.normal(kkv, (num_pages, page_size, LATENT_DIM), jnp.bfloat16)
+    block_table = jax.random.permutation(kperm, num_pages).astype(jnp.int32).reshape(
+        batch, pages_per_seq)
+    seq_lens = jnp.full((batch,), seq_len, jnp.int32)
+    return q, kv_cache, block_table, seq_lens
+
+
+def dense_decode(q, kv_cache, block_table, seq_lens, *, scale: float,
+                 kv_lora_rank: int = KV_LORA_RANK):
+    """Plain JAX MLA decode in bf16: gather every page of each row, one softmax."""
+    rows = kv_cache[block_table].reshape(q.shape[0], -1, kv_cache.shape[-1])  # [B, N, D]
+    logits = jnp.einsum("bhd,bnd->bhn", q, rows, preferred_element_type=jnp.float32) * scale
+    live = jnp.arange(rows.shape[1])[None, :] < seq_lens[:, None]
+    logits = jnp.where(live[:, None, :], logits, -jnp.inf)
+    lse = jax.nn.logsumexp(logits, axis=-1)
+    p = jnp.exp(logits - lse[..., None]).astype(q.dtype)
+    out = jnp.einsum("bhn,bnd->bhd", p, rows[..., :kv_lora_rank],
+                     preferred_element_type=jnp.float32)
+    return out.astype(q.dtype), lse
+
+
+# -------------------------------------------------------------------------- timing
+
+
+def decode_loop(decode: Callable, calls: int, *, perturb_table: bool):
+    """jit of ``calls`` chained decode steps: ``(q, kv, bt, lens, buf) -> (out, lse, buf)``.
+
+    ``decode(q, kv, bt, lens, buf) -> (out, lse, buf)``. ``buf`` (the logits buffer,
+    or None) is threaded and donated, so the Triton custom calls, which read and write
+    it, run once per iteration. The XLA paths read only loop-invariant arrays, and XLA
+    would hoist them out of the loop; with ``perturb_table`` each iteration adds
+    ``lse[0, 0] == inf`` (always 0, which XLA cannot know) to the block table the next
+    one reads.
+    """
+    def run(q, kv_cache, block_table, seq_lens, buf):
+        def body(_, carry):
+            table, buf, _, lse = carry
+            out, lse, buf = decode(q, kv_cache, table, seq_lens, buf)
+            if perturb_table:
+                table = table + (lse[0, 0] == jnp.inf).astype(table.dtype)
+            return table, buf, out, lse
+
+        batch, heads = q.shape[:2]
+        init = (block_table, buf, jnp.zeros((batch, heads, KV_LORA_RANK), q.dtype),
+                jnp.zeros((batch, heads), jnp.float32))
+        # Unrolled: a rolled GPU while loop syncs with the host on every trip (~10 us),
+        # which would swamp the small shapes; straight-line calls do not.
+        _, buf, out, lse = lax.fori_loop(0, calls, body, init, unroll=True)
+        return out, lse, buf
+
+    return jax.jit(run, donate_argnums=4)
+
+
+def time_loop(step: Callable, state, *, calls: int, repeats: int):
+    """Per-call ms of ``state = step(state)``, a jitted loop of ``calls`` calls, per
+    repeat after a warm-up (which compiles); returns ``(times, last state)``."""
+    state = jax.block_until_ready(step(state))
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        state = jax.block_until_ready(step(state))
+        times.append((time.perf_counter() - start) * 1e3 / calls)
+    return times, state
+
+
+def time_cuda_graph(fn: Callable, *, calls: int, repeats: int):
+    """Per-call ms of ``fn`` from a CUDA graph of ``calls`` calls replayed between CUDA
+    events, per repeat; returns ``(times, out of an eager call)``. GPU only."""
+    import torch
+
+    out, _ = fn()  # compiles the Triton kernels outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    # thread_local: only this thread's CUDA calls must be capture-safe, not JAX's.
+    with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+        for _ in range(calls):
+            fn()
+    graph.replay()  # warm-up
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    for _ in range(repeats):
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / calls)
+    del graph
+    torch.cuda.empty_cache()  # the graph's pool, before the next shape's JAX arrays
+    return times, out
+
+
+def time_wall(fn: Callable, *, calls: int, repeats: int):
+    """The dry run's stand-in for ``time_cuda_graph``: the wall clock of eager calls."""
+    out, _ = fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        times.append((time.perf_counter() - start) * 1e3 / calls)
+    return times, out
+
+
+def measure_ceilings(*, dry_run: bool, repeats: int) -> dict:
+    """Device copy bandwidth (bytes read + written / time) and bf16 matmul rate in JAX,
+    each timed like the decode paths: a jitted loop of dependent calls."""
+    copy_elems, n, calls = (1 << 20, 256, 2) if dry_run else (1 << 29, 8192, 20)
+
+    def per_call_ms(step: Callable, x: jax.Array) -> float:
+        # The barrier keeps XLA from fusing or simplifying consecutive calls together,
+        # should it ever unroll the loop.
+        body = lambda _, x: lax.optimization_barrier(step(x))  # noqa: E731
+        loop = jax.jit(lambda x: lax.fori_loop(0, calls, body, x), donate_argnums=0)
+        return float(np.median(time_loop(loop, x, calls=calls, repeats=repeats)[0]))
+
+    # Negation: one read and one write per element, each call needing the last.
+    copy_ms = per_call_ms(jnp.negative, jnp.ones((copy_elems,), jnp.bfloat16))
+    copy_bytes = 2 * copy_elems * 2
+    kx, kw = jax.random.split(jax.random.key(1))
+    # w ~ N(0, 1/n) keeps x's scale, so the chained products stay finite.
+    w = jax.random.normal(kw, (n, n), jnp.bfloat16) * jnp.bfloat16(n ** -0.5)
+    matmul_ms = per_call_ms(lambda x: x @ w, jax.random.normal(kx, (n, n), jnp.bfloat16))
+    # What one iteration of a JAX timing loop costs with almost no work in it: where a
+    # JAX path's time comes near this, launches, not the GPU, set it.
+    loop_step_ms = per_call_ms(lambda x: x + 1, jnp.zeros((1,), jnp.float32))
+    return {"copy_bytes": copy_bytes, "copy_ms": copy_ms,
+            "copy_tbps": copy_bytes / (copy_ms * 1e-3) / 1e12,
+            "matmul_n": n, "matmul_ms": matmul_ms,
+            "matmul_tflops": 2 * n**3 / (matmul_ms * 1e-3) / 1e12,
+            "jax_loop_step_ms": loop_step_ms}
+
+
+# --------------------------------------------------------------------------- paths
+
+
+def run_jax_path(settings: Settings, path: str, inputs: tuple, calls: int):
+    """``(times, out, None)`` of a JAX path; a dry run only lowers the Triton path
+    (``(None, None, why)``)."""
+    q, _, _, seq_lens = inputs
+    seq_len = int(seq_lens.max())
+    backend, _, policy = path.partition("-")  # "triton-occupancy": the occupancy policy
+    policy = policy or "vllm"
+    lower_only = settings.dry_run and backend == "triton"
+    if path == "dense":
+        def decode(q, kv, bt, sl, buf):
+            return *dense_decode(q, kv, bt, sl, scale=SCALE), buf
+        buf = None
+    else:
+        def decode(q, kv, bt, sl, buf):
+            return mla_decode(q, kv, bt, sl, buf, scale=SCALE, max_seq_len=seq_len,
+                              sm_count=settings.sm_count, policy=policy, backend=backend,
+                              compute_capability=90 if lower_only else None)
+        buf = reserve_logits_buffer(q.shape[0], q.shape[1], seq_len,
+                                    sm_count=settings.sm_count, policy=policy)
+    loop = decode_loop(decode, calls, perturb_table=backend != "triton")
+    if lower_only:
+        loop.trace(*inputs, buf).lower(lowering_platforms=("cuda",))
+        return None, None, "dry run: lowered for CUDA, not run"
+    times, (out, _, _) = time_loop(lambda state: loop(*inputs, state[2]), (None, None, buf),
+                                   calls=calls, repeats=settings.repeats)
+    return times, out, None
+
+
+def _to_torch(x: jax.Array):
+    """``x`` as a torch tensor on the same device: shared through DLPack, else copied
+    through the host (bf16 as its 16-bit pattern, which numpy cannot hand torch)."""
+    import torch
+
+    try:
+        return torch.from_dlpack(x)
+    except Exception:  # any DLPack refusal: take the slow road
+        device = "cuda" if x.devices().pop().platform == "gpu" else "cpu"
+        host = np.array(x)  # a writable copy, as torch.from_numpy wants
+        if x.dtype == jnp.bfloat16:
+            return torch.from_numpy(host.view(np.int16)).view(torch.bfloat16).to(device)
+        return torch.from_numpy(host).to(device)
+
+
+def run_vllm_path(settings: Settings, module, inputs: tuple, calls: int):
+    """``(times, out, None)`` of vLLM's kernel on the same arrays, shared via DLPack,
+    with vLLM's split rule."""
+    import torch
+
+    q, kv_cache, block_table, seq_lens = (_to_torch(x) for x in inputs)
+    splits = num_kv_splits(int(inputs[3].max()), settings.sm_count)
+    ones = torch.ones((), dtype=torch.float32, device=q.device)  # k/v scales, made once
+
+    def fn():
+        return vllm_kernel.vllm_decode(
+            module, q, kv_cache, block_table, seq_lens, scale=SCALE, num_kv_splits=splits,
+            kv_lora_rank=KV_LORA_RANK, k_scale=ones, v_scale=ones)
+
+    timer = time_wall if settings.dry_run else time_cuda_graph
+    times, out = timer(fn, calls=calls, repeats=settings.repeats)
+    return times, out.float().cpu().numpy(), None
+
+
+def vllm_module(settings: Settings):
+    """``(module, None)`` or ``(None, why not)``: vLLM's kernel, or in a dry run the
+    torch stand-in (vLLM's file is still loaded when found: that needs no GPU)."""
+    if "vllm" not in settings.paths:
+        return None, None
+    try:
+        import torch
+
+        found = vllm_kernel.load()
+    except Exception as e:  # no torch, or a vLLM file this cannot patch
+        return None, f"vLLM's kernel did not load: {type(e).__name__}: {e}"
+    if settings.dry_run:
+        return vllm_kernel.torch_reference_module(), None
+    if found is None:
+        return None, (f"vLLM's kernel file not found: set {vllm_kernel.ENV_VAR} to a copy of "
+                      "vllm/v1/attention/ops/triton_decode_attention.py")
+    if not torch.cuda.is_available():
+        return None, "torch sees no CUDA device"
+    return found, None
+
+
+# --------------------------------------------------------------------------- sweep
+
+
+def machine_info(sm_count: int) -> dict:
+    device = jax.devices()[0]
+    info = {"device": device.device_kind, "platform": device.platform, "sm_count": sm_count,
+            "python": platform.python_version(),
+            "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")}
+    for dist in ("jax", "jaxlib", "jax-triton", "triton", "torch"):
+        try:
+            info[dist.replace("-", "_")] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            info[dist.replace("-", "_")] = None
+    return info
+
+
+def skip_reason(settings: Settings, path: str, shape: tuple[int, int, int],
+                elapsed_s: float, vllm_missing: str | None) -> str | None:
+    """Why ``path`` is not measured at ``shape``, or None."""
+    if elapsed_s > settings.time_budget_s:
+        return f"time budget ({settings.time_budget_s:.0f} s) spent"
+    if path == "vllm" and vllm_missing:
+        return vllm_missing
+    if path in ("xla", "dense") and xla_temp_bytes(*shape) > settings.bytes_budget:
+        return (f"needs ~{xla_temp_bytes(*shape) / 2**30:.1f} GiB of temporaries, over the "
+                f"{settings.bytes_budget / 2**30:.1f} GiB budget")
+    return None
+
+
+class _PlainProgress:
+    """tqdm's part the sweep uses, as lines on stderr, for when tqdm is missing."""
+
+    def __init__(self, items: list):
+        self.items = items
+
+    def __iter__(self):
+        for i, item in enumerate(self.items):
+            print(f"[{i + 1}/{len(self.items)}] B, H, L = {item}", file=sys.stderr)
+            yield item
+
+    def set_postfix_str(self, text: str) -> None:
+        print(f"  {text}", file=sys.stderr)
+
+
+def _progress(items: list):
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return _PlainProgress(items)
+    # mininterval: a log, not a terminal, is the usual reader on the GPU machine.
+    return tqdm(items, desc="bench", unit="shape", file=sys.stderr, mininterval=5.0)
+
+
+def add_metrics(record: dict, outs: dict[str, np.ndarray]) -> None:
+    """Rates, % of floor and speed-up over vLLM per timed path of a shape record, and
+    each path's largest difference from the dense JAX output."""
+    vllm_ms = record["paths"].get("vllm", {}).get("ms")
+    ref = outs.get("dense")
+    for path, entry in record["paths"].items():
+        if "ms" in entry:
+            entry.update(bench_report.path_metrics(
+                entry["ms"], bytes_=record["kv_bytes"], flops=record["flops"],
+                floor=record["floor_ms"], vllm_ms=vllm_ms))
+            entry["max_abs_err"] = (None if ref is None
+                                    else float(np.max(np.abs(outs[path] - ref))))
+
+
+def measure_shape(settings: Settings, shape: tuple[int, int, int], *, ceilings: dict,
+                  paths: Sequence[str], vllm: tuple, start: float, progress) -> dict:
+    """The record of one shape: its floor, and per path times or why it was skipped.
+
+    ``vllm`` is ``vllm_module``'s pair; ``start`` the sweep's start (the time budget).
+    """
+    batch, heads, seq_len = shape
+    nbytes = bench_report.kv_bytes(batch, seq_len)
+    flops = bench_report.attention_flops(batch, heads, seq_len)
+    floor = bench_report.floor_ms(nbytes, flops, copy_tbps=ceilings["copy_tbps"],
+                                  matmul_tflops=ceilings["matmul_tflops"])
+    calls = settings.calls or calls_for(floor)
+    record = {"B": batch, "H": heads, "L": seq_len,
+              "num_kv_splits": num_kv_splits(seq_len, settings.sm_count),
+              "kv_bytes": nbytes, "flops": flops, "floor_ms": floor, "paths": {}}
+    inputs, outs = None, {}
+    for path in paths:
+        progress.set_postfix_str(f"B={batch} H={heads} L={seq_len} {path}")
+        times, out = None, None
+        why = skip_reason(settings, path, shape, time.perf_counter() - start, vllm[1])
+        if why is None:
+            try:  # one failing path (an OOM, a compile error) must not end the sweep
+                inputs = inputs or jax.block_until_ready(make_inputs(
+                    jax.random.key(0, impl="rbg"), batch, heads, seq_len, settings.page_size))
+                times, out, why = (run_vllm_path(settings, vllm[0], inputs, calls)
+                                   if path == "vllm" else
+                                   run_jax_path(settings, path, inputs, calls))
+            except Exception as e:
+                why = f"error: {type(e).__name__}: {e}"[:400]
+        if why is not None:
+            record["paths"][path] = {"skipped": why}
+            continue
+        outs[path] = np.asarray(out, np.float32)
+        record["paths"][path] = {"ms": float(np.median(times)), "times_ms": times,
+                                 "calls": calls}
+    add_metrics(record, outs)
+    return record
+
+
+def run_sweep(shapes: list[tuple[int, int, int]], settings: Settings,
+              checkpoint: Callable[[dict], None] | None = None) -> dict:
+    """Measures the ceilings, then every path at every shape: the results dict.
+
+    ``checkpoint`` gets the results so far after each shape, so a run cut short by a
+    time limit still leaves them behind.
+    """
+    start = time.perf_counter()
+    paths = [p for p in PATH_LABELS if p in settings.paths]
+    calls_rule = (f"K={settings.calls} calls" if settings.calls else
+                  f"K calls (~{TARGET_RUN_MS:g} ms a run, K in {MIN_CALLS}..{MAX_CALLS})")
+    results = {
+        "what": ("device time per call of one MLA decode step, median of repeats; JAX: "
+                 "K chained calls in one jitted fori_loop / K; vLLM: a CUDA graph of K "
+                 "calls replayed between CUDA events / K."),
+        "machine": machine_info(settings.sm_count),
+        "config": {"dry_run": settings.dry_run, "repeats": settings.repeats,
+                   "calls_rule": calls_rule, "page_size": settings.page_size,
+                   "kv_lora_rank": KV_LORA_RANK, "rope_dim": ROPE_DIM, "dtype": "bfloat16",
+                   "scale": SCALE, "time_budget_s": settings.time_budget_s,
+                   "bytes_budget": settings.bytes_budget,
+                   "vllm_kernel": os.environ.get(vllm_kernel.ENV_VAR)},
+        "paths": {p: PATH_LABELS[p] for p in paths},
+        "ceilings": measure_ceilings(dry_run=settings.dry_run, repeats=settings.repeats),
+        "shapes": [],
+    }
+    vllm = vllm_module(settings)
+    progress = _progress(shapes)
+    for shape in progress:
+        results["shapes"].append(measure_shape(
+            settings, shape, ceilings=results["ceilings"], paths=paths, vllm=vllm,
+            start=start, progress=progress))
+        results["elapsed_s"] = time.perf_counter() - start
+        if checkpoint:
+            checkpoint(results)
+    results["elapsed_s"] = time.perf_counter() - start
+    return results
+
+
+# ----------------------------------------------------------------------------- CLI
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    return tuple(int(v) for v in text.split(",") if v)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m mla_jax bench",
+                                description=__doc__.split("\n\n")[0].replace("``", ""))
+    p.add_argument("--batch", type=_ints, help=f"batch sizes (default {BATCHES})")
+    p.add_argument("--heads", type=_ints, help=f"query heads (default {HEADS})")
+    p.add_argument("--lens", type=_ints, help=f"sequence lengths (default {LENS}; those "
+                   f"> {LONG_LEN} only for B <= {LONG_MAX_BATCH})")
+    p.add_argument("--paths", type=lambda s: tuple(s.split(",")), default=tuple(PATH_LABELS),
+                   help=f"paths to time (default {','.join(PATH_LABELS)})")
+    p.add_argument("--out", type=Path, default=Path("docs/benchmarks"),
+                   help="folder for results.json and the plots (default docs/benchmarks)")
+    p.add_argument("--markdown", type=Path,
+                   help="the markdown page (default <out>.md: docs/benchmarks.md)")
+    p.add_argument("--quick", action="store_true",
+                   help=f"B {QUICK['batches']}, H {QUICK['heads']}, L {QUICK['lens']}, "
+                        f"{QUICK['repeats']} repeats")
+    p.add_argument("--dry-run", action="store_true",
+                   help="CPU, tiny shapes: every code path but the GPU timing calls")
+    p.add_argument("--repeats", type=int, help="timed runs per path (default 5)")
+    p.add_argument("--calls", type=int, help="K calls per timed run (default: per shape)")
+    p.add_argument("--page-size", type=int, help="cache page size (default 64)")
+    p.add_argument("--sm-count", type=int,
+                   help=f"for the split rule (default: the GPU's, else {DEFAULT_SM_COUNT})")
+    p.add_argument("--time-budget", type=float, default=420.0,
+                   help="seconds; paths after it are recorded as skipped (default 420)")
+    p.add_argument("--bytes-budget-gib", type=float,
+                   help="skip the XLA paths where their temporaries would exceed this "
+                        "(default: a quarter of the GPU's memory, else 16)")
+    p.add_argument("--report-only", type=Path, metavar="RESULTS_JSON",
+                   help="measure nothing: copy a results.json into --out and render its "
+                        "plots and markdown page there")
+    return p
+
+
+def _device_defaults(args: argparse.Namespace) -> tuple[int, int]:
+    """(sm_count, bytes budget) from the arguments, else from the first device."""
+    device = jax.devices()[0]
+    gpu = device.platform == "gpu"
+    sm_count = args.sm_count or (gpu and getattr(device, "core_count", None)) or DEFAULT_SM_COUNT
+    if args.bytes_budget_gib is not None:
+        return sm_count, int(args.bytes_budget_gib * 2**30)
+    limit = (device.memory_stats() or {}).get("bytes_limit") if gpu else None
+    return sm_count, int(limit // 4 if limit else 16 * 2**30)
+
+
+def write_json(results: dict, out_dir: Path) -> Path:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / "results.json"
+    path.write_text(json.dumps(results, indent=1) + "\n")
+    return path
+
+
+def write_outputs(results: dict, out_dir: Path, markdown: Path | None) -> Path:
+    """Plots and ``results.json`` into ``out_dir``, then the markdown page (default
+    ``<out_dir>.md``); returns the page's path."""
+    out_dir = out_dir.resolve()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    results["plots"] = bench_report.write_plots(results, out_dir)
+    write_json(results, out_dir)
+    page = (markdown or out_dir.with_name(out_dir.name + ".md")).resolve()
+    page.parent.mkdir(parents=True, exist_ok=True)
+    page.write_text(bench_report.render_markdown(
+        results, image_dir=os.path.relpath(out_dir, page.parent)))
+    return page
+
+
+def main(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
+    if args.report_only:
+        results = json.loads(args.report_only.read_text())
+        page = write_outputs(results, args.out, args.markdown)
+        print(bench_report.summary_table(results))
+        print(f"wrote {args.out / 'results.json'}, {len(results['plots'])} plots and {page}")
+        return 0
+    unknown = sorted(set(args.paths) - set(PATH_LABELS))
+    if unknown:
+        print(f"unknown paths {unknown}; choose from {list(PATH_LABELS)}", file=sys.stderr)
+        return 2
+    # Else JAX takes 75% of the GPU when its backend starts, leaving torch (vLLM) little.
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    if not args.dry_run and jax.default_backend() != "gpu":
+        print(f"no GPU visible to JAX ({jax.devices()}); use --dry-run on a CPU",
+              file=sys.stderr)
+        return 2
+    preset = DRY if args.dry_run else QUICK if args.quick else {}
+    shapes = sweep_shapes(args.batch or preset.get("batches", BATCHES),
+                          args.heads or preset.get("heads", HEADS),
+                          args.lens or preset.get("lens", LENS))
+    sm_count, bytes_budget = _device_defaults(args)
+    settings = Settings(
+        dry_run=args.dry_run, repeats=args.repeats or preset.get("repeats", 5),
+        calls=args.calls or preset.get("calls"),
+        page_size=args.page_size or preset.get("page_size", 64), sm_count=sm_count,
+        paths=args.paths, time_budget_s=args.time_budget, bytes_budget=bytes_budget)
+    results = run_sweep(shapes, settings, checkpoint=lambda r: write_json(r, args.out))
+    page = write_outputs(results, args.out, args.markdown)
+    print(bench_report.summary_table(results))
+    print(f"wrote {args.out / 'results.json'}, {len(results['plots'])} plots and {page} "
+          f"in {results['elapsed_s']:.0f} s")
+    return 0
