@@ -44,6 +44,7 @@ from jax import lax
 from mla_jax import bench_report, vllm_kernel
 from mla_jax.bench_report import PATH_LABELS
 from mla_jax.buffers import reserve_logits_buffer
+from mla_jax.cache import new_paged_cache
 from mla_jax.decode import mla_decode
 from mla_jax.splits import num_kv_splits
 
@@ -103,15 +104,11 @@ def make_inputs(key: jax.Array, batch: int, heads: int, seq_len: int, page_size:
     """Random bf16 ``(q, kv_cache)``, a shuffled block table, every row of length L
     (one compilation per shape, rather than one per random op; an "rbg" key compiles
     and runs faster than threefry's)."""
-    pages_per_seq = -(-seq_len // page_size)
-    num_pages = batch * pages_per_seq
-    kq, kkv, kperm = jax.random.split(key, 3)
+    kq, kcache = jax.random.split(key)
     q = jax.random.normal(kq, (batch, heads, LATENT_DIM), jnp.bfloat16)
-    kv_cache = jax.random.normal(kkv, (num_pages, page_size, LATENT_DIM), jnp.bfloat16)
-    block_table = jax.random.permutation(kperm, num_pages).astype(jnp.int32).reshape(
-        batch, pages_per_seq)
-    seq_lens = jnp.full((batch,), seq_len, jnp.int32)
-    return q, kv_cache, block_table, seq_lens
+    kv_cache, block_table = new_paged_cache(batch, seq_len, page_size, LATENT_DIM,
+                                            jnp.bfloat16, key=kcache)
+    return q, kv_cache, block_table, jnp.full((batch,), seq_len, jnp.int32)
 
 
 def dense_decode(q, kv_cache, block_table, seq_lens, *, scale: float,

@@ -117,7 +117,8 @@ def render_markdown(results: dict, image_dir: str = "") -> str:
         rows.append(row + [_fmt(_metric(s, p, "ms"), ".3g") for p in timed])
     lines += _table(["B", "H", "L", "splits", "floor"] + [labels[p] for p in timed], rows)
 
-    lines += ["", "## % of floor, and speed-up over vLLM", ""]
+    lines += ["", "## % of floor" + (", and speed-up over vLLM" if BASELINE in timed else ""),
+              ""]
     header = ["B", "H", "L"] + [f"{labels[p]} %" for p in timed]
     header += [f"{labels[p]} ×vLLM" for p in ours] if BASELINE in timed else []
     rows = []

@@ -7,7 +7,6 @@ the layout ``mla_decode`` reads.
 
 from __future__ import annotations
 
-from typing import Literal
 
 import jax
 import jax.numpy as jnp
@@ -90,14 +89,11 @@ def new_paged_cache(
     dtype: jnp.dtype = jnp.float32,
     *,
     key: jax.Array,
-    fill: Literal["normal", "zeros"] = "normal",
 ) -> tuple[jax.Array, jax.Array]:
     """A paged cache for ``num_seqs`` sequences of up to ``max_len`` tokens.
 
     Args:
       width: ``kv_lora_rank + rope_dim`` (576 for DeepSeek-V2/V3).
-      fill: ``"normal"`` fills every row with standard-normal values (stand-ins for
-        prompt latents); ``"zeros"`` leaves them zero.
 
     Returns:
       ``kv_cache [num_seqs * pages_per_seq, page_size, width]`` in ``dtype`` and
@@ -105,11 +101,9 @@ def new_paged_cache(
       ``pages_per_seq = cdiv(max_len, page_size)``.
     """
     _check_positive(width=width)
-    if fill not in ("normal", "zeros"):
-        raise ValueError(f"fill must be 'normal' or 'zeros', got {fill!r}")
     table_key, data_key = jax.random.split(key)
     block_table = new_block_table(num_seqs, max_len, page_size, key=table_key)
-    shape = (block_table.size, page_size, width)
-    kv_cache = (jax.random.normal(data_key, shape, dtype) if fill == "normal"
-                else jnp.zeros(shape, dtype))
+    # Standard-normal rows: stand-ins for prompt latents, never zeros (which hide
+    # unwritten outputs and wrong indexing).
+    kv_cache = jax.random.normal(data_key, (block_table.size, page_size, width), dtype)
     return kv_cache, block_table

@@ -112,10 +112,6 @@ def test_new_paged_cache():
     assert sorted(np.asarray(table).ravel()) == list(range(12))
     assert not np.array_equal(np.asarray(table).ravel(), np.arange(12))  # shuffled
     assert 0.5 < float(jnp.std(cache.astype(jnp.float32))) < 1.5
-    zeros, _ = new_paged_cache(3, 50, 16, WIDTH, key=jax.random.key(4), fill="zeros")
-    assert not np.any(np.asarray(zeros))
     assert new_block_table(3, 50, 16, key=jax.random.key(5)).shape == (3, 4)
-    with pytest.raises(ValueError, match="fill must be"):
-        new_paged_cache(3, 50, 16, WIDTH, key=jax.random.key(4), fill="ones")
     with pytest.raises(ValueError, match="page_size must be a positive int, got 0"):
         new_paged_cache(3, 50, 0, WIDTH, key=jax.random.key(4))
