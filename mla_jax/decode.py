@@ -92,19 +92,24 @@ def resolve_backend(backend: Backend, compute_capability: int | None) -> str:
 
 @functools.partial(
     jax.jit,
-    static_argnames=("scale", "static_max_seq_len", "sm_count", "policy", "backend",
-                     "compute_capability"),
+    static_argnames=("scale", "static_max_seq_len", "sm_count", "policy", "batch_invariant",
+                     "backend", "compute_capability"),
     donate_argnames=("logits_buffer",),
 )
 def _decode_step(q_nope, q_pe, kv_cache, block_table, seq_lens, logits_buffer,
                  dynamic_max_seq_len, *, scale, static_max_seq_len, sm_count, policy,
-                 backend, compute_capability):
+                 batch_invariant, backend, compute_capability):
     kv_lora_rank, rope_dim = _check_inputs(
         q_nope, q_pe, kv_cache, block_table, seq_lens, logits_buffer)
     buffer_splits = logits_buffer.shape[2]
     splits = functools.partial(kv_splits, policy, batch=q_nope.shape[0],
                                num_heads=q_nope.shape[1], sm_count=sm_count)
-    if static_max_seq_len is not None:
+    if batch_invariant:
+        # One split: each row is one program's one pass over its tokens, whatever
+        # the batch, so its rounding never depends on its batch mates.
+        grid_splits = 1
+        num_splits = jnp.ones((1,), jnp.int32)
+    elif static_max_seq_len is not None:
         grid_splits = splits(max_seq_len=static_max_seq_len)
         if grid_splits > buffer_splits:
             raise ValueError(
@@ -133,7 +138,7 @@ def _decode_step(q_nope, q_pe, kv_cache, block_table, seq_lens, logits_buffer,
     return xla_backend.decode(
         q, kv_cache, block_table, seq_lens, num_splits, grid_splits, logits_buffer,
         scale=scale, kv_lora_rank=kv_lora_rank,
-        static_splits=static_max_seq_len is not None)
+        static_splits=batch_invariant or static_max_seq_len is not None)
 
 
 def mla_decode(
@@ -147,6 +152,7 @@ def mla_decode(
     max_seq_len: int | jax.Array | None = None,
     sm_count: int | None = None,
     policy: Policy = "vllm",
+    batch_invariant: bool = False,
     backend: Backend = "auto",
     compute_capability: int | None = None,
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
@@ -172,6 +178,9 @@ def mla_decode(
       policy: the split rule (``mla_jax.splits.kv_splits``): ``"vllm"`` (vLLM's
         counts, for bitwise comparisons with its kernel) or ``"occupancy"``
         (batch-aware). Use the policy the buffer was reserved with.
+      batch_invariant: vLLM's ``VLLM_BATCH_INVARIANT``: one split (``policy`` and
+        ``max_seq_len`` then only matter for the reservation), so a row's output is
+        bitwise the same whatever its batch mates, batch size or position.
       backend: ``"triton"`` (jax-triton kernels, CUDA), ``"xla"`` (portable jnp) or
         ``"auto"`` (triton on a GPU, xla elsewhere).
       compute_capability: lower the Triton kernels for this CUDA capability (e.g. 90)
@@ -190,6 +199,7 @@ def mla_decode(
     return _decode_step(
         q_nope, q_pe, kv_cache, block_table, seq_lens, logits_buffer, dynamic,
         scale=float(scale), static_max_seq_len=static, sm_count=sm_count, policy=policy,
+        batch_invariant=bool(batch_invariant),
         backend=resolve_backend(backend, compute_capability),
         compute_capability=compute_capability)
 

@@ -104,7 +104,8 @@ def test_compiled_step_aliases_buffer_and_allocates_no_copy():
     compiled = _decode_step.trace(
         spec((64, 128, 576), jnp.bfloat16), None, spec((64 * 64, 64, 576), jnp.bfloat16),
         spec((64, 64), jnp.int32), spec((64,), jnp.int32), buf, None, scale=0.1,
-        static_max_seq_len=4096, sm_count=132, policy="vllm", backend="triton",
+        static_max_seq_len=4096, sm_count=132, policy="vllm", batch_invariant=False,
+        backend="triton",
         compute_capability=None).lower().compile()
     stats = compiled.memory_analysis()
     buf_bytes = np.prod(buf.shape) * 4
@@ -145,3 +146,43 @@ def test_occupancy_policy_matches_reference(heads):
         out, lse, buf = mla_jax.mla_decode(*args, buf, scale=case.scale, max_seq_len=length,
                                            policy="occupancy", backend="triton")
         assert_close(out, lse, rounded, jnp.bfloat16)
+
+
+def test_batch_invariant_rows_are_bitwise_independent():
+    rng = np.random.default_rng()
+    case = random_case(rng, batch=6, heads=16, dims=DEEPSEEK, page_size=64, pages_per_seq=64,
+                       seq_lens=[4096, 1, 0, 2100, 777, 3000])
+    (q, kv, bt, sl), rounded = on_device(case, jnp.bfloat16)
+
+    def run(rows):
+        buf = mla_jax.reserve_logits_buffer(8, 16, 4096)
+        rows = jnp.asarray(rows)
+        out, lse, _ = mla_jax.mla_decode(q[rows], kv, bt[rows], sl[rows], buf, scale=case.scale,
+                                         batch_invariant=True, backend="triton")
+        return np.asarray(out.astype(jnp.float32)), np.asarray(lse)
+
+    alone = [run([r]) for r in range(6)]
+    for rows in ([0, 1, 2, 3, 4, 5], [5, 3, 0], [3, 3, 1, 0, 4]):
+        out, lse = run(rows)
+        for i, r in enumerate(rows):
+            np.testing.assert_array_equal(out[i], alone[r][0][0])
+            np.testing.assert_array_equal(lse[i], alone[r][1][0])
+    full_out, full_lse = run(list(range(6)))
+    assert_close(jnp.asarray(full_out), jnp.asarray(full_lse), rounded, jnp.bfloat16)
+
+
+def test_multi_token_rows_match_reference():
+    from mla_jax.multi_token import mla_decode_tokens, token_lengths
+
+    rng = np.random.default_rng()
+    case = random_case(rng, batch=3, heads=16, dims=DEEPSEEK, page_size=64, pages_per_seq=40,
+                       seq_lens=[2500, 2, 1000])
+    (_, kv, bt, sl), rounded = on_device(case, jnp.bfloat16)
+    q = jnp.asarray(rng.standard_normal((3, 4, 16, 576)), jnp.bfloat16)
+    buf = mla_jax.reserve_logits_buffer(12, 16, 2560)
+    out, lse, _ = mla_decode_tokens(q, kv, bt, sl, buf, causal=True, scale=case.scale,
+                                    backend="triton")
+    lens = np.asarray(token_lengths(sl, 4, causal=True))
+    for t in range(4):
+        assert_close(out[:, t], lse[:, t], rounded._replace(
+            q=np.asarray(q[:, t].astype(jnp.float32)), seq_lens=lens[:, t]), jnp.bfloat16)

@@ -85,7 +85,8 @@ def test_decode_step_donates_the_buffer():
     traced = _decode_step.trace(
         spec((2, 16, 576), jnp.bfloat16), None, spec((8, 64, 576), jnp.bfloat16),
         spec((2, 4), jnp.int32), spec((2,), jnp.int32), spec((2, 16, 2, 513), jnp.float32), None,
-        scale=0.1, static_max_seq_len=256, sm_count=132, policy="vllm", backend="triton", compute_capability=90)
+        scale=0.1, static_max_seq_len=256, sm_count=132, policy="vllm", batch_invariant=False,
+        backend="triton", compute_capability=90)
     text = traced.lower(lowering_platforms=("cuda",)).as_text()
     main = next(l for l in text.splitlines() if "func.func public @main" in l)
     assert re.search(r"tensor<2x16x2x513xf32> \{[^}]*tf.aliasing_output = 2", main)

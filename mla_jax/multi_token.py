@@ -1,0 +1,77 @@
+"""Several query tokens per request (speculative decoding) on the one-token kernels.
+
+Each (request, token) pair becomes one decode row with its own length: the kernels
+already take a length per row, and every row of a request reads the same block
+table row, so no kernel changes are needed. Rows past a request's query count, or
+with no visible token, get length 0 (``out = 0``, ``lse = -inf``).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from mla_jax.decode import mla_decode
+
+
+def token_lengths(seq_lens: jax.Array, num_tokens: int, *, causal: bool,
+                  query_lens: jax.Array | None = None) -> jax.Array:
+    """Visible KV length of every query token: int32 ``[B, num_tokens]``.
+
+    ``seq_lens[b]`` counts all of request b's tokens, its ``query_lens[b]`` (default
+    ``num_tokens``) query tokens included, which are the last ones. Causal: token t
+    sees ``seq_lens[b] - query_lens[b] + t + 1`` tokens (the prefix and query tokens
+    0..t); non-causal: all ``seq_lens[b]``. Tokens ``t >= query_lens[b]`` are padding.
+    """
+    t = jnp.arange(num_tokens, dtype=jnp.int32)[None, :]
+    n = (jnp.full_like(seq_lens, num_tokens) if query_lens is None else query_lens)[:, None]
+    visible = seq_lens[:, None] - n + t + 1 if causal else jnp.broadcast_to(
+        seq_lens[:, None], (seq_lens.shape[0], num_tokens))
+    return jnp.where(t < n, jnp.maximum(visible, 0), 0).astype(jnp.int32)
+
+
+def mla_decode_tokens(
+    q: jax.Array | tuple[jax.Array, jax.Array],
+    kv_cache: jax.Array,
+    block_table: jax.Array,
+    seq_lens: jax.Array,
+    logits_buffer: jax.Array,
+    *,
+    causal: bool = True,
+    query_lens: jax.Array | None = None,
+    **decode_kwargs,
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """MLA decode of ``T`` query tokens per request.
+
+    Args:
+      q: ``[B, T, H, kv_lora_rank + rope_dim]`` or the pair ``(q_nope [B, T, H,
+        kv_lora_rank], q_pe [B, T, H, rope_dim])``.
+      kv_cache, block_table: as for ``mla_decode`` (``block_table [B, pages]``);
+        the cache already holds the query tokens' latent rows.
+      seq_lens: int32 ``[B]``, every token of the request, query tokens included.
+      logits_buffer: reserved for at least ``B * T`` rows; donated.
+      causal: token t sees the prefix and query tokens 0..t; else all ``seq_lens``.
+      query_lens: int32 ``[B]`` query tokens per request (``<= T``); the rest are
+        padding rows. Default: ``T`` each.
+      decode_kwargs: ``scale``, ``max_seq_len``, ``sm_count``, ... of ``mla_decode``
+        (``max_seq_len`` bounds every token's length, as for one token).
+
+    Returns:
+      ``out [B, T, H, kv_lora_rank]``, ``lse [B, T, H]`` and the logits buffer.
+    """
+    pair = isinstance(q, (tuple, list))
+    first = q[0] if pair else q
+    if first.ndim != 4:
+        raise ValueError(f"q: got {list(first.shape)}, needed [B, T, H, D] "
+                         "(use mla_decode for one token per request)")
+    batch, tokens = first.shape[:2]
+    if block_table.ndim != 2 or block_table.shape[0] != batch:
+        raise ValueError(f"block_table: got {list(block_table.shape)}, needed [{batch}, pages]")
+    rows = lambda x: x.reshape(batch * tokens, *x.shape[2:])  # noqa: E731
+    q_rows = tuple(map(rows, q)) if pair else rows(q)
+    lens = token_lengths(seq_lens, tokens, causal=causal, query_lens=query_lens)
+    table = jnp.repeat(block_table, tokens, axis=0)  # the request's pages for each token
+    out, lse, logits_buffer = mla_decode(q_rows, kv_cache, table, lens.reshape(-1),
+                                         logits_buffer, **decode_kwargs)
+    return (out.reshape(batch, tokens, *out.shape[1:]),
+            lse.reshape(batch, tokens, -1), logits_buffer)
