@@ -7,9 +7,9 @@ Reserve the split-KV logits buffer once, thread it through every decode step:
                                        scale=scale, max_seq_len=int(seq_lens.max()), sm_count=132)
 """
 
-from mla_jax import reference
+from mla_jax import reference, sharded
 from mla_jax.buffers import reserve_logits_buffer
 from mla_jax.decode import mla_decode
 from mla_jax.splits import num_kv_splits
 
-__all__ = ["mla_decode", "num_kv_splits", "reference", "reserve_logits_buffer"]
+__all__ = ["mla_decode", "num_kv_splits", "reference", "reserve_logits_buffer", "sharded"]

@@ -186,3 +186,20 @@ def test_multi_token_rows_match_reference():
     for t in range(4):
         assert_close(out[:, t], lse[:, t], rounded._replace(
             q=np.asarray(q[:, t].astype(jnp.float32)), seq_lens=lens[:, t]), jnp.bfloat16)
+
+
+@pytest.mark.parametrize("scheme", ["heads", "batch"])
+def test_one_device_mesh_through_triton(scheme):
+    from jax.sharding import Mesh
+
+    from mla_jax.sharded import reserve_sharded_logits_buffer, sharded_mla_decode
+
+    rng = np.random.default_rng()
+    case = random_case(rng, batch=4, heads=16, dims=DEEPSEEK, page_size=64, pages_per_seq=40,
+                       seq_lens=[2500, 0, 1, 1800])
+    args, rounded = on_device(case, jnp.bfloat16)
+    mesh = Mesh(np.array(jax.devices()[:1]), ("x",))
+    buf = reserve_sharded_logits_buffer(mesh, "x", scheme, 4, 16, 2560)
+    out, lse, buf = sharded_mla_decode(mesh, "x", scheme, *args, buf, scale=case.scale,
+                                       max_seq_len=2500, backend="triton")
+    assert_close(out, lse, rounded, jnp.bfloat16)
