@@ -10,6 +10,9 @@ Reserve the split-KV logits buffer once, thread it through every decode step:
 from mla_jax import reference, sharded
 from mla_jax.buffers import reserve_logits_buffer
 from mla_jax.decode import mla_decode
+from mla_jax.merge import merge_attention_states
 from mla_jax.splits import num_kv_splits
+from mla_jax.validate import validate_inputs
 
-__all__ = ["mla_decode", "num_kv_splits", "reference", "reserve_logits_buffer", "sharded"]
+__all__ = ["merge_attention_states", "mla_decode", "num_kv_splits", "reference",
+           "reserve_logits_buffer", "sharded", "validate_inputs"]

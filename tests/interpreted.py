@@ -17,18 +17,18 @@ import numpy as np
 
 @contextlib.contextmanager
 def interpreter_pool(processes: int = 2):
-    """A pool of spawned workers whose triton runs kernels in the interpreter."""
-    old = os.environ.get("TRITON_INTERPRET")
-    os.environ["TRITON_INTERPRET"] = "1"
-    try:
-        pool = multiprocessing.get_context("spawn").Pool(processes)
-    finally:
-        if old is None:
-            del os.environ["TRITON_INTERPRET"]
-        else:
-            os.environ["TRITON_INTERPRET"] = old
+    """A pool of spawned workers whose triton runs kernels in the interpreter.
+
+    The initializer sets ``TRITON_INTERPRET`` in every worker, a replacement for a
+    crashed one included, before the worker imports triton.
+    """
+    pool = multiprocessing.get_context("spawn").Pool(processes, initializer=_interpret)
     with pool:
         yield pool
+
+
+def _interpret() -> None:
+    os.environ["TRITON_INTERPRET"] = "1"
 
 
 def run(q: np.ndarray, kv_cache: np.ndarray, block_table: np.ndarray, seq_lens: np.ndarray,

@@ -76,3 +76,14 @@ def test_decode_without_gpu_asks_for_sm_count():
         pytest.skip("a GPU answers the question")
     with pytest.raises(ValueError, match="Pass sm_count"):
         mla_jax.mla_decode(**inputs(), scale=0.1, backend="xla")
+
+
+def test_validate_flag_stops_bad_pages_before_the_kernel():
+    args = inputs()
+    bad = np.asarray(args["block_table"]).copy()
+    bad[1, 0] = 10_000  # row 1's first page is live (seq_len >= 1)
+    args["block_table"] = jnp.asarray(bad)
+    with pytest.raises(ValueError, match=r"block_table\[1, 0\] = 10000 is outside \[0, 12\)"):
+        mla_jax.mla_decode(**args, scale=0.1, max_seq_len=64, sm_count=4, backend="xla",
+                           validate=True)
+    assert not args["logits_buffer"].is_deleted()  # nothing ran, nothing was donated
