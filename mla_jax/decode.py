@@ -82,6 +82,15 @@ def _check_inputs(q_nope, q_pe, kv_cache, block_table, seq_lens, logits_buffer):
     return kv_lora_rank, rope_dim
 
 
+def split_max_seq_len(max_seq_len: int | jax.Array | None) -> tuple[int | None, jax.Array | None]:
+    """``(static, dynamic)``: a Python int is static (the split count is fixed at trace
+    time); an array (traced or not) is an int32 scalar read at run time; ``None``
+    is neither (taken from ``seq_lens`` inside the step)."""
+    if isinstance(max_seq_len, int):
+        return max_seq_len, None
+    return None, None if max_seq_len is None else jnp.asarray(max_seq_len, jnp.int32)
+
+
 def resolve_backend(backend: Backend, compute_capability: int | None) -> str:
     """``"auto"``: the Triton kernels on a CUDA GPU (or when lowering for one), else XLA."""
     if backend not in ("auto", "triton", "xla"):
@@ -203,9 +212,7 @@ def mla_decode(
         validate_inputs(kv_cache, block_table, seq_lens)
     if sm_count is None:
         sm_count = gpu_sm_count()
-    static = max_seq_len if isinstance(max_seq_len, int) else None
-    dynamic = None if static is not None or max_seq_len is None else jnp.asarray(
-        max_seq_len, jnp.int32)
+    static, dynamic = split_max_seq_len(max_seq_len)
     return _decode_step(
         q_nope, q_pe, kv_cache, block_table, seq_lens, logits_buffer, dynamic,
         scale=float(scale), static_max_seq_len=static, sm_count=sm_count, policy=policy,

@@ -35,7 +35,7 @@ from jax.sharding import PartitionSpec as P
 
 from mla_jax.buffers import LOGITS_DTYPE, gpu_sm_count, logits_buffer_shape
 from mla_jax.cache import append_latent
-from mla_jax.decode import Backend, mla_decode, resolve_backend
+from mla_jax.decode import Backend, mla_decode, resolve_backend, split_max_seq_len
 from mla_jax.splits import Policy, reserved_splits
 
 Scheme = Literal["heads", "batch"]
@@ -199,9 +199,7 @@ def sharded_mla_decode(
       ``q``), and the logits buffer to thread into the next step.
     """
     q = tuple(q) if isinstance(q, (tuple, list)) else q
-    static = max_seq_len if isinstance(max_seq_len, int) else None
-    dynamic = None if static is not None or max_seq_len is None else jnp.asarray(
-        max_seq_len, jnp.int32)
+    static, dynamic = split_max_seq_len(max_seq_len)
     return _sharded_step(
         q, kv_cache, block_table, seq_lens, logits_buffer, dynamic, mesh=mesh, axis=axis,
         scheme=scheme, scale=float(scale), static_max_seq_len=static,
