@@ -2,7 +2,7 @@
 
 No JAX here: the Triton interpreter loads this module alone (tests drive it with
 torch CPU tensors), and ``mla_jax.triton_backend`` calls the same kernels through
-jax-triton. Both drivers take the launch parameters from ``stage1_config``.
+jax-triton. Both drivers take the launch parameters from ``launch_params``.
 
 Stage 1, one program per (row, head tile, split): an online softmax over the
 split's slice of the row's paged latent cache. Each 576-wide latent row is read
