@@ -44,11 +44,13 @@ from jax import lax
 from mla_jax import bench_report, vllm_kernel
 from mla_jax.bench_report import PATH_LABELS
 from mla_jax.buffers import reserve_logits_buffer
-from mla_jax.cache import new_paged_cache
+from mla_jax.cache import new_paged_cache, quantize_fp8
 from mla_jax.decode import mla_decode
 from mla_jax.splits import num_kv_splits
 
 BATCHES = (1, 4, 16, 64, 128)
+# The fp8 cache is timed on request (--paths triton-fp8), not in every sweep.
+DEFAULT_PATHS = tuple(p for p in PATH_LABELS if p != "triton-fp8")
 HEADS = (16, 128)
 LENS = (1024, 4096, 16384, 65536)
 LONG_LEN, LONG_MAX_BATCH = 16384, 4  # lengths past LONG_LEN only for B <= 4
@@ -244,8 +246,13 @@ def run_jax_path(settings: Settings, path: str, inputs: tuple, calls: int):
     (``(None, None, why)``)."""
     q, _, _, seq_lens = inputs
     seq_len = int(seq_lens.max())
-    backend, _, policy = path.partition("-")  # "triton-occupancy": the occupancy policy
-    policy = policy or "vllm"
+    # "triton-occupancy": the occupancy split policy; "triton-fp8": an fp8 cache.
+    backend, _, variant = path.partition("-")
+    policy = "occupancy" if variant == "occupancy" else "vllm"
+    k_scale = None
+    if variant == "fp8":
+        kv8, k_scale = quantize_fp8(inputs[1])
+        inputs = (inputs[0], kv8, *inputs[2:])
     lower_only = settings.dry_run and backend == "triton"
     if path == "dense":
         def decode(q, kv, bt, sl, buf):
@@ -254,8 +261,8 @@ def run_jax_path(settings: Settings, path: str, inputs: tuple, calls: int):
     else:
         def decode(q, kv, bt, sl, buf):
             return mla_decode(q, kv, bt, sl, buf, scale=SCALE, max_seq_len=seq_len,
-                              sm_count=settings.sm_count, policy=policy, backend=backend,
-                              compute_capability=90 if lower_only else None)
+                              sm_count=settings.sm_count, policy=policy, k_scale=k_scale,
+                              backend=backend, compute_capability=90 if lower_only else None)
         buf = reserve_logits_buffer(q.shape[0], q.shape[1], seq_len,
                                     sm_count=settings.sm_count, policy=policy)
     loop = decode_loop(decode, calls, perturb_table=backend != "triton")
@@ -481,8 +488,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--heads", type=_ints, help=f"query heads (default {HEADS})")
     p.add_argument("--lens", type=_ints, help=f"sequence lengths (default {LENS}; those "
                    f"> {LONG_LEN} only for B <= {LONG_MAX_BATCH})")
-    p.add_argument("--paths", type=lambda s: tuple(s.split(",")), default=tuple(PATH_LABELS),
-                   help=f"paths to time (default {','.join(PATH_LABELS)})")
+    p.add_argument("--paths", type=lambda s: tuple(s.split(",")), default=DEFAULT_PATHS,
+                   help=f"paths to time, of {','.join(PATH_LABELS)} "
+                        f"(default {','.join(DEFAULT_PATHS)})")
     p.add_argument("--out", type=Path, default=Path("docs/benchmarks"),
                    help="folder for results.json and the plots (default docs/benchmarks)")
     p.add_argument("--markdown", type=Path,

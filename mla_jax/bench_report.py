@@ -25,6 +25,7 @@ from pathlib import Path
 PATH_LABELS = {
     "triton": "mla_jax triton",
     "triton-occupancy": "mla_jax triton, occupancy splits",
+    "triton-fp8": "mla_jax triton, fp8 cache",
     "xla": "mla_jax xla",
     "dense": "JAX gather+einsum",
     "vllm": "vLLM triton",

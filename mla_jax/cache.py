@@ -107,3 +107,25 @@ def new_paged_cache(
     # unwritten outputs and wrong indexing).
     kv_cache = jax.random.normal(data_key, (block_table.size, page_size, width), dtype)
     return kv_cache, block_table
+
+
+FP8_MAX = 448.0  # the largest finite float8_e4m3fn
+
+
+def quantize_fp8(kv_cache: jax.Array, scale: float | jax.Array | None = None
+                 ) -> tuple[jax.Array, jax.Array]:
+    """An fp8 (``float8_e4m3fn``) copy of a latent cache and its dequantisation scale.
+
+    One scale for the whole cache, serving the key and value roles alike (vLLM's
+    ``k_scale``): ``cache ~= fp8 * scale``. ``scale=None`` takes ``amax / 448`` so the
+    largest entry maps to fp8's largest finite value; entries beyond ``448 * scale``
+    saturate. Pass the returned scale to ``mla_decode(..., k_scale=scale)``.
+
+    Returns:
+      ``(kv_cache_fp8, scale)``: the cache's shape in ``float8_e4m3fn`` and a float32 scalar.
+    """
+    wide = kv_cache.astype(jnp.float32)
+    if scale is None:
+        scale = jnp.maximum(jnp.max(jnp.abs(wide)), jnp.finfo(jnp.float32).tiny) / FP8_MAX
+    scale = jnp.asarray(scale, jnp.float32)
+    return jnp.clip(wide / scale, -FP8_MAX, FP8_MAX).astype(jnp.float8_e4m3fn), scale

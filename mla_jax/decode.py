@@ -22,6 +22,7 @@ from mla_jax.validate import validate_inputs
 
 Backend = Literal["auto", "triton", "xla"]
 QUERY_DTYPES = (jnp.bfloat16, jnp.float16, jnp.float32)
+FP8_KV_DTYPE = jnp.float8_e4m3fn  # vLLM's fp8 KV cache format on NVIDIA GPUs
 
 
 def _shape_error(name: str, got, needed: str) -> ValueError:
@@ -64,8 +65,9 @@ def _check_inputs(q_nope, q_pe, kv_cache, block_table, seq_lens, logits_buffer):
             raise _shape_error("q_pe dtype", q_pe.dtype, f"q_nope's {q_nope.dtype}")
     if q_nope.dtype not in QUERY_DTYPES:
         raise _shape_error("q dtype", q_nope.dtype, "bfloat16, float16 or float32")
-    if kv_cache.dtype != q_nope.dtype:
-        raise _shape_error("kv_cache dtype", kv_cache.dtype, f"q's dtype {q_nope.dtype}")
+    if kv_cache.dtype not in (q_nope.dtype, FP8_KV_DTYPE):
+        raise _shape_error("kv_cache dtype", kv_cache.dtype,
+                           f"q's dtype {q_nope.dtype} or float8_e4m3fn (with k_scale)")
     if block_table.dtype != jnp.int32 or block_table.ndim != 2 or block_table.shape[0] != batch:
         raise _shape_error("block_table", f"{block_table.dtype}{list(block_table.shape)}",
                            f"int32 [{batch}, pages_per_seq]")
@@ -107,10 +109,15 @@ def resolve_backend(backend: Backend, compute_capability: int | None) -> str:
     donate_argnames=("logits_buffer",),
 )
 def _decode_step(q_nope, q_pe, kv_cache, block_table, seq_lens, logits_buffer,
-                 dynamic_max_seq_len, *, scale, static_max_seq_len, sm_count, policy,
+                 dynamic_max_seq_len, k_scale, *, scale, static_max_seq_len, sm_count, policy,
                  batch_invariant, backend, compute_capability):
     kv_lora_rank, rope_dim = _check_inputs(
         q_nope, q_pe, kv_cache, block_table, seq_lens, logits_buffer)
+    if kv_cache.dtype == FP8_KV_DTYPE and k_scale is None:
+        raise ValueError("kv_cache is float8_e4m3fn: pass k_scale, the float32 scale it was "
+                         "quantised with (mla_jax.cache.quantize_fp8 returns it)")
+    kv_scale = jnp.ones((1,), jnp.float32) if k_scale is None else jnp.asarray(
+        k_scale, jnp.float32).reshape(1)
     buffer_splits = logits_buffer.shape[2]
     splits = functools.partial(kv_splits, policy, batch=q_nope.shape[0],
                                num_heads=q_nope.shape[1], sm_count=sm_count)
@@ -142,11 +149,11 @@ def _decode_step(q_nope, q_pe, kv_cache, block_table, seq_lens, logits_buffer,
         q_pe_arg, qp_offset = (q_nope, kv_lora_rank) if q_pe is None else (q_pe, 0)
         return triton_backend.decode(
             q_nope, q_pe_arg, qp_offset, kv_cache, block_table, seq_lens, num_splits,
-            grid_splits, logits_buffer, scale=scale, kv_lora_rank=kv_lora_rank,
+            grid_splits, kv_scale, logits_buffer, scale=scale, kv_lora_rank=kv_lora_rank,
             rope_dim=rope_dim, compute_capability=compute_capability)
     q = q_nope if q_pe is None else jnp.concatenate([q_nope, q_pe], axis=-1)
     return xla_backend.decode(
-        q, kv_cache, block_table, seq_lens, num_splits, grid_splits, logits_buffer,
+        q, kv_cache, block_table, seq_lens, num_splits, grid_splits, kv_scale, logits_buffer,
         scale=scale, kv_lora_rank=kv_lora_rank,
         static_splits=batch_invariant or static_max_seq_len is not None)
 
@@ -163,6 +170,7 @@ def mla_decode(
     sm_count: int | None = None,
     policy: Policy = "vllm",
     batch_invariant: bool = False,
+    k_scale: float | jax.Array | None = None,
     backend: Backend = "auto",
     compute_capability: int | None = None,
     validate: bool = False,
@@ -174,7 +182,8 @@ def mla_decode(
         ``(q_nope [B, H, kv_lora_rank], q_pe [B, H, rope_dim])`` (no concatenation
         on the Triton path).
       kv_cache: paged latent cache ``[num_pages, page_size, kv_lora_rank + rope_dim]``
-        in q's dtype; each row is ``kv_c`` followed by the rope key ``k_pe``.
+        in q's dtype, or ``float8_e4m3fn`` with ``k_scale``; each row is ``kv_c``
+        followed by the rope key ``k_pe``.
       block_table: int32 ``[B, pages_per_seq]``, page indices into ``kv_cache``.
       seq_lens: int32 ``[B]``; a row of length 0 gives ``out = 0``, ``lse = -inf``.
       logits_buffer: float32 ``[rows >= B, H, splits, kv_lora_rank + 1]`` from
@@ -192,6 +201,9 @@ def mla_decode(
       batch_invariant: vLLM's ``VLLM_BATCH_INVARIANT``: one split (``policy`` and
         ``max_seq_len`` then only matter for the reservation), so a row's output is
         bitwise the same whatever its batch mates, batch size or position.
+      k_scale: the cache's float32 dequantisation scale (a Python float or a scalar
+        array), used for the key and the value roles alike, as vLLM does; required
+        for an fp8 cache (``mla_jax.cache.quantize_fp8``), 1 by default otherwise.
       backend: ``"triton"`` (jax-triton kernels, CUDA), ``"xla"`` (portable jnp) or
         ``"auto"`` (triton on a GPU, xla elsewhere).
       compute_capability: lower the Triton kernels for this CUDA capability (e.g. 90)
@@ -214,7 +226,7 @@ def mla_decode(
         sm_count = gpu_sm_count()
     static, dynamic = split_max_seq_len(max_seq_len)
     return _decode_step(
-        q_nope, q_pe, kv_cache, block_table, seq_lens, logits_buffer, dynamic,
+        q_nope, q_pe, kv_cache, block_table, seq_lens, logits_buffer, dynamic, k_scale,
         scale=float(scale), static_max_seq_len=static, sm_count=sm_count, policy=policy,
         batch_invariant=bool(batch_invariant),
         backend=resolve_backend(backend, compute_capability),

@@ -40,7 +40,7 @@ def _split_range(seq_len, num_splits, split):
 
 @triton.jit
 def mla_decode_stage1(
-    q_nope_ptr, q_pe_ptr, kv_ptr, block_table_ptr, seq_lens_ptr, num_splits_ptr,
+    q_nope_ptr, q_pe_ptr, kv_ptr, block_table_ptr, seq_lens_ptr, num_splits_ptr, kv_scale_ptr,
     buf_in_ptr,  # noqa: ARG001 -- aliased to buf_ptr; jax-triton passes both
     buf_ptr,
     SM_SCALE: tl.constexpr,
@@ -78,8 +78,12 @@ def mla_decode_stage1(
         + d_rope[None, :],
         mask=head_mask[:, None], other=0.0)
 
+    # An fp8 cache is dequantised by one scale for keys and values (as vLLM's
+    # k_scale): it folds into the softmax scale and the output, and the latent
+    # tile itself is only widened to q's dtype (exact for e4m3 -> bf16/fp16).
+    kv_scale = tl.load(kv_scale_ptr)
     # Base-2 softmax: fold log2(e) into the scale once.
-    qk_scale = SM_SCALE * _LOG2E
+    qk_scale = SM_SCALE * _LOG2E * kv_scale
     m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_H], tl.float32)
     acc = tl.zeros([BLOCK_H, LORA], tl.float32)
@@ -90,9 +94,9 @@ def mla_decode_stage1(
                         mask=tok_mask, other=0)
         row_off = pages.to(tl.int64) * stride_kv_page + (tokens % PAGE_SIZE) * stride_kv_row
         kv_c = tl.load(kv_ptr + row_off[:, None] + d_lora[None, :],
-                       mask=tok_mask[:, None], other=0.0)
+                       mask=tok_mask[:, None], other=0.0).to(q_nope.dtype)
         k_pe = tl.load(kv_ptr + row_off[:, None] + LORA + d_rope[None, :],
-                       mask=tok_mask[:, None], other=0.0)
+                       mask=tok_mask[:, None], other=0.0).to(q_nope.dtype)
         qk = tl.dot(q_nope, tl.trans(kv_c), input_precision=DOT_PRECISION)
         qk = tl.dot(q_pe, tl.trans(k_pe), acc=qk, input_precision=DOT_PRECISION)
         qk = tl.where(tok_mask[None, :], qk * qk_scale, float("-inf"))
@@ -111,7 +115,7 @@ def mla_decode_stage1(
 
     out_off = (row.to(tl.int64) * stride_buf_b + heads[:, None].to(tl.int64) * stride_buf_h
                + split * stride_buf_s)
-    tl.store(buf_ptr + out_off + d_lora[None, :], acc / l_i[:, None],
+    tl.store(buf_ptr + out_off + d_lora[None, :], acc * (kv_scale / l_i[:, None]),
              mask=head_mask[:, None])
     lse = (m_i + tl.log2(l_i)) * _LN2
     tl.store(buf_ptr + out_off + LORA, lse[:, None], mask=head_mask[:, None])

@@ -33,6 +33,7 @@ def decode(
     seq_lens: jax.Array,
     num_splits: jax.Array,
     grid_splits: int,
+    kv_scale: jax.Array,
     logits_buffer: jax.Array,
     *,
     scale: float,
@@ -49,6 +50,7 @@ def decode(
         (``q_pe`` may be ``q_nope`` itself, with ``qp_offset = kv_lora_rank``).
       num_splits: int32 ``[1]``, at most ``grid_splits``.
       grid_splits: programs launched along the split axis (static).
+      kv_scale: float32 ``[1]``, the cache's dequantisation scale (1 unless fp8).
       config: overrides of ``kernels.stage1_config`` (tuning sweeps only).
 
     Returns:
@@ -64,11 +66,11 @@ def decode(
         buffer_strides=_strides(logits_buffer), float32_inputs=q_nope.dtype == jnp.float32,
         config=config)
     buffer = jt.triton_call(
-        q_nope, q_pe, kv_cache, block_table, seq_lens, num_splits, logits_buffer,
+        q_nope, q_pe, kv_cache, block_table, seq_lens, num_splits, kv_scale, logits_buffer,
         kernel=kernels.mla_decode_stage1,
         out_shape=jax.ShapeDtypeStruct(logits_buffer.shape, logits_buffer.dtype),
         grid=stage1["grid"],
-        input_output_aliases={6: 0},  # logits_buffer -> the only output
+        input_output_aliases={7: 0},  # logits_buffer -> the only output
         compute_capability=compute_capability,
         num_warps=stage1["num_warps"],
         num_stages=stage1["num_stages"],

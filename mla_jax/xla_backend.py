@@ -26,7 +26,7 @@ def _dot_f32(spec: str, a: jax.Array, b: jax.Array) -> jax.Array:
         a, b, cpu=lambda x, y: dot(x.astype(jnp.float32), y.astype(jnp.float32)), default=dot)
 
 
-def _stage1_static(q, kv_cache, block_table, seq_lens, *, k, scale, kv_lora_rank):
+def _stage1_static(q, kv_cache, block_table, seq_lens, kv_scale, *, k, scale, kv_lora_rank):
     """Partials ``[B, H, k, kv_lora_rank + 1]`` for a static split count ``k``."""
     page_size = kv_cache.shape[1]
     capacity = block_table.shape[1] * page_size
@@ -39,8 +39,9 @@ def _stage1_static(q, kv_cache, block_table, seq_lens, *, k, scale, kv_lora_rank
     tokens = jnp.where(live, tokens, 0)
     pages = jnp.take_along_axis(block_table, (tokens // page_size).reshape(
         tokens.shape[0], -1), axis=1).reshape(tokens.shape)
-    rows = kv_cache[pages, tokens % page_size]  # [B, k, W, D]
-    logits = _dot_f32("bhd,bswd->bhsw", q, rows) * scale
+    # An fp8 cache is widened to q's dtype; its scale folds into logits and output.
+    rows = kv_cache[pages, tokens % page_size].astype(q.dtype)  # [B, k, W, D]
+    logits = _dot_f32("bhd,bswd->bhsw", q, rows) * (scale * kv_scale)
     logits = jnp.where(live[:, None], logits, -jnp.inf)
     m = jnp.max(logits, axis=-1)
     m_safe = jnp.where(jnp.isfinite(m), m, 0.0)
@@ -48,7 +49,8 @@ def _stage1_static(q, kv_cache, block_table, seq_lens, *, k, scale, kv_lora_rank
     denom = jnp.sum(p, axis=-1)
     acc = _dot_f32("bhsw,bswd->bhsd", p.astype(rows.dtype), rows[..., :kv_lora_rank])
     nonempty = denom > 0
-    part = jnp.where(nonempty[..., None], acc / jnp.where(nonempty, denom, 1.0)[..., None], 0.0)
+    part = jnp.where(nonempty[..., None],
+                     acc * (kv_scale / jnp.where(nonempty, denom, 1.0))[..., None], 0.0)
     lse = jnp.where(nonempty, m_safe + jnp.log(jnp.where(nonempty, denom, 1.0)), -jnp.inf)
     return jnp.concatenate([part, lse[..., None]], axis=-1)
 
@@ -62,20 +64,21 @@ def _split_counts(grid_splits: int) -> tuple[int, ...]:
     return (*counts, grid_splits)
 
 
-def decode(q, kv_cache, block_table, seq_lens, num_splits, grid_splits, logits_buffer,
+def decode(q, kv_cache, block_table, seq_lens, num_splits, grid_splits, kv_scale, logits_buffer,
            *, scale, kv_lora_rank, static_splits):
     """Both stages on checked inputs; mirrors ``triton_backend.decode``.
 
     Args:
       q: ``[B, H, kv_lora_rank + rope_dim]``.
       num_splits: int32 ``[1]``, the run-time split count (``<= grid_splits``).
+      kv_scale: float32 ``[1]``, the cache's dequantisation scale (1 unless fp8).
       static_splits: whether ``grid_splits`` *is* the split count (known at trace
         time); otherwise the count is read from ``num_splits``.
     """
     batch = q.shape[0]
     stage1 = lambda k: lambda buf: lax.dynamic_update_slice(  # noqa: E731
-        buf, _stage1_static(q, kv_cache, block_table, seq_lens, k=k, scale=scale,
-                            kv_lora_rank=kv_lora_rank), (0, 0, 0, 0))
+        buf, _stage1_static(q, kv_cache, block_table, seq_lens, kv_scale[0], k=k,
+                            scale=scale, kv_lora_rank=kv_lora_rank), (0, 0, 0, 0))
     if static_splits:
         buffer = stage1(grid_splits)(logits_buffer)
     else:

@@ -39,7 +39,8 @@ def timed(batch, heads, length, splits, config, data):
             out, buf = carry
             qi = q + (out[..., :1] * 0).astype(q.dtype)  # a data dependency between calls
             o, _, buf = triton_backend.decode(
-                qi, qi, 512, kv, bt, sl, jnp.full((1,), splits, jnp.int32), splits, buf,
+                qi, qi, 512, kv, bt, sl, jnp.full((1,), splits, jnp.int32), splits,
+                jnp.ones((1,), jnp.float32), buf,
                 scale=0.0625, kv_lora_rank=512, rope_dim=64, compute_capability=None,
                 config=config)
             return o, buf

@@ -32,7 +32,8 @@ def _interpret() -> None:
 
 
 def run(q: np.ndarray, kv_cache: np.ndarray, block_table: np.ndarray, seq_lens: np.ndarray,
-        buffer: np.ndarray, *, scale: float, num_splits: int, grid_splits: int | None = None):
+        buffer: np.ndarray, *, scale: float, num_splits: int, grid_splits: int | None = None,
+        kv_scale: float = 1.0):
     """Both stages on numpy inputs (in a pool worker); returns numpy ``(out, lse, buffer)``.
 
     ``q`` is ``[B, H, lora + rope]``; ``buffer`` float32 ``[rows, H, splits, lora + 1]``
@@ -47,9 +48,13 @@ def run(q: np.ndarray, kv_cache: np.ndarray, block_table: np.ndarray, seq_lens: 
     batch, heads, _ = q.shape
     lora = buffer.shape[-1] - 1
     t = lambda a: torch.from_numpy(np.ascontiguousarray(a))  # noqa: E731
-    q_t, kv_t, bt_t, sl_t = t(q), t(kv_cache), t(block_table), t(seq_lens)
+    q_t, bt_t, sl_t = t(q), t(block_table), t(seq_lens)
+    # numpy has no fp8: an ml_dtypes float8_e4m3fn cache crosses as its bytes.
+    kv_t = (t(kv_cache.view(np.uint8)).view(torch.float8_e4m3fn)
+            if kv_cache.dtype.name == "float8_e4m3fn" else t(kv_cache))
     buf_t = t(buffer.copy())
     ns_t = torch.tensor([num_splits], dtype=torch.int32)
+    scale_t = torch.tensor([kv_scale], dtype=torch.float32)
     out_t = torch.full((batch, heads, lora), float("nan"), dtype=q_t.dtype)
     lse_t = torch.full((batch, heads), float("nan"), dtype=torch.float32)
     stage1, stage2 = kernels.launch_params(
@@ -59,7 +64,7 @@ def run(q: np.ndarray, kv_cache: np.ndarray, block_table: np.ndarray, seq_lens: 
         kv_strides=kv_t.stride(), block_table_strides=bt_t.stride(),
         buffer_strides=buf_t.stride(), float32_inputs=q.dtype == np.float32)
     kernels.mla_decode_stage1[stage1["grid"]](
-        q_t, q_t, kv_t, bt_t, sl_t, ns_t, buf_t, buf_t, **stage1["constexprs"])
+        q_t, q_t, kv_t, bt_t, sl_t, ns_t, scale_t, buf_t, buf_t, **stage1["constexprs"])
     kernels.mla_decode_stage2[stage2["grid"]](
         buf_t, sl_t, ns_t, out_t, lse_t, **stage2["constexprs"])
     return out_t.float().numpy(), lse_t.numpy(), buf_t.numpy()

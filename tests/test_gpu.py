@@ -103,7 +103,7 @@ def test_compiled_step_aliases_buffer_and_allocates_no_copy():
     buf = spec((64, 128, 16, 513), jnp.float32)
     compiled = _decode_step.trace(
         spec((64, 128, 576), jnp.bfloat16), None, spec((64 * 64, 64, 576), jnp.bfloat16),
-        spec((64, 64), jnp.int32), spec((64,), jnp.int32), buf, None, scale=0.1,
+        spec((64, 64), jnp.int32), spec((64,), jnp.int32), buf, None, None, scale=0.1,
         static_max_seq_len=4096, sm_count=132, policy="vllm", batch_invariant=False,
         backend="triton",
         compute_capability=None).lower().compile()
@@ -203,3 +203,19 @@ def test_one_device_mesh_through_triton(scheme):
     out, lse, buf = sharded_mla_decode(mesh, "x", scheme, *args, buf, scale=case.scale,
                                        max_seq_len=2500, backend="triton")
     assert_close(out, lse, rounded, jnp.bfloat16)
+
+
+@pytest.mark.parametrize("heads", [16, 128])
+def test_fp8_cache_matches_reference_on_dequantised_values(heads):
+    from mla_jax.cache import quantize_fp8
+
+    rng = np.random.default_rng()
+    case = random_case(rng, batch=4, heads=heads, dims=DEEPSEEK, page_size=64, pages_per_seq=40,
+                       seq_lens=[2500, 0, 1, 1800])
+    (q, kv, bt, sl), rounded = on_device(case, jnp.bfloat16)
+    kv8, k_scale = quantize_fp8(kv)
+    dequant = np.asarray(kv8.astype(jnp.float32)) * float(k_scale)
+    buf = mla_jax.reserve_logits_buffer(4, heads, 2560)
+    out, lse, _ = mla_jax.mla_decode(q, kv8, bt, sl, buf, scale=case.scale, k_scale=k_scale,
+                                     backend="triton")
+    assert_close(out, lse, rounded._replace(kv_cache=dequant), jnp.bfloat16)

@@ -70,3 +70,23 @@ def test_random_batches(pool):
         splits = int(rng.integers(1, 9))
         check(pool, case, num_splits=splits, grid_splits=splits, buffer_rows=batch + 1,
               dtype=np.float32)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_fp8_cache(pool, dtype):
+    import ml_dtypes
+
+    rng = np.random.default_rng()
+    case = random_case(rng, batch=3, heads=16, dims=TINY, page_size=16, pages_per_seq=40,
+                       dtype=dtype, seq_lens=[0, 300, 640])
+    kv_scale = 0.02
+    kv8 = np.clip(case.kv_cache.astype(np.float32) / kv_scale, -448, 448).astype(
+        ml_dtypes.float8_e4m3fn)
+    dequant = kv8.astype(np.float64) * kv_scale
+    buffer = np.full((4, 16, 4, TINY[0] + 1), POISON, np.float32)
+    out, lse, _ = pool.apply(run, (case.q, kv8, case.block_table, case.seq_lens, buffer),
+                             dict(scale=case.scale, num_splits=3, kv_scale=kv_scale))
+    ref_out, ref_lse = mla_decode_reference_np(case.q, dequant, case.block_table, case.seq_lens,
+                                               scale=case.scale, kv_lora_rank=TINY[0])
+    np.testing.assert_allclose(out, ref_out, atol=tolerance(dtype) * 3, rtol=0)
+    np.testing.assert_allclose(lse, ref_lse, atol=1e-3, rtol=1e-4)

@@ -60,10 +60,10 @@ def test_both_kernels_compile_for_sm90_and_buffer_is_aliased(dtype, heads):
     calls = kernel_calls(text)
     assert [name for *_, name in calls] == ["mla_decode_stage1", "mla_decode_stage2"]
     operands, aliases, _ = calls[0]
-    # Stage 1's operand 6 is the logits buffer (the main function's last argument),
+    # Stage 1's operand 7 is the logits buffer (the main function's last argument),
     # aliased to its only result.
-    assert len(operands) == 7 and operands[6] == "%arg4"
-    assert aliases == [6]
+    assert len(operands) == 8 and operands[7] == "%arg4"
+    assert aliases == [7]
     assert calls[1][1] == []  # stage 2's outputs are fresh
     main = next(l for l in text.splitlines() if "func.func public @main" in l)
     assert re.search(r"%arg4: tensor<8x\d+x16x513xf32> \{[^}]*tf.aliasing_output = 2", main)
@@ -84,7 +84,8 @@ def test_decode_step_donates_the_buffer():
     spec = jax.ShapeDtypeStruct
     traced = _decode_step.trace(
         spec((2, 16, 576), jnp.bfloat16), None, spec((8, 64, 576), jnp.bfloat16),
-        spec((2, 4), jnp.int32), spec((2,), jnp.int32), spec((2, 16, 2, 513), jnp.float32), None,
+        spec((2, 4), jnp.int32), spec((2,), jnp.int32), spec((2, 16, 2, 513), jnp.float32),
+        None, None,
         scale=0.1, static_max_seq_len=256, sm_count=132, policy="vllm", batch_invariant=False,
         backend="triton", compute_capability=90)
     text = traced.lower(lowering_platforms=("cuda",)).as_text()

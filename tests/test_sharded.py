@@ -510,18 +510,18 @@ def test_triton_path_lowers_for_cuda_once_per_shard_with_the_buffer_aliased(chil
                   "batch": (["2x128x512xbf16", "2x128x64xbf16"], "16x64x576xbf16",
                             "2x128x16x513xf32")}[scheme]
     assert stage1["operand_types"][:3] == [*q, kv], stage1
-    assert stage1["operand_types"][6] == buf and stage1["result_types"] == [buf], stage1
+    assert stage1["operand_types"][7] == buf and stage1["result_types"] == [buf], stage1
     assert stage2["operand_types"][0] == buf, stage2
     assert r["concatenates"] == 0  # the pair reaches the kernel as two operands
-    # Stage 1's operand 6, aliased to its only result, is the shard of main's buffer
+    # Stage 1's operand 7, aliased to its only result, is the shard of main's buffer
     # argument: main -> _sharded_step -> manual_computation binds it to a per-shard
     # block argument -> _decode_step's buffer argument -> stage 1.
-    assert stage1["aliases"] == [6] and stage2["aliases"] == []
+    assert stage1["aliases"] == [7] and stage2["aliases"] == []
     b, arg = r["buffer"], f"%arg{r['buffer']}"
     assert r["main_call"][b] == arg and r["manual_operands"][b] == arg, r
     manual_buf = r["manual_args"][b]
     assert manual_buf[1] == buf and r["shard_call"][b] == manual_buf[0], r
-    assert r["decode_args"][b] == [stage1["operands"][6], buf], r
+    assert r["decode_args"][b] == [stage1["operands"][7], buf], r
     assert "jax.buffer_donor = true" in r["donor"], r["donor"]
 
 
