@@ -4,6 +4,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import mla_jax
 from cases import TINY, random_case
@@ -81,3 +83,35 @@ def test_triton_path_lowers_for_cuda():
         export.DisabledSafetyCheck.custom_call("triton_kernel_call")])(*args).mlir_module()
     assert text.count("stablehlo.custom_call @triton_kernel_call") == 2
     assert "tensor<8x16x576xbf16>" in text  # B * T = 8 rows reach the kernel
+
+
+@settings(derandomize=True, database=None, deadline=None, max_examples=60,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_fuzz_multi_token_rows(data):
+    """Random lengths, query counts (padding rows), causal or not, shared pages."""
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    batch, tokens, heads, page, pages = 3, 4, 4, 16, 12
+    capacity = page * pages
+    seq_lens = np.array([data.draw(st.sampled_from([0, 1, 2, 3, 4, 15, 16, 17, capacity]))
+                         for _ in range(batch)], np.int32)
+    query_lens = np.array([data.draw(st.integers(0, tokens)) for _ in range(batch)], np.int32)
+    causal = data.draw(st.booleans())
+    case = random_case(rng, batch=batch, heads=heads, dims=TINY, page_size=page,
+                       pages_per_seq=pages, seq_lens=seq_lens)
+    table = case.block_table.copy()
+    table[1] = table[0]  # two requests reading the same pages is valid
+    q = rng.standard_normal((batch, tokens, heads, sum(TINY))).astype(np.float32)
+    buf = mla_jax.reserve_logits_buffer(batch * tokens, heads, capacity, kv_lora_rank=TINY[0],
+                                        sm_count=SM)
+    out, lse, _ = mla_decode_tokens(
+        jnp.asarray(q), jnp.asarray(case.kv_cache), jnp.asarray(table), jnp.asarray(seq_lens),
+        buf, causal=causal, query_lens=jnp.asarray(query_lens), scale=case.scale, sm_count=SM,
+        backend="xla")
+    lens = np.asarray(token_lengths(jnp.asarray(seq_lens), tokens, causal=causal,
+                                    query_lens=jnp.asarray(query_lens)))
+    for t in range(tokens):
+        want_out, want_lse = mla_decode_reference_np(q[:, t], case.kv_cache, table, lens[:, t],
+                                                     scale=case.scale, kv_lora_rank=TINY[0])
+        np.testing.assert_allclose(np.asarray(out[:, t]), want_out, atol=2e-5)
+        np.testing.assert_allclose(np.asarray(lse[:, t]), want_lse, atol=1e-4)
