@@ -125,12 +125,12 @@ def reserve_sharded_logits_buffer(
 @functools.partial(
     jax.jit,
     static_argnames=("mesh", "axis", "scheme", "scale", "static_max_seq_len", "sm_count",
-                     "policy", "backend", "compute_capability"),
+                     "policy", "batch_invariant", "backend", "compute_capability"),
     donate_argnames=("logits_buffer",),
 )
-def _sharded_step(q, kv_cache, block_table, seq_lens, logits_buffer, dynamic_max_seq_len, *,
-                  mesh, axis, scheme, scale, static_max_seq_len, sm_count, policy, backend,
-                  compute_capability):
+def _sharded_step(q, kv_cache, block_table, seq_lens, logits_buffer, dynamic_max_seq_len,
+                  k_scale, *, mesh, axis, scheme, scale, static_max_seq_len, sm_count, policy,
+                  batch_invariant, backend, compute_capability):
     n = _axis_size(mesh, axis, scheme)
     q_first = q[0] if isinstance(q, tuple) else q
     if scheme == "heads":
@@ -145,16 +145,18 @@ def _sharded_step(q, kv_cache, block_table, seq_lens, logits_buffer, dynamic_max
     args = [q, kv_cache, block_table, seq_lens, logits_buffer]
     in_specs = [q_spec, specs["kv_cache"], specs["block_table"], specs["seq_lens"],
                 specs["logits_buffer"]]
-    if dynamic_max_seq_len is not None:
-        args.append(dynamic_max_seq_len)
-        in_specs.append(P())
+    # Run-time scalars, replicated to every shard, passed on by name.
+    scalars = {name: value for name, value in (("max_seq_len", dynamic_max_seq_len),
+                                               ("k_scale", k_scale)) if value is not None}
+    args += scalars.values()
+    in_specs += [P()] * len(scalars)
 
-    def shard(q, kv_cache, block_table, seq_lens, logits_buffer, length=None):
+    def shard(q, kv_cache, block_table, seq_lens, logits_buffer, *values):
+        kwargs = {"max_seq_len": static_max_seq_len, **dict(zip(scalars, values))}
         return mla_decode(
-            q, kv_cache, block_table, seq_lens, logits_buffer, scale=scale,
-            max_seq_len=static_max_seq_len if static_max_seq_len is not None else length,
-            sm_count=sm_count, policy=policy, backend=backend,
-            compute_capability=compute_capability)
+            q, kv_cache, block_table, seq_lens, logits_buffer, scale=scale, sm_count=sm_count,
+            policy=policy, batch_invariant=batch_invariant, backend=backend,
+            compute_capability=compute_capability, **kwargs)
 
     out_specs = (specs["out"], specs["lse"], specs["logits_buffer"])
     return jax.shard_map(shard, mesh=mesh, in_specs=tuple(in_specs), out_specs=out_specs)(*args)
@@ -174,6 +176,8 @@ def sharded_mla_decode(
     max_seq_len: int | jax.Array | None = None,
     sm_count: int | None = None,
     policy: Policy = "vllm",
+    batch_invariant: bool = False,
+    k_scale: float | jax.Array | None = None,
     backend: Backend = "auto",
     compute_capability: int | None = None,
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
@@ -189,7 +193,8 @@ def sharded_mla_decode(
       seq_lens: int32 ``[B]``.
       logits_buffer: from ``reserve_sharded_logits_buffer`` with the same mesh,
         axis, scheme, ``sm_count`` and ``policy``; donated.
-      scale, policy, backend, compute_capability: as ``mla_decode``.
+      scale, policy, batch_invariant, k_scale, backend, compute_capability: as
+        ``mla_decode`` (``k_scale`` is replicated to every shard).
       sm_count: as ``mla_decode``; ``None`` reads this process's first mesh GPU.
       max_seq_len: a Python int (static split count, the global maximum), an int32
         scalar (replicated) or ``None``: each shard takes its own longest length.
@@ -201,10 +206,12 @@ def sharded_mla_decode(
     q = tuple(q) if isinstance(q, (tuple, list)) else q
     static, dynamic = split_max_seq_len(max_seq_len)
     return _sharded_step(
-        q, kv_cache, block_table, seq_lens, logits_buffer, dynamic, mesh=mesh, axis=axis,
+        q, kv_cache, block_table, seq_lens, logits_buffer, dynamic,
+        None if k_scale is None else jnp.asarray(k_scale, jnp.float32), mesh=mesh, axis=axis,
         scheme=scheme, scale=float(scale), static_max_seq_len=static,
         sm_count=_sm_count(mesh, sm_count),
-        policy=policy, backend=resolve_backend(backend, compute_capability),
+        policy=policy, batch_invariant=bool(batch_invariant),
+        backend=resolve_backend(backend, compute_capability),
         compute_capability=compute_capability)
 
 

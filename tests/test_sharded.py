@@ -541,3 +541,31 @@ def test_errors_name_what_to_change(child):
 
 if __name__ == "__main__":
     _child(int(sys.argv[1]), sys.argv[2:] or list(CHECKS))
+
+
+@pytest.mark.parametrize("scheme", ["heads", "batch"])
+def test_fp8_and_batch_invariant_pass_through_on_one_device(scheme):
+    """k_scale (replicated) and batch_invariant reach every shard's mla_decode."""
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import Mesh
+
+    import mla_jax
+    from cases import TINY, random_case
+    from mla_jax.cache import quantize_fp8
+    from mla_jax.sharded import reserve_sharded_logits_buffer, sharded_mla_decode
+
+    rng = np.random.default_rng()
+    case = random_case(rng, batch=2, heads=4, dims=TINY, page_size=16, pages_per_seq=8,
+                       seq_lens=[100, 37])
+    kv8, k_scale = quantize_fp8(jnp.asarray(case.kv_cache))
+    args = (jnp.asarray(case.q), kv8, jnp.asarray(case.block_table), jnp.asarray(case.seq_lens))
+    kw = dict(scale=case.scale, sm_count=4, backend="xla", k_scale=k_scale, batch_invariant=True)
+    mesh = Mesh(np.array(jax.devices()[:1]), ("x",))
+    buf = reserve_sharded_logits_buffer(mesh, "x", scheme, 2, 4, 128, kv_lora_rank=TINY[0],
+                                        sm_count=4)
+    out, lse, _ = sharded_mla_decode(mesh, "x", scheme, *args, buf, **kw)
+    ref_buf = mla_jax.reserve_logits_buffer(2, 4, 128, kv_lora_rank=TINY[0], sm_count=4)
+    want_out, want_lse, _ = mla_jax.mla_decode(*args, ref_buf, **kw)
+    np.testing.assert_array_equal(np.asarray(out), np.asarray(want_out))
+    np.testing.assert_array_equal(np.asarray(lse), np.asarray(want_lse))
