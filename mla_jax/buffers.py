@@ -11,6 +11,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from mla_jax.checks import check_positive
 from mla_jax.splits import Policy, reserved_splits
 
 LOGITS_DTYPE = jnp.float32
@@ -61,10 +62,8 @@ def reserve_logits_buffer(
       the buffer that ``mla_decode`` returns into the next step (use the same
       ``policy`` and ``sm_count`` there); the one passed in is donated.
     """
-    for name, value in (("max_num_seqs", max_num_seqs), ("num_heads", num_heads),
-                        ("max_model_len", max_model_len), ("kv_lora_rank", kv_lora_rank)):
-        if not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    check_positive(max_num_seqs=max_num_seqs, num_heads=num_heads, max_model_len=max_model_len,
+                   kv_lora_rank=kv_lora_rank)
     if sm_count is None:
         sm_count = gpu_sm_count(device if isinstance(device, jax.Device) else None)
     splits = reserved_splits(policy, num_heads=num_heads, max_model_len=max_model_len,

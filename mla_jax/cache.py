@@ -11,9 +11,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-
-def _shape_error(name: str, got, needed: str) -> ValueError:
-    return ValueError(f"{name}: got {got}, needed {needed}")
+from mla_jax.checks import check_block_table, check_positive, check_row_vector, shape_error
 
 
 def append_latent(
@@ -37,20 +35,16 @@ def append_latent(
       The cache with the rows written, same shape and dtype.
     """
     if kv_cache.ndim != 3:
-        raise _shape_error("kv_cache", list(kv_cache.shape), "[num_pages, page_size, width]")
+        raise shape_error("kv_cache", list(kv_cache.shape), "[num_pages, page_size, width]")
     num_pages, page_size, width = kv_cache.shape
     if latent.ndim != 2 or latent.shape[1] != width:
-        raise _shape_error("latent", list(latent.shape),
+        raise shape_error("latent", list(latent.shape),
                            f"[B, {width}] to match kv_cache {list(kv_cache.shape)}")
     if latent.dtype != kv_cache.dtype:
-        raise _shape_error("latent dtype", latent.dtype, f"kv_cache's {kv_cache.dtype}")
+        raise shape_error("latent dtype", latent.dtype, f"kv_cache's {kv_cache.dtype}")
     batch = latent.shape[0]
-    if block_table.dtype != jnp.int32 or block_table.ndim != 2 or block_table.shape[0] != batch:
-        raise _shape_error("block_table", f"{block_table.dtype}{list(block_table.shape)}",
-                           f"int32 [{batch}, pages_per_seq]")
-    if positions.dtype != jnp.int32 or positions.shape != (batch,):
-        raise _shape_error("positions", f"{positions.dtype}{list(positions.shape)}",
-                           f"int32 [{batch}]")
+    check_block_table(block_table, batch)
+    check_row_vector("positions", positions, batch)
 
     pages_per_seq = block_table.shape[1]
     slot = positions // page_size
@@ -63,19 +57,13 @@ def append_latent(
     return kv_cache.at[page, positions % page_size].set(latent, mode="drop")
 
 
-def _check_positive(**values: int) -> None:
-    for name, value in values.items():
-        if not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive int, got {value!r}")
-
-
 def new_block_table(num_seqs: int, max_len: int, page_size: int, *, key: jax.Array) -> jax.Array:
     """A shuffled page assignment: int32 ``[num_seqs, cdiv(max_len, page_size)]``.
 
     Every page of a ``num_seqs * cdiv(max_len, page_size)``-page cache is used once,
     in random order, so a kernel that assumes contiguous pages shows up.
     """
-    _check_positive(num_seqs=num_seqs, max_len=max_len, page_size=page_size)
+    check_positive(num_seqs=num_seqs, max_len=max_len, page_size=page_size)
     pages_per_seq = -(-max_len // page_size)
     pages = jax.random.permutation(key, num_seqs * pages_per_seq).astype(jnp.int32)
     return pages.reshape(num_seqs, pages_per_seq)
@@ -100,7 +88,7 @@ def new_paged_cache(
       its shuffled int32 ``block_table [num_seqs, pages_per_seq]``, with
       ``pages_per_seq = cdiv(max_len, page_size)``.
     """
-    _check_positive(width=width)
+    check_positive(width=width)
     table_key, data_key = jax.random.split(key)
     block_table = new_block_table(num_seqs, max_len, page_size, key=table_key)
     # Standard-normal rows: stand-ins for prompt latents, never zeros (which hide

@@ -17,6 +17,7 @@ import jax.numpy as jnp
 
 from mla_jax import xla_backend
 from mla_jax.buffers import LOGITS_DTYPE, gpu_sm_count
+from mla_jax.checks import check_block_table, check_row_vector, shape_error
 from mla_jax.splits import Policy, kv_splits
 from mla_jax.validate import validate_inputs
 
@@ -25,55 +26,47 @@ QUERY_DTYPES = (jnp.bfloat16, jnp.float16, jnp.float32)
 FP8_KV_DTYPE = jnp.float8_e4m3fn  # vLLM's fp8 KV cache format on NVIDIA GPUs
 
 
-def _shape_error(name: str, got, needed: str) -> ValueError:
-    return ValueError(f"{name}: got {got}, needed {needed}")
-
-
 def _check_inputs(q_nope, q_pe, kv_cache, block_table, seq_lens, logits_buffer):
     """Trace-time checks; returns ``(kv_lora_rank, rope_dim)``."""
     if logits_buffer.ndim != 4 or logits_buffer.dtype != LOGITS_DTYPE:
-        raise _shape_error(
+        raise shape_error(
             "logits_buffer", f"{logits_buffer.dtype}{list(logits_buffer.shape)}",
             "float32 [max_num_seqs, num_heads, max_splits, kv_lora_rank + 1] "
             "from mla_jax.reserve_logits_buffer")
     rows, buf_heads, _, lora1 = logits_buffer.shape
     kv_lora_rank = lora1 - 1
     if kv_cache.ndim != 3:
-        raise _shape_error("kv_cache", list(kv_cache.shape),
+        raise shape_error("kv_cache", list(kv_cache.shape),
                            "[num_pages, page_size, kv_lora_rank + rope_dim]")
     rope_dim = kv_cache.shape[2] - kv_lora_rank
     if rope_dim < 1:
-        raise _shape_error(
+        raise shape_error(
             "kv_cache", list(kv_cache.shape),
             f"last dim kv_lora_rank + rope_dim > {kv_lora_rank} (the buffer was "
             f"reserved for kv_lora_rank={kv_lora_rank})")
     if q_nope.ndim != 3:
-        raise _shape_error("q", list(q_nope.shape), "[B, H, kv_lora_rank + rope_dim]")
+        raise shape_error("q", list(q_nope.shape), "[B, H, kv_lora_rank + rope_dim]")
     batch, heads = q_nope.shape[:2]
     if q_pe is None:
         if q_nope.shape[2] != kv_lora_rank + rope_dim:
-            raise _shape_error(
+            raise shape_error(
                 "q", list(q_nope.shape),
                 f"[B, H, {kv_lora_rank + rope_dim}] to match kv_cache {list(kv_cache.shape)}")
     else:
         if q_nope.shape[2] != kv_lora_rank:
-            raise _shape_error("q_nope", list(q_nope.shape), f"[B, H, {kv_lora_rank}]")
+            raise shape_error("q_nope", list(q_nope.shape), f"[B, H, {kv_lora_rank}]")
         if q_pe.shape != (batch, heads, rope_dim):
-            raise _shape_error("q_pe", list(q_pe.shape), f"{[batch, heads, rope_dim]} "
+            raise shape_error("q_pe", list(q_pe.shape), f"{[batch, heads, rope_dim]} "
                                f"(q_nope is {list(q_nope.shape)})")
         if q_pe.dtype != q_nope.dtype:
-            raise _shape_error("q_pe dtype", q_pe.dtype, f"q_nope's {q_nope.dtype}")
+            raise shape_error("q_pe dtype", q_pe.dtype, f"q_nope's {q_nope.dtype}")
     if q_nope.dtype not in QUERY_DTYPES:
-        raise _shape_error("q dtype", q_nope.dtype, "bfloat16, float16 or float32")
+        raise shape_error("q dtype", q_nope.dtype, "bfloat16, float16 or float32")
     if kv_cache.dtype not in (q_nope.dtype, FP8_KV_DTYPE):
-        raise _shape_error("kv_cache dtype", kv_cache.dtype,
+        raise shape_error("kv_cache dtype", kv_cache.dtype,
                            f"q's dtype {q_nope.dtype} or float8_e4m3fn (with k_scale)")
-    if block_table.dtype != jnp.int32 or block_table.ndim != 2 or block_table.shape[0] != batch:
-        raise _shape_error("block_table", f"{block_table.dtype}{list(block_table.shape)}",
-                           f"int32 [{batch}, pages_per_seq]")
-    if seq_lens.dtype != jnp.int32 or seq_lens.shape != (batch,):
-        raise _shape_error("seq_lens", f"{seq_lens.dtype}{list(seq_lens.shape)}",
-                           f"int32 [{batch}]")
+    check_block_table(block_table, batch)
+    check_row_vector("seq_lens", seq_lens, batch)
     if batch > rows:
         raise ValueError(f"q: batch {batch} exceeds the logits buffer's {rows} rows "
                          f"(buffer {list(logits_buffer.shape)}); reserve with "

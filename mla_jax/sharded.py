@@ -35,6 +35,7 @@ from jax.sharding import PartitionSpec as P
 
 from mla_jax.buffers import LOGITS_DTYPE, gpu_sm_count, logits_buffer_shape
 from mla_jax.cache import append_latent
+from mla_jax.checks import check_positive
 from mla_jax.decode import Backend, mla_decode, resolve_backend, split_max_seq_len
 from mla_jax.splits import Policy, reserved_splits
 
@@ -104,10 +105,8 @@ def reserve_sharded_logits_buffer(
       a ``NamedSharding`` on ``axis`` (heads: dim 1; batch: dim 0).
     """
     n = _axis_size(mesh, axis, scheme)
-    for name, value in (("max_num_seqs", max_num_seqs), ("num_heads", num_heads),
-                        ("max_model_len", max_model_len), ("kv_lora_rank", kv_lora_rank)):
-        if not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    check_positive(max_num_seqs=max_num_seqs, num_heads=num_heads, max_model_len=max_model_len,
+                   kv_lora_rank=kv_lora_rank)
     if scheme == "heads":
         _check_divisible(scheme, axis, n, num_heads=(num_heads, "heads"))
     else:
