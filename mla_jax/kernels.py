@@ -87,16 +87,22 @@ def mla_decode_stage1(
     m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_H], tl.float32)
     acc = tl.zeros([BLOCK_H, LORA], tl.float32)
+    # The next block's page indices are loaded one iteration ahead, by hand: a latent
+    # load whose address comes from a load of the same iteration is an indirect load,
+    # which Triton's pipeliner buffers one stage shallower (no overlap at 2 stages).
+    bt_row = block_table_ptr + row * stride_bt_b
+    tokens = start + tl.arange(0, BLOCK_N)
+    pages = tl.load(bt_row + tokens // PAGE_SIZE, mask=tokens < end, other=0)
     for n0 in range(start, end, BLOCK_N):
         tokens = n0 + tl.arange(0, BLOCK_N)
         tok_mask = tokens < end
-        pages = tl.load(block_table_ptr + row * stride_bt_b + tokens // PAGE_SIZE,
-                        mask=tok_mask, other=0)
         row_off = pages.to(tl.int64) * stride_kv_page + (tokens % PAGE_SIZE) * stride_kv_row
         kv_c = tl.load(kv_ptr + row_off[:, None] + d_lora[None, :],
                        mask=tok_mask[:, None], other=0.0).to(q_nope.dtype)
         k_pe = tl.load(kv_ptr + row_off[:, None] + LORA + d_rope[None, :],
                        mask=tok_mask[:, None], other=0.0).to(q_nope.dtype)
+        next_tokens = tokens + BLOCK_N
+        pages = tl.load(bt_row + next_tokens // PAGE_SIZE, mask=next_tokens < end, other=0)
         qk = tl.dot(q_nope, tl.trans(kv_c), input_precision=DOT_PRECISION)
         qk = tl.dot(q_pe, tl.trans(k_pe), acc=qk, input_precision=DOT_PRECISION)
         qk = tl.where(tok_mask[None, :], qk * qk_scale, float("-inf"))

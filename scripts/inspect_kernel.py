@@ -1,0 +1,88 @@
+"""What Triton 3.6 makes of stage 1 for sm_90, read on the CPU (no GPU needed).
+
+For each configuration: registers, spills, shared memory, and counts of the
+instructions that matter (warpgroup MMA, mma.sync, cp.async / TMA loads, plain
+global loads) in the PTX, and whether the TTGIR pipelines the latent loads.
+    scripts/dev python scripts/inspect_kernel.py --heads 128 --block-n 64 --warps 8
+"""
+
+import argparse
+import os
+import re
+import subprocess
+import tempfile
+
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+from mla_jax import kernels
+
+
+def compile_stage1(heads, page, dtype, kv_dtype, config):
+    stage1, _ = kernels.launch_params(
+        batch=128, num_heads=heads, page_size=page, kv_lora_rank=512, rope_dim=64, scale=0.1,
+        grid_splits=4, q_nope_strides=(heads * 576, 576, 1), q_pe_strides=(heads * 576, 576, 1),
+        qp_offset=512, kv_strides=(page * 576, 576, 1), block_table_strides=(256, 1),
+        buffer_strides=(heads * 4 * 513, 4 * 513, 513, 1), float32_inputs=False, config=config)
+    sig = {"q_nope_ptr": f"*{dtype}", "q_pe_ptr": f"*{dtype}", "kv_ptr": f"*{kv_dtype}",
+           "block_table_ptr": "*i32", "seq_lens_ptr": "*i32", "num_splits_ptr": "*i32",
+           "kv_scale_ptr": "*fp32", "buf_in_ptr": "*fp32", "buf_ptr": "*fp32"}
+    consts = stage1["constexprs"]
+    sig.update({k: "constexpr" for k in consts})
+    # jax-triton marks every array argument 16-byte aligned; without that hint Triton
+    # cannot vectorise or pipeline (cp.async) the loads.
+    aligned = {(i,): [["tt.divisibility", 16]] for i, t in enumerate(sig.values()) if t[0] == "*"}
+    src = ASTSource(fn=kernels.mla_decode_stage1, signature=sig, constexprs=consts, attrs=aligned)
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={
+        "num_warps": stage1["num_warps"], "num_stages": stage1["num_stages"]})
+
+
+def ptxas_usage(ptx):
+    """Registers and spill bytes, from Triton's bundled ptxas -v."""
+    ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "k.ptx")
+        with open(path, "w") as f:
+            f.write(ptx)
+        log = subprocess.run([ptxas, "-v", "--gpu-name", "sm_90a", path, "-o", path + ".o"],
+                             capture_output=True, text=True, check=True).stderr
+    regs = re.search(r"Used (\d+) registers", log).group(1)
+    spills = re.search(r"(\d+) bytes spill stores", log).group(1)
+    return regs, spills
+
+
+def report(compiled):
+    ptx, ttgir = compiled.asm["ptx"], compiled.asm["ttgir"]
+    count = lambda pat, text: len(re.findall(pat, text))  # noqa: E731
+    regs, spills = ptxas_usage(ptx)
+    return (f"regs={regs} spill_stores={spills}B smem={compiled.metadata.shared} "
+            f"wgmma={count(r'wgmma.mma_async', ptx)} mma.sync={count(r'mma.sync', ptx)} "
+            f"cp.async={count(r'cp.async.cg|cp.async.ca', ptx)} tma={count(r'cp.async.bulk', ptx)} "
+            f"ld.global={count(r'ld.global', ptx)} "
+            f"ttgir_async_copy={count(r'async_copy_global_to_local', ttgir)}")
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--heads", type=int, default=128)
+    p.add_argument("--page", type=int, default=64)
+    p.add_argument("--dtype", default="bf16")
+    p.add_argument("--kv-dtype", default=None)
+    p.add_argument("--block-h", type=int)
+    p.add_argument("--block-n", type=int)
+    p.add_argument("--warps", type=int)
+    p.add_argument("--stages", type=int)
+    p.add_argument("--dump", help="write the TTGIR to this file")
+    a = p.parse_args()
+    config = {k: v for k, v in dict(BLOCK_H=a.block_h, BLOCK_N=a.block_n, num_warps=a.warps,
+                                    num_stages=a.stages).items() if v is not None}
+    compiled = compile_stage1(a.heads, a.page, a.dtype, a.kv_dtype or a.dtype, config)
+    print(kernels.stage1_config(a.heads) | config, report(compiled))
+    if a.dump:
+        with open(a.dump, "w") as f:
+            f.write(compiled.asm["ttgir"])
+
+
+if __name__ == "__main__":
+    main()
