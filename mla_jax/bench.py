@@ -510,9 +510,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--bytes-budget-gib", type=float,
                    help="skip the XLA paths where their temporaries would exceed this "
                         "(default: a quarter of the GPU's memory, else 16)")
-    p.add_argument("--report-only", type=Path, metavar="RESULTS_JSON",
-                   help="measure nothing: copy a results.json into --out and render its "
-                        "plots and markdown page there")
+    p.add_argument("--report-only", type=Path, nargs="+", metavar="RESULTS_JSON",
+                   help="measure nothing: copy a results.json (or merge those of a sweep "
+                        "run in parts) into --out and render its plots and markdown page")
     return p
 
 
@@ -551,7 +551,8 @@ def write_outputs(results: dict, out_dir: Path, markdown: Path | None) -> Path:
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     if args.report_only:
-        results = json.loads(args.report_only.read_text())
+        results = bench_report.merge_results(
+            [json.loads(path.read_text()) for path in args.report_only])
         page = write_outputs(results, args.out, args.markdown)
         print(bench_report.summary_table(results))
         print(f"wrote {args.out / 'results.json'}, {len(results['plots'])} plots and {page}")

@@ -80,6 +80,32 @@ def _table(header: list[str], rows: Iterable[list[str]]) -> list[str]:
     return lines + ["| " + " | ".join(row) + " |" for row in rows]
 
 
+def merge_results(parts: list[dict]) -> dict:
+    """One results dict from sweeps run in parts (say, one device call per batch range).
+
+    Shapes are concatenated in (B, H, L) order; a shape measured twice is an error.
+    The first part's header stays; each part's ceilings and elapsed time are kept
+    under ``"parts"``, since every shape's floor was taken from its own part's ceilings.
+    """
+    if len(parts) == 1:
+        return parts[0]
+    seen, shapes = set(), []
+    for part in parts:
+        for shape in part["shapes"]:
+            key = (shape["B"], shape["H"], shape["L"])
+            if key in seen:
+                raise ValueError(f"shape B={key[0]} H={key[1]} L={key[2]} is in two parts; "
+                                 "merge sweeps over disjoint shapes")
+            seen.add(key)
+            shapes.append(shape)
+    merged = {k: v for k, v in parts[0].items() if k not in ("shapes", "elapsed_s", "plots")}
+    merged["shapes"] = sorted(shapes, key=lambda s: (s["B"], s["H"], s["L"]))
+    merged["parts"] = [{"ceilings": p["ceilings"], "elapsed_s": p.get("elapsed_s"),
+                        "shapes": len(p["shapes"])} for p in parts]
+    merged["elapsed_s"] = sum(p.get("elapsed_s") or 0.0 for p in parts)
+    return merged
+
+
 def render_markdown(results: dict, image_dir: str = "") -> str:
     """The benchmark page: setup, ceilings, tables, skips and plots, from ``results``.
 

@@ -27,6 +27,9 @@ from mla_jax.tiling import head_tile
 _LOG2E = tl.constexpr(1.4426950408889634)
 _LN2 = tl.constexpr(0.6931471805599453)
 RESCALE_THRESHOLD = tl.constexpr(8.0)
+# (row, head tile) pairs up to which wide-tile stage 1 takes short, deep-pipelined
+# blocks: 32 measured faster (B=16, H=128), 256 slower (B=128, H=128).
+SMALL_BATCH_TILES = 64
 
 
 @triton.jit
@@ -163,21 +166,23 @@ def mla_decode_stage2(
     tl.store(lse_ptr + row * NUM_HEADS + head, tl.where(nonempty, m + tl.log(l), float("-inf")))
 
 
-def stage1_config(num_heads: int) -> dict[str, int]:
-    """Tile sizes and launch options of stage 1 for ``num_heads`` query heads.
+def stage1_config(num_heads: int, batch: int) -> dict[str, int]:
+    """Tile sizes and launch options of stage 1 for ``batch`` rows of ``num_heads`` heads.
 
     Heads are grouped (``tiling.head_tile``) so each latent tile loaded serves many
-    heads; 64-head tiles reach Hopper's warpgroup MMA.
+    heads; 64-head tiles reach Hopper's warpgroup MMA. Measured on the H200
+    (docs/perf_notes.md, run 7): 16-head tiles take 32-token blocks, 4 warps and 3
+    stages (the latent tiles double-buffered). 64-head tiles need 8 warps for their
+    64 x 512 accumulator; with many (row, tile) pairs, 64-token blocks at 2 stages
+    (less softmax overhead per token) win, with few (short splits, many of them)
+    32-token blocks at 4 stages do.
     """
     block_h = head_tile(num_heads)
-    # Measured on the H200 (docs/perf_notes.md): 16-head tiles 32 tokens a block and
-    # 4 warps; 64-head tiles 64 tokens and 8 warps (their 64 x 512 accumulator).
-    return {
-        "BLOCK_H": block_h,
-        "BLOCK_N": 32 if block_h <= 16 else 64,
-        "num_warps": 4 if block_h <= 16 else 8,
-        "num_stages": 2,
-    }
+    if block_h <= 16:
+        return {"BLOCK_H": block_h, "BLOCK_N": 32, "num_warps": 4, "num_stages": 3}
+    if batch * triton.cdiv(num_heads, block_h) <= SMALL_BATCH_TILES:
+        return {"BLOCK_H": block_h, "BLOCK_N": 32, "num_warps": 8, "num_stages": 4}
+    return {"BLOCK_H": block_h, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2}
 
 
 def launch_params(
@@ -205,7 +210,7 @@ def launch_params(
     from these, so they cannot disagree. ``float32_inputs`` keeps float32 dots
     exact (no TF32); ``config`` overrides entries of ``stage1_config`` (for tuning).
     """
-    cfg = stage1_config(num_heads) | (config or {})
+    cfg = stage1_config(num_heads, batch) | (config or {})
     buf = {"stride_buf_b": buffer_strides[0], "stride_buf_h": buffer_strides[1],
            "stride_buf_s": buffer_strides[2]}
     stage1 = {

@@ -78,7 +78,7 @@ def main():
     config = {k: v for k, v in dict(BLOCK_H=a.block_h, BLOCK_N=a.block_n, num_warps=a.warps,
                                     num_stages=a.stages).items() if v is not None}
     compiled = compile_stage1(a.heads, a.page, a.dtype, a.kv_dtype or a.dtype, config)
-    print(kernels.stage1_config(a.heads) | config, report(compiled))
+    print(kernels.stage1_config(a.heads, 128) | config, report(compiled))
     if a.dump:
         with open(a.dump, "w") as f:
             f.write(compiled.asm["ttgir"])

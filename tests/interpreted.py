@@ -33,11 +33,12 @@ def _interpret() -> None:
 
 def run(q: np.ndarray, kv_cache: np.ndarray, block_table: np.ndarray, seq_lens: np.ndarray,
         buffer: np.ndarray, *, scale: float, num_splits: int, grid_splits: int | None = None,
-        kv_scale: float = 1.0):
+        kv_scale: float = 1.0, config: dict | None = None):
     """Both stages on numpy inputs (in a pool worker); returns numpy ``(out, lse, buffer)``.
 
     ``q`` is ``[B, H, lora + rope]``; ``buffer`` float32 ``[rows, H, splits, lora + 1]``
     keeps its contents where the kernel does not write. Outputs start as NaN.
+    ``config`` overrides the stage-1 configuration ``kernels.stage1_config`` picks.
     """
     import torch
 
@@ -62,7 +63,7 @@ def run(q: np.ndarray, kv_cache: np.ndarray, block_table: np.ndarray, seq_lens: 
         rope_dim=q.shape[2] - lora, scale=scale, grid_splits=grid_splits or num_splits,
         q_nope_strides=q_t.stride(), q_pe_strides=q_t.stride(), qp_offset=lora,
         kv_strides=kv_t.stride(), block_table_strides=bt_t.stride(),
-        buffer_strides=buf_t.stride(), float32_inputs=q.dtype == np.float32)
+        buffer_strides=buf_t.stride(), float32_inputs=q.dtype == np.float32, config=config)
     kernels.mla_decode_stage1[stage1["grid"]](
         q_t, q_t, kv_t, bt_t, sl_t, ns_t, scale_t, buf_t, buf_t, **stage1["constexprs"])
     kernels.mla_decode_stage2[stage2["grid"]](

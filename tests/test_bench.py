@@ -61,6 +61,24 @@ def test_report_only_rerenders_into_out(dry_run, tmp_path, capsys):
     assert "B    H      L" in capsys.readouterr().out
 
 
+def test_report_only_merges_a_sweep_run_in_parts(dry_run, tmp_path):
+    whole = json.loads((dry_run / "benchmarks" / "results.json").read_text())
+    shapes = whole["shapes"]
+    assert len(shapes) >= 2
+    first, second = tmp_path / "a.json", tmp_path / "b.json"
+    first.write_text(json.dumps({**whole, "shapes": shapes[1:], "elapsed_s": 2.0}))
+    second.write_text(json.dumps({**whole, "shapes": shapes[:1], "elapsed_s": 3.0}))
+    out = tmp_path / "merged"
+    assert bench.main(["--report-only", str(first), str(second), "--out", str(out)]) == 0
+    merged = json.loads((out / "results.json").read_text())
+    key = lambda s: (s["B"], s["H"], s["L"])  # noqa: E731
+    assert [key(s) for s in merged["shapes"]] == sorted(key(s) for s in shapes)
+    assert merged["elapsed_s"] == 5.0 and [p["shapes"] for p in merged["parts"]] == [
+        len(shapes) - 1, 1]
+    with pytest.raises(ValueError, match="in two parts"):
+        bench_report.merge_results([whole, whole])
+
+
 def test_floor_and_metrics_by_hand():
     # B=128, H=16, L=16384: 128*16384*576*2 = 2_415_919_104 bytes, bandwidth-bound.
     nbytes = bench_report.kv_bytes(128, 16384)

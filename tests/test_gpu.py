@@ -7,6 +7,7 @@ import pytest
 
 import mla_jax
 from cases import DEEPSEEK, TINY, edge_lengths, random_case
+from mla_jax import kernels
 from mla_jax.decode import _decode_step
 from mla_jax.reference import mla_decode_reference_np
 
@@ -50,6 +51,19 @@ def test_triton_matches_reference(dtype, dims, heads, page_size, max_seq_len):
                                           backend="triton")
     assert out.dtype == dtype and out.shape == (len(lens), heads, dims[0])
     assert_close(out, lse, rounded, dtype)
+
+
+@pytest.mark.parametrize("heads", [16, 128])
+def test_triton_large_batch_configuration(heads):
+    """Enough rows that stage 1 takes its large-batch configuration (kernels.stage1_config)."""
+    rng = np.random.default_rng()
+    batch = kernels.SMALL_BATCH_TILES + 8
+    case = random_case(rng, batch=batch, heads=heads, dims=DEEPSEEK, page_size=64,
+                       pages_per_seq=24, seq_lens=rng.integers(0, 24 * 64 + 1, batch))
+    args, rounded = on_device(case, jnp.bfloat16)
+    buffer = mla_jax.reserve_logits_buffer(batch, heads, 24 * 64)
+    out, lse, _ = mla_jax.mla_decode(*args, buffer, scale=case.scale, backend="triton")
+    assert_close(out, lse, rounded, jnp.bfloat16)
 
 
 def test_query_pair_equals_concatenated_query():

@@ -5,6 +5,7 @@ import pytest
 
 from cases import DEEPSEEK, TINY, edge_lengths, random_case, tolerance
 from interpreted import interpreter_pool, run
+from mla_jax import kernels
 from mla_jax.reference import mla_decode_reference_np
 
 POISON = np.nan
@@ -17,13 +18,13 @@ def pool():
         yield p
 
 
-def check(pool, case, *, num_splits, grid_splits, buffer_rows, dtype):
+def check(pool, case, *, num_splits, grid_splits, buffer_rows, dtype, config=None):
     heads = case.q.shape[1]
     buffer = np.full((buffer_rows, heads, grid_splits + 1, case.kv_lora_rank + 1), POISON,
                      np.float32)
     out, lse, buf = pool.apply(run, (case.q, case.kv_cache, case.block_table, case.seq_lens,
                                      buffer), dict(scale=case.scale, num_splits=num_splits,
-                                                   grid_splits=grid_splits))
+                                                   grid_splits=grid_splits, config=config))
     ref_out, ref_lse = mla_decode_reference_np(case.q, case.kv_cache, case.block_table,
                                                case.seq_lens, scale=case.scale,
                                                kv_lora_rank=case.kv_lora_rank)
@@ -53,11 +54,14 @@ def test_tiny_dims_edge_lengths(pool, dtype, page_size):
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
 @pytest.mark.parametrize("heads", [16, 128])
-def test_deepseek_dims(pool, dtype, heads):
+@pytest.mark.parametrize("regime", ["small batch", "large batch"])
+def test_deepseek_dims(pool, dtype, heads, regime):
+    """Each stage-1 configuration ``stage1_config`` picks (it depends on the batch)."""
     rng = np.random.default_rng()
     case = random_case(rng, batch=3, heads=heads, dims=DEEPSEEK, page_size=64, pages_per_seq=20,
                        dtype=dtype, seq_lens=[0, int(rng.integers(1, 1280)), 1280])
-    check(pool, case, num_splits=2, grid_splits=2, buffer_rows=4, dtype=dtype)
+    config = kernels.stage1_config(heads, batch=1 if regime == "small batch" else 4096)
+    check(pool, case, num_splits=2, grid_splits=2, buffer_rows=4, dtype=dtype, config=config)
 
 
 def test_random_batches(pool):

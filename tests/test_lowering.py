@@ -55,8 +55,9 @@ def kernel_calls(text):
 
 @pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
 @pytest.mark.parametrize("heads", [16, 128])
-def test_both_kernels_compile_for_sm90_and_buffer_is_aliased(dtype, heads):
-    text = lowered_text(dtype, heads=heads, max_seq_len=4096)
+@pytest.mark.parametrize("batch", [4, 40])  # both of stage1_config's regimes at H=128
+def test_both_kernels_compile_for_sm90_and_buffer_is_aliased(dtype, heads, batch):
+    text = lowered_text(dtype, heads=heads, max_seq_len=4096, batch=batch, rows=batch + 4)
     calls = kernel_calls(text)
     assert [name for *_, name in calls] == ["mla_decode_stage1", "mla_decode_stage2"]
     operands, aliases, _ = calls[0]
@@ -66,7 +67,8 @@ def test_both_kernels_compile_for_sm90_and_buffer_is_aliased(dtype, heads):
     assert aliases == [7]
     assert calls[1][1] == []  # stage 2's outputs are fresh
     main = next(l for l in text.splitlines() if "func.func public @main" in l)
-    assert re.search(r"%arg4: tensor<8x\d+x16x513xf32> \{[^}]*tf.aliasing_output = 2", main)
+    assert re.search(rf"%arg4: tensor<{batch + 4}x\d+x16x513xf32> \{{[^}}]*tf.aliasing_output = 2",
+                     main)
 
 
 def test_runtime_split_count_and_query_pair_lower():
