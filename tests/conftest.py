@@ -7,6 +7,14 @@ import pytest
 sys.path.insert(0, os.path.dirname(__file__))  # the shared helpers: cases, interpreted
 
 
+def pytest_configure(config):
+    import jax
+
+    # The tests compare against exact references: float32 matmuls in full precision on
+    # every device (XLA:GPU's default is TF32, ~1e-3 relative).
+    jax.config.update("jax_default_matmul_precision", "highest")
+
+
 def has_gpu() -> bool:
     import jax
 

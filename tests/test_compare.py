@@ -73,11 +73,18 @@ def test_json_output_parses(capsys):
 def test_other_ground_truth_and_bad_ones(capsys):
     report = cmp.compare(problem(seed=3), ground_truth="torch-split-kv")
     assert report.passed and by_path(report)["numpy-f64"].passed
-    with pytest.raises(ValueError, match="jax-triton gave no result"):
-        cmp.compare(problem(), ground_truth="jax-triton")
+    if jax.default_backend() == "gpu":  # the triton path runs there
+        assert cmp.compare(problem(), ground_truth="jax-triton").passed
+    else:
+        with pytest.raises(ValueError, match="jax-triton gave no result"):
+            cmp.compare(problem(), ground_truth="jax-triton")
     with pytest.raises(ValueError, match="ground_truth must be one of"):
         cmp.compare(problem(), ground_truth="nope")
-    assert cmp.main([*SMALL, "--ground-truth", "vllm"]) == 2
+    # vLLM's kernel gives a result only where its file is carried and torch sees a GPU.
+    import torch
+
+    vllm_runs = torch.cuda.is_available() and vllm_kernel.load() is not None
+    assert cmp.main([*SMALL, "--ground-truth", "vllm"]) == (0 if vllm_runs else 2)
 
 
 def test_vllm_path_dry_run_scores_non_empty_rows():
