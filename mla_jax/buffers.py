@@ -50,7 +50,7 @@ def reserve_logits_buffer(
     kv_lora_rank: int = 512,
     sm_count: int | None = None,
     device: jax.Device | jax.sharding.Sharding | None = None,
-    policy: Policy = "vllm",
+    policy: Policy = "occupancy",
 ) -> jax.Array:
     """Reserves the float32 logits buffer for the worst case, once.
 

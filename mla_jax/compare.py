@@ -102,12 +102,14 @@ def _jax_decode(backend: str) -> Callable[..., PathOutput]:
         if backend == "triton" and jax.default_backend() != "gpu":
             raise Unavailable("needs a CUDA GPU")
         batch, heads, _ = p.q.shape
+        # vLLM's split rule, so every split-KV path here splits alike.
         buf = reserve_logits_buffer(batch, heads, max(1, p.max_seq_len),
-                                    kv_lora_rank=p.kv_lora_rank, sm_count=sm_count)
+                                    kv_lora_rank=p.kv_lora_rank, sm_count=sm_count,
+                                    policy="vllm")
         try:
             out, lse, _ = mla_decode(pj.q, pj.kv_cache, pj.block_table, pj.seq_lens, buf,
                                      scale=scale, max_seq_len=p.max_seq_len,
-                                     sm_count=sm_count, backend=backend)
+                                     sm_count=sm_count, policy="vllm", backend=backend)
         except ImportError as e:  # jax-triton missing on a GPU machine
             raise Unavailable(str(e)) from e
         return PathOutput(np.asarray(out), np.asarray(lse), num_kv_splits(p.max_seq_len, sm_count))

@@ -95,6 +95,13 @@ def resolve_backend(backend: Backend, compute_capability: int | None) -> str:
     return "triton" if compute_capability is not None or jax.default_backend() == "gpu" else "xla"
 
 
+def _platform(x: jax.Array) -> str:
+    """The platform ``x`` lives on; under a trace, the default backend's."""
+    if isinstance(x, jax.core.Tracer):
+        return jax.default_backend()
+    return next(iter(x.devices())).platform
+
+
 @functools.partial(
     jax.jit,
     static_argnames=("scale", "static_max_seq_len", "sm_count", "policy", "batch_invariant",
@@ -161,7 +168,7 @@ def mla_decode(
     scale: float,
     max_seq_len: int | jax.Array | None = None,
     sm_count: int | None = None,
-    policy: Policy = "vllm",
+    policy: Policy = "occupancy",
     batch_invariant: bool = False,
     k_scale: float | jax.Array | None = None,
     backend: Backend = "auto",
@@ -188,12 +195,15 @@ def mla_decode(
         computes it at run time, so one executable serves every length.
       sm_count: the multiprocessor count the split rule caps at; ``None`` reads the
         GPU's. Use the value the buffer was reserved with.
-      policy: the split rule (``mla_jax.splits.kv_splits``): ``"vllm"`` (vLLM's
-        counts, for bitwise comparisons with its kernel) or ``"occupancy"``
-        (batch-aware). Use the policy the buffer was reserved with.
+      policy: the split rule (``mla_jax.splits.kv_splits``): ``"occupancy"`` (the
+        default, batch-aware: faster than vLLM's rule at 30 of 34 shapes of the H200
+        sweep, docs/benchmarks.md) or ``"vllm"`` (vLLM's counts, for split-for-split
+        comparisons with its kernel). Use the policy the buffer was reserved with.
       batch_invariant: vLLM's ``VLLM_BATCH_INVARIANT``: one split (``policy`` and
         ``max_seq_len`` then only matter for the reservation), so a row's output is
-        bitwise the same whatever its batch mates, batch size or position.
+        bitwise the same whatever its batch mates, batch size or position. Holds for
+        the triton backend and for the xla backend on the CPU; the xla backend on a
+        GPU raises ValueError (XLA:GPU's dots are not batch-invariant).
       k_scale: the cache's float32 dequantisation scale (a Python float or a scalar
         array), used for the key and the value roles alike, as vLLM does; required
         for an fp8 cache (``mla_jax.cache.quantize_fp8``), 1 by default otherwise.
@@ -218,10 +228,16 @@ def mla_decode(
     if sm_count is None:
         sm_count = gpu_sm_count()
     static, dynamic = split_max_seq_len(max_seq_len)
+    backend = resolve_backend(backend, compute_capability)
+    if batch_invariant and backend == "xla" and _platform(q_nope) == "gpu":
+        # Measured on the H200 (docs/gpu/2026-11-29-run11-x2-pytest-fixed.log): rows differ.
+        raise ValueError(
+            "batch_invariant=True with backend='xla' on a GPU: XLA:GPU chooses its dot "
+            "algorithms by shape, so rows are not bitwise independent of the batch there; "
+            "use backend='triton' (or 'auto') on a GPU, or run the xla backend on the CPU")
     return _decode_step(
         q_nope, q_pe, kv_cache, block_table, seq_lens, logits_buffer, dynamic, k_scale,
         scale=float(scale), static_max_seq_len=static, sm_count=sm_count, policy=policy,
-        batch_invariant=bool(batch_invariant),
-        backend=resolve_backend(backend, compute_capability),
+        batch_invariant=bool(batch_invariant), backend=backend,
         compute_capability=compute_capability)
 

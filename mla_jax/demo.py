@@ -1,9 +1,10 @@
 """``python -m mla_jax demo``: a multi-layer decode loop, and the facts about its buffer.
 
-Ragged prompts (the longest 1000 tokens by default) are decoded by ``decode_loop``
+Ragged prompts (the longest 1100 tokens by default) are decoded by ``decode_loop``
 in equal chunks of scan steps with a progress line after each, so one executable
-serves every chunk while the longest sequence crosses a split-count boundary
-(1024 tokens: 1 -> 2 splits). The run is done twice from the same state: a warm-up
+serves every chunk while the longest sequence crosses a split-count boundary (the
+default occupancy policy at batch 4: 1152 tokens, 8 -> 16 splits; ``--policy vllm``
+crosses at 1024 tokens, 1 -> 2 splits, with ``--prompt-len 1000``). The run is done twice from the same state: a warm-up
 that compiles, then the timed one. Printed: steps/s, the logits buffer's size,
 whether the buffer and the caches kept their device addresses, the number of
 compilations, and the attention error on the final caches against the dense
@@ -29,7 +30,7 @@ from mla_jax.decode import mla_decode, resolve_backend
 from mla_jax.layer import PRESETS, MLAConfig, MLAParams, init_params
 from mla_jax.loop import DecodeState, decode_loop, init_decode_state
 from mla_jax.reference import mla_decode_reference
-from mla_jax.splits import num_kv_splits
+from mla_jax.splits import Policy, kv_splits
 
 # Progress lines per run; the steps are rounded up to equal chunks (one executable).
 MAX_CHUNKS = 4
@@ -55,9 +56,11 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--batch", type=_positive, default=4, help="default: 4")
     parser.add_argument("--steps", type=_positive, default=64,
                         help="decode steps per run (default: 64)")
-    parser.add_argument("--prompt-len", type=_positive, default=1000,
-                        help="the longest prompt (default: 1000); the others are ragged, "
+    parser.add_argument("--prompt-len", type=_positive, default=1100,
+                        help="the longest prompt (default: 1100); the others are ragged, "
                         "down to half of it")
+    parser.add_argument("--policy", choices=("occupancy", "vllm"), default="occupancy",
+                        help="the split rule (default: occupancy)")
     parser.add_argument("--page-size", type=_positive, default=16, help="default: 16")
     parser.add_argument("--dtype", choices=tuple(TOLERANCE),
                         default="bfloat16" if on_gpu else "float32",
@@ -112,28 +115,32 @@ def _next_input(outputs: jax.Array, eps: float) -> jax.Array:
 
 def decode_chunks(params: list[MLAParams], config: MLAConfig, x: jax.Array,
                   state: DecodeState, *, chunk: int, chunks: int, backend: str,
-                  sm_count: int, label: str) -> Run:
+                  sm_count: int, policy: Policy, label: str) -> Run:
     """``chunks`` calls of ``decode_loop`` of ``chunk`` steps each (one executable),
     a progress line after each; ``state`` is donated."""
+    def splits(length: int) -> int:  # what the step computes inside the graph
+        return kv_splits(policy, batch=x.shape[0], num_heads=config.num_heads,
+                         max_seq_len=length, sm_count=sm_count)
+
     longest = int(np.asarray(state.positions).max())
-    first_splits = num_kv_splits(longest + 1, sm_count)
+    first_splits = splits(longest + 1)
     width = len(str(chunk * chunks))
     start = time.perf_counter()
     for i in range(1, chunks + 1):
         outputs, state = decode_loop(params, config, x, state, chunk, backend=backend,
-                                     sm_count=sm_count)
+                                     sm_count=sm_count, policy=policy)
         x = _next_input(outputs, config.rms_norm_eps)
         longest = int(np.asarray(state.positions).max())  # waits for the chunk
         print(f"  {label} step {i * chunk:>{width}}/{chunk * chunks}  longest sequence "
-              f"{longest}  splits {num_kv_splits(longest, sm_count)}  "
+              f"{longest}  splits {splits(longest)}  "
               f"{time.perf_counter() - start:.2f} s", flush=True)
     seconds = time.perf_counter() - start
-    return Run(state, seconds, first_splits, num_kv_splits(longest, sm_count),
+    return Run(state, seconds, first_splits, splits(longest),
                bool(np.isfinite(np.asarray(outputs.astype(jnp.float32))).all()))
 
 
 def attention_error(state: DecodeState, config: MLAConfig, *, backend: str, sm_count: int,
-                    key: jax.Array) -> float:
+                    policy: Policy, key: jax.Array) -> float:
     """Largest ``||a - b|| / ||b||`` over layers of one ``mla_decode`` on each final cache
     (random query, ``seq_lens`` = the final positions) against the dense reference.
 
@@ -146,7 +153,7 @@ def attention_error(state: DecodeState, config: MLAConfig, *, backend: str, sm_c
     for cache in state.kv_caches:
         out, _, buffer = mla_decode(q, cache, state.block_table, state.positions, buffer,
                                     scale=config.softmax_scale, sm_count=sm_count,
-                                    backend=backend)
+                                    policy=policy, backend=backend)
         ref, _ = reference(q, cache, state.block_table, state.positions,
                            scale=config.softmax_scale, kv_lora_rank=config.kv_lora_rank)
         a, b = (np.asarray(v.astype(jnp.float32), np.float64) for v in (out, ref))
@@ -190,12 +197,12 @@ def main(argv: list[str] | None = None) -> int:
     params = [init_layer(config, k, dtype) for k in jax.random.split(keys[0], args.layers)]
     new_state = functools.partial(
         jax.jit(init_decode_state, static_argnums=tuple(range(5)),
-                static_argnames=("sm_count", "prompt_lens", "dtype")),
+                static_argnames=("sm_count", "prompt_lens", "dtype", "policy")),
         config, args.layers, args.batch, max_len, args.page_size, sm_count=sm_count,
-        key=keys[1], prompt_lens=tuple(prompts.tolist()), dtype=dtype)
+        key=keys[1], prompt_lens=tuple(prompts.tolist()), dtype=dtype, policy=args.policy)
     x = jax.random.normal(keys[2], (args.batch, config.hidden_size), dtype)
     decode = functools.partial(decode_chunks, params, config, x, chunk=chunk, chunks=chunks,
-                               backend=backend, sm_count=sm_count)
+                               backend=backend, sm_count=sm_count, policy=args.policy)
 
     device = jax.devices()[0]
     sm_note = "" if args.sm_count is not None or device.platform == "gpu" else (
@@ -204,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
           f"kv_lora_rank {config.kv_lora_rank} + rope {config.qk_rope_head_dim}), "
           f"{args.layers} layers, batch {args.batch}, {args.dtype}, page {args.page_size}")
     print(f"backend: {backend}  device: {device} ({device.device_kind})  "
-          f"sm_count: {sm_count}{sm_note}")
+          f"sm_count: {sm_count}{sm_note}  policy: {args.policy}")
     rounded = f" ({args.steps} asked, rounded up to equal chunks)" if steps != args.steps else ""
     print(f"prompts: {prompts.tolist()} tokens; {steps} steps{rounded} in {chunks} chunks "
           f"of {chunk}, run twice from the same state: a warm-up that compiles, then timed")
@@ -231,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"compilations: {compilations} (decode_loop, over both runs' {2 * chunks} calls)")
 
     error = attention_error(run.state, config, backend=backend, sm_count=sm_count,
-                               key=keys[3])
+                            policy=args.policy, key=keys[3])
     tolerance = TOLERANCE[args.dtype]
     passed = error <= tolerance and run.finite
     print(f"attention error: {error:.2e} max rel err over {args.layers} layers (mla_decode "

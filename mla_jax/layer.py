@@ -18,6 +18,7 @@ import jax.numpy as jnp
 
 from mla_jax.cache import append_latent
 from mla_jax.decode import Backend, mla_decode
+from mla_jax.splits import Policy
 
 
 @dataclasses.dataclass(frozen=True)
@@ -154,6 +155,7 @@ def mla_decode_layer(
     *,
     backend: Backend = "auto",
     sm_count: int | None = None,
+    policy: Policy = "occupancy",
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """One decode step of the absorbed MLA layer.
 
@@ -166,7 +168,8 @@ def mla_decode_layer(
         are already cached, and this step's row is appended at ``positions``.
       logits_buffer: from ``reserve_logits_buffer(..., kv_lora_rank=config.kv_lora_rank)``;
         donated by ``mla_decode`` when this runs outside ``jit``.
-      backend, sm_count: passed to ``mla_decode``.
+      backend, sm_count, policy: passed to ``mla_decode`` (the policy the buffer
+        was reserved with).
 
     Returns:
       ``y [B, hidden]`` in x's dtype, the cache with the new rows, the logits buffer.
@@ -180,7 +183,7 @@ def mla_decode_layer(
     out, _, logits_buffer = mla_decode(
         (q_latent.astype(kv_cache.dtype), q_pe.astype(kv_cache.dtype)), kv_cache,
         block_table, positions + 1, logits_buffer, scale=config.softmax_scale,
-        max_seq_len=None, sm_count=sm_count, backend=backend)
+        max_seq_len=None, sm_count=sm_count, policy=policy, backend=backend)
     v = jnp.einsum("bhc,chv->bhv", out.astype(x.dtype), params.w_uv)
     return jnp.einsum("bhv,hvd->bd", v, params.wo), kv_cache, logits_buffer
 

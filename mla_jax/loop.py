@@ -21,6 +21,7 @@ from mla_jax.buffers import reserve_logits_buffer
 from mla_jax.cache import new_block_table
 from mla_jax.decode import Backend
 from mla_jax.layer import MLAConfig, MLAParams, mla_decode_layer
+from mla_jax.splits import Policy
 
 
 class DecodeState(NamedTuple):
@@ -47,6 +48,7 @@ def init_decode_state(
     key: jax.Array,
     prompt_lens: Sequence[int] | np.ndarray,
     dtype: jnp.dtype = jnp.float32,
+    policy: Policy = "occupancy",
 ) -> DecodeState:
     """A state whose caches hold ``prompt_lens`` tokens of random latents.
 
@@ -58,6 +60,7 @@ def init_decode_state(
       max_len: capacity per sequence; the prompt plus every decoded token must fit.
       prompt_lens: ``[num_seqs]`` ints in ``[0, max_len)``.
       dtype: the caches' dtype (the attention dtype).
+      policy: the split rule the logits buffer is reserved for; decode with the same.
     """
     if not isinstance(num_layers, int) or num_layers < 1:
         raise ValueError(f"num_layers must be a positive int, got {num_layers!r}")
@@ -74,7 +77,7 @@ def init_decode_state(
         block_table=block_table,
         logits_buffer=reserve_logits_buffer(num_seqs, config.num_heads, max_len,
                                             kv_lora_rank=config.kv_lora_rank,
-                                            sm_count=sm_count),
+                                            sm_count=sm_count, policy=policy),
         positions=jnp.asarray(lens, jnp.int32),
     )
 
@@ -87,6 +90,7 @@ def decode_step(
     *,
     backend: Backend = "auto",
     sm_count: int | None = None,
+    policy: Policy = "occupancy",
 ) -> tuple[jax.Array, DecodeState]:
     """One token through every layer: ``h += mla_layer(rms(h))``.
 
@@ -103,13 +107,15 @@ def decode_step(
     for params, cache in zip(params_list, state.kv_caches):
         attn, cache, buffer = mla_decode_layer(
             params, config, _rms_normalise(h, config.rms_norm_eps), cache,
-            state.block_table, state.positions, buffer, backend=backend, sm_count=sm_count)
+            state.block_table, state.positions, buffer, backend=backend, sm_count=sm_count,
+            policy=policy)
         h = h + attn
         caches.append(cache)
     return h, DecodeState(tuple(caches), state.block_table, buffer, state.positions + 1)
 
 
-@functools.partial(jax.jit, static_argnames=("config", "num_steps", "backend", "sm_count"),
+@functools.partial(jax.jit,
+                   static_argnames=("config", "num_steps", "backend", "sm_count", "policy"),
                    donate_argnames=("state",))
 def decode_loop(
     params_list: Sequence[MLAParams],
@@ -120,6 +126,7 @@ def decode_loop(
     *,
     backend: Backend = "auto",
     sm_count: int | None = None,
+    policy: Policy = "occupancy",
 ) -> tuple[jax.Array, DecodeState]:
     """``num_steps`` decode steps in one ``lax.scan``; ``state`` is donated.
 
@@ -138,7 +145,7 @@ def decode_loop(
     def body(carry, _):
         x, state = carry
         y, state = decode_step(params_list, config, x, state, backend=backend,
-                               sm_count=sm_count)
+                               sm_count=sm_count, policy=policy)
         return (_rms_normalise(y, config.rms_norm_eps), state), y
 
     (_, state), outputs = lax.scan(body, (x0, state), length=num_steps)

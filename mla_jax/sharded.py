@@ -91,7 +91,7 @@ def reserve_sharded_logits_buffer(
     *,
     kv_lora_rank: int = 512,
     sm_count: int | None = None,
-    policy: Policy = "vllm",
+    policy: Policy = "occupancy",
 ) -> jax.Array:
     """The logits buffer for ``sharded_mla_decode``, reserved once and placed sharded.
 
@@ -174,7 +174,7 @@ def sharded_mla_decode(
     scale: float,
     max_seq_len: int | jax.Array | None = None,
     sm_count: int | None = None,
-    policy: Policy = "vllm",
+    policy: Policy = "occupancy",
     batch_invariant: bool = False,
     k_scale: float | jax.Array | None = None,
     backend: Backend = "auto",

@@ -28,10 +28,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from mla_jax.buffers import LOGITS_DTYPE, gpu_sm_count, logits_buffer_shape, reserve_logits_buffer
+from mla_jax.buffers import LOGITS_DTYPE, gpu_sm_count, reserve_logits_buffer
 from mla_jax.cache import new_paged_cache
 from mla_jax.decode import mla_decode
-from mla_jax.splits import num_kv_splits
+from mla_jax.splits import kv_splits
 
 GPU_SHAPES = dict(batches=(1, 64), heads=128, seq_len=4096, page_size=64, kv_lora_rank=512,
                   rope_dim=64, dtype="bfloat16", backend="triton")
@@ -91,12 +91,15 @@ def time_batch(batch: int, cfg: dict, *, sm_count: int, steps: int, repeats: int
                              key=key_kv)
     q = jax.random.normal(key_q, (batch, heads, lora + cfg["rope_dim"]), dtype)
     args = (q, kv, bt, jnp.full((batch,), seq_len, jnp.int32))
-    splits = num_kv_splits(seq_len, sm_count)
+    policy = "occupancy"
+    buf = reserve_logits_buffer(batch, heads, seq_len, kv_lora_rank=lora, sm_count=sm_count,
+                                policy=policy)
+    splits = kv_splits(policy, batch=batch, num_heads=heads, max_seq_len=seq_len,
+                       sm_count=sm_count)
+    # (b) allocates inside its step what (a) and (c) reserve once: the same shape.
     variants = make_variants(
-        logits_buffer_shape(batch, heads, splits, lora),
-        scale=(128 + cfg["rope_dim"]) ** -0.5, max_seq_len=seq_len, sm_count=sm_count,
-        backend=cfg["backend"])
-    buf = reserve_logits_buffer(batch, heads, seq_len, kv_lora_rank=lora, sm_count=sm_count)
+        buf.shape, scale=(128 + cfg["rope_dim"]) ** -0.5, max_seq_len=seq_len,
+        sm_count=sm_count, policy=policy, backend=cfg["backend"])
     kv_bytes = batch * seq_len * (lora + cfg["rope_dim"]) * dtype.itemsize
     rows, outs = [], {}
     for name, run in variants.items():

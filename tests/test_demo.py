@@ -11,11 +11,12 @@ import pytest
 
 from mla_jax import demo
 
-# Tiny and short; the longest prompt goes 1021 -> 1028 tokens, across 1024 (1 -> 2 splits).
+# Tiny and short; the longest prompt goes 1149 -> 1156 tokens, across 1152, where the
+# occupancy policy (at batch <= 4 of 4 heads) goes from 8 to 16 splits.
 SMALL = ["--backend", "xla", "--config", "tiny", "--layers", "1", "--steps", "8",
-         "--prompt-len", "1020", "--dtype", "float32"]
+         "--prompt-len", "1148", "--dtype", "float32"]
 FACTS = ("steps/s: ", "attention error: ", "pointer unchanged: yes", "compilations: 1 ",
-         "split count: 1 -> 2 ", "outputs finite: yes")
+         "split count: ", "one executable across it", "outputs finite: yes")
 
 
 def assert_facts(text: str) -> None:
@@ -28,8 +29,19 @@ def test_main_in_process(capsys):
     assert demo.main([*SMALL, "--batch", "3"]) == 0
     out = capsys.readouterr().out
     assert_facts(out)
-    assert "logits buffer: float32[3, 4, 2, 33]" in out  # reserved for 1028 tokens: 2 splits
+    assert "split count: 8 -> 16 " in out
+    # Reserved for 1156 tokens at batch 1: next_pow2(1156 // 128) = 16 splits.
+    assert "logits buffer: float32[3, 4, 16, 33]" in out
     assert out.count("timed step") == 4 and "timed step 8/8" in out
+
+
+def test_vllm_policy_crosses_at_1024(capsys):
+    """vLLM's rule: 1 split below 1024 tokens, 2 from there (1021 -> 1028 tokens)."""
+    args = [*SMALL, "--batch", "2", "--policy", "vllm", "--prompt-len", "1020"]
+    assert demo.main(args) == 0
+    out = capsys.readouterr().out
+    assert "split count: 1 -> 2 (one executable across it)" in out
+    assert "logits buffer: float32[2, 4, 2, 33]" in out
 
 
 def test_error_over_tolerance_exits_1(capsys, monkeypatch):

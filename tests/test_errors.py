@@ -53,9 +53,13 @@ def test_shape_and_dtype_errors(over, message):
 
 
 def test_max_seq_len_beyond_reservation_names_the_reservation_that_fits():
+    # vLLM's rule: the split count grows with the length alone (2048 -> 4, 4096 -> 8).
+    buf = mla_jax.reserve_logits_buffer(4, H, 2048, kv_lora_rank=LORA, sm_count=4,
+                                        policy="vllm")
     with pytest.raises(ValueError, match="needs 8 KV splits .* holds 4; reserve it with "
-                                         "max_model_len >= 4096"):
-        decode(max_seq_len=4096)
+                                         "max_model_len >= 4096 .*policy='vllm'"):
+        mla_jax.mla_decode(**inputs(logits_buffer=buf), scale=0.1, max_seq_len=4096,
+                           sm_count=4, policy="vllm", backend="xla")
 
 
 def test_unknown_backend():

@@ -74,7 +74,8 @@ def test_fp8_kernels_compile_for_sm90(dtype):
 
     def step(q, kv, bt, sl, buf, k_scale):
         return mla_jax.mla_decode(q, kv, bt, sl, buf, scale=0.1, max_seq_len=1024, sm_count=132,
-                                  k_scale=k_scale, backend="triton", compute_capability=90)
+                                  policy="vllm", k_scale=k_scale, backend="triton",
+                                  compute_capability=90)
 
     text = export.export(jax.jit(step, donate_argnums=4), platforms=["cuda"], disabled_checks=[
         export.DisabledSafetyCheck.custom_call("triton_kernel_call")])(*args).mlir_module()

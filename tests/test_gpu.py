@@ -86,9 +86,9 @@ def test_triton_and_xla_partials_agree():
     splits = mla_jax.num_kv_splits(2560, 132)
     bufs = {}
     for backend in ("triton", "xla"):
-        buf = mla_jax.reserve_logits_buffer(8, 16, 2560)
+        buf = mla_jax.reserve_logits_buffer(8, 16, 2560, policy="vllm")
         _, _, buf = mla_jax.mla_decode(*args, buf, scale=case.scale, max_seq_len=2560,
-                                       backend=backend)
+                                       policy="vllm", backend=backend)
         bufs[backend] = np.asarray(buf)
     for b, n in enumerate(case.seq_lens):
         per = -(-int(n) // splits)

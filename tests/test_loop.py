@@ -49,14 +49,15 @@ def test_one_compilation_across_split_counts():
     size_before = decode_loop._cache_size()
     for i, prompt_lens in enumerate([[1020, 700], [1100, 1530], [2555, 2000]]):
         state = init_decode_state(TINY, LAYERS, 2, max_len, PAGE, sm_count=SM,
-                                  key=jax.random.key(10 + i), prompt_lens=prompt_lens)
+                                  key=jax.random.key(10 + i), prompt_lens=prompt_lens,
+                                  policy="vllm")
         x0 = jax.random.normal(jax.random.key(20 + i), (2, TINY.hidden_size))
         histories = _dense(state)
         first, last = max(prompt_lens) + 1, max(prompt_lens) + STEPS
         assert num_kv_splits(first, SM) < num_kv_splits(last, SM)  # the scan crosses a boundary
 
         outputs, state = decode_loop(params_list, TINY, x0, state, STEPS, backend="xla",
-                                     sm_count=SM)
+                                     sm_count=SM, policy="vllm")
         want = _python_loop(params_list, x0, histories, np.asarray(prompt_lens, np.int32))
         assert outputs.shape == (STEPS, 2, TINY.hidden_size)
         for step in range(STEPS):

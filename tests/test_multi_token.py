@@ -77,7 +77,7 @@ def test_triton_path_lowers_for_cuda():
 
     def step(q, kv, bt, sl, buf):
         return mla_decode_tokens(q, kv, bt, sl, buf, scale=0.1, max_seq_len=1024, sm_count=132,
-                                 backend="triton", compute_capability=90)
+                                 policy="vllm", backend="triton", compute_capability=90)
 
     text = export.export(jax.jit(step, donate_argnums=4), platforms=["cuda"], disabled_checks=[
         export.DisabledSafetyCheck.custom_call("triton_kernel_call")])(*args).mlir_module()

@@ -361,8 +361,8 @@ def _check_errors():
             mesh, "x", "heads", zeros(8, 16, LORA + ROPE), zeros(8, PAGE, LORA + ROPE),
             zeros(8, 4, dtype=jnp.int32), zeros(8, dtype=jnp.int32),
             reserve_sharded_logits_buffer(mesh, "x", "heads", 8, 16, 512, kv_lora_rank=LORA,
-                                          sm_count=SM),
-            scale=0.1, max_seq_len=4096, sm_count=SM, backend="xla"),
+                                          sm_count=SM, policy="vllm"),
+            scale=0.1, max_seq_len=4096, sm_count=SM, policy="vllm", backend="xla"),
         "sm_count": lambda: reserve_sharded_logits_buffer(mesh, "x", "heads", 8, 16, 4096),
     }
     results = {}

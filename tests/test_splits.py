@@ -48,10 +48,15 @@ def test_reservation_covers_every_shorter_length(max_model_len, sm_count):
 
 
 def test_reserve_logits_buffer_shape_and_dtype():
-    buf = mla_jax.reserve_logits_buffer(8, 16, 16384, sm_count=132)
+    buf = mla_jax.reserve_logits_buffer(8, 16, 16384, sm_count=132, policy="vllm")
     assert buf.shape == (8, 16, 32, 513) and buf.dtype == jnp.float32
-    buf = mla_jax.reserve_logits_buffer(2, 4, 1 << 20, kv_lora_rank=32, sm_count=4)
+    buf = mla_jax.reserve_logits_buffer(2, 4, 1 << 20, kv_lora_rank=32, sm_count=4,
+                                        policy="vllm")
     assert buf.shape == (2, 4, 8, 33)
+    # The default, occupancy: batch 1 fills 2 * 132 programs with 16-head tiles, capped
+    # at 128 tokens a split: min(256, next_pow2(16384 // 128)) = 128 splits.
+    buf = mla_jax.reserve_logits_buffer(8, 16, 16384, sm_count=132)
+    assert buf.shape == (8, 16, 128, 513)
 
 
 def test_reserve_without_gpu_asks_for_sm_count():

@@ -78,11 +78,11 @@ def live_slots(seq_lens, k):
 def test_stage1_partials_match_jax_xla_buffer(dtype, rtol):
     p = make_problem(batch=len(LENGTHS), num_heads=16, seq_lens=LENGTHS, page_size=16,
                      dtype=dtype, seed=11)
-    buf = reserve_logits_buffer(8, 16, 4096, sm_count=SM_COUNT)
+    buf = reserve_logits_buffer(8, 16, 4096, sm_count=SM_COUNT, policy="vllm")
     _, _, buf = mla_decode(jnp.asarray(p.q), jnp.asarray(p.kv_cache),
                            jnp.asarray(p.block_table), jnp.asarray(p.seq_lens), buf,
                            scale=p.scale, max_seq_len=p.max_seq_len, sm_count=SM_COUNT,
-                           backend="xla")
+                           policy="vllm", backend="xla")
     k = num_kv_splits(p.max_seq_len, SM_COUNT)
     partials = split_kv_stage1(*torch_inputs(p), scale=p.scale, kv_lora_rank=p.kv_lora_rank,
                                num_kv_splits=k).numpy()

@@ -62,9 +62,10 @@ def test_partials_match_interpreted_kernels():
                        seq_lens=[0, 1, 600, 1700, 2400])
     splits = mla_jax.num_kv_splits(2400, SM)
     assert splits == 4
-    buffer = mla_jax.reserve_logits_buffer(8, 6, 8192, kv_lora_rank=TINY[0], sm_count=SM)
+    buffer = mla_jax.reserve_logits_buffer(8, 6, 8192, kv_lora_rank=TINY[0], sm_count=SM,
+                                           policy="vllm")
     poisoned = np.full(buffer.shape, np.nan, np.float32)
-    _, _, xla_buf = decode(case, buffer, max_seq_len=2400)
+    _, _, xla_buf = decode(case, buffer, max_seq_len=2400, policy="vllm")
     with interpreter_pool(1) as pool:
         _, _, kern_buf = pool.apply(run, (*case[:4], poisoned),
                                     dict(scale=case.scale, num_splits=splits))
