@@ -228,8 +228,8 @@ def measure_ceilings(*, dry_run: bool, repeats: int) -> dict:
     # w ~ N(0, 1/n) keeps x's scale, so the chained products stay finite.
     w = jax.random.normal(kw, (n, n), jnp.bfloat16) * jnp.bfloat16(n ** -0.5)
     matmul_ms = per_call_ms(lambda x: x @ w, jax.random.normal(kx, (n, n), jnp.bfloat16))
-    # What one iteration of a JAX timing loop costs with almost no work in it: where a
-    # JAX path's time comes near this, launches, not the GPU, set it.
+    # What one iteration of a rolled JAX loop costs with almost no work in it (the
+    # decode loops are unrolled, since a rolled GPU loop syncs with the host each trip).
     loop_step_ms = per_call_ms(lambda x: x + 1, jnp.zeros((1,), jnp.float32))
     return {"copy_bytes": copy_bytes, "copy_ms": copy_ms,
             "copy_tbps": copy_bytes / (copy_ms * 1e-3) / 1e12,

@@ -23,9 +23,9 @@ from pathlib import Path
 
 # Path keys in display order, and their labels.
 PATH_LABELS = {
-    "triton": "mla_jax triton",
-    "triton-occupancy": "mla_jax triton, occupancy splits",
-    "triton-fp8": "mla_jax triton, fp8 cache",
+    "triton": "mla_jax triton, vLLM's splits",
+    "triton-occupancy": "mla_jax triton, occupancy splits (default)",
+    "triton-fp8": "mla_jax triton, fp8 cache, vLLM's splits",
     "xla": "mla_jax xla",
     "dense": "JAX gather+einsum",
     "vllm": "vLLM triton",
@@ -123,16 +123,23 @@ def render_markdown(results: dict, image_dir: str = "") -> str:
         f"- Device: {machine.get('device', '?')} ({machine.get('sm_count', '?')} SMs); "
         + ", ".join(f"{k} {machine[k]}" for k in ("jax", "jax_triton", "triton", "torch")
                     if machine.get(k)) + f"; {machine.get('date', '')}",
-        f"- Ceilings measured in this run: device copy {ceil['copy_tbps']:.3g} TB/s, "
+        f"- Ceilings measured in {'the first part' if results.get('parts') else 'this run'}: "
+        f"device copy {ceil['copy_tbps']:.3g} TB/s, "
         f"bf16 matmul {ceil['matmul_tflops']:.3g} TFLOP/s. Floor = max(KV bytes / copy, "
         "flops / matmul); KV bytes = B·L·576·2, flops = B·H·L·(2·576 + 2·512).",
-        f"- An almost empty iteration of the JAX timing loop takes "
-        f"{_fmt(ceil.get('jax_loop_step_ms'), '.3g')} ms: JAX times near it are set by "
-        "launches, not by the GPU's work.",
+        f"- An almost empty iteration of a rolled JAX `fori_loop` takes "
+        f"{_fmt(ceil.get('jax_loop_step_ms'), '.3g')} ms. The decode paths' loops are "
+        "unrolled, so this is not part of their times; it is what a rolled loop would add.",
         f"- bf16, kv_lora_rank {cfg['kv_lora_rank']} + rope {cfg['rope_dim']}, page size "
         f"{cfg['page_size']}, shuffled block tables, every row of length L; "
         f"{cfg['repeats']} repeats of {cfg['calls_rule']}; times are medians per call.",
     ]
+    if results.get("parts"):
+        lines.append(
+            f"- Run in {len(results['parts'])} parts (merged by `--report-only`); each "
+            "shape's floor uses its own part's ceilings: " + "; ".join(
+                f"{p['shapes']} shapes, copy {p['ceilings']['copy_tbps']:.3g} TB/s, matmul "
+                f"{p['ceilings']['matmul_tflops']:.3g} TFLOP/s" for p in results["parts"]) + ".")
     if cfg.get("dry_run"):
         lines.append("- **Dry run**: CPU, tiny shapes, wall-clock times; the numbers mean nothing.")
 
