@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 
 from mla_jax.checks import check_positive
-from mla_jax.splits import Policy, reserved_splits
+from mla_jax.splits import DEFAULT_POLICY, Policy, reserved_splits
 
 LOGITS_DTYPE = jnp.float32
 
@@ -50,7 +50,7 @@ def reserve_logits_buffer(
     kv_lora_rank: int = 512,
     sm_count: int | None = None,
     device: jax.Device | jax.sharding.Sharding | None = None,
-    policy: Policy = "occupancy",
+    policy: Policy = DEFAULT_POLICY,
 ) -> jax.Array:
     """Reserves the float32 logits buffer for the worst case, once.
 

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 from mla_jax import xla_backend
 from mla_jax.buffers import LOGITS_DTYPE, gpu_sm_count
 from mla_jax.checks import check_block_table, check_row_vector, shape_error
-from mla_jax.splits import Policy, kv_splits
+from mla_jax.splits import DEFAULT_POLICY, Policy, kv_splits
 from mla_jax.validate import validate_inputs
 
 Backend = Literal["auto", "triton", "xla"]
@@ -168,7 +168,7 @@ def mla_decode(
     scale: float,
     max_seq_len: int | jax.Array | None = None,
     sm_count: int | None = None,
-    policy: Policy = "occupancy",
+    policy: Policy = DEFAULT_POLICY,
     batch_invariant: bool = False,
     k_scale: float | jax.Array | None = None,
     backend: Backend = "auto",
@@ -195,10 +195,9 @@ def mla_decode(
         computes it at run time, so one executable serves every length.
       sm_count: the multiprocessor count the split rule caps at; ``None`` reads the
         GPU's. Use the value the buffer was reserved with.
-      policy: the split rule (``mla_jax.splits.kv_splits``): ``"occupancy"`` (the
-        default, batch-aware: faster than vLLM's rule at 30 of 34 shapes of the H200
-        sweep, docs/benchmarks.md) or ``"vllm"`` (vLLM's counts, for split-for-split
-        comparisons with its kernel). Use the policy the buffer was reserved with.
+      policy: the split rule (``mla_jax.splits.kv_splits``): ``"occupancy"``
+        (``splits.DEFAULT_POLICY``, batch-aware) or ``"vllm"`` (vLLM's counts, for
+        split-for-split comparisons with its kernel). Use the policy the buffer was reserved with.
       batch_invariant: vLLM's ``VLLM_BATCH_INVARIANT``: one split (``policy`` and
         ``max_seq_len`` then only matter for the reservation), so a row's output is
         bitwise the same whatever its batch mates, batch size or position. Holds for

@@ -4,8 +4,8 @@ Ragged prompts (the longest 1100 tokens by default) are decoded by ``decode_loop
 in equal chunks of scan steps with a progress line after each, so one executable
 serves every chunk while the longest sequence crosses a split-count boundary (the
 default occupancy policy at batch 4: 1152 tokens, 8 -> 16 splits; ``--policy vllm``
-crosses at 1024 tokens, 1 -> 2 splits, with ``--prompt-len 1000``). The run is done twice from the same state: a warm-up
-that compiles, then the timed one. Printed: steps/s, the logits buffer's size,
+crosses at 1024 tokens, 1 -> 2 splits, with ``--prompt-len 1000``). The run is done
+twice from the same state: a warm-up that compiles, then the timed one. Printed: steps/s, the logits buffer's size,
 whether the buffer and the caches kept their device addresses, the number of
 compilations, and the attention error on the final caches against the dense
 reference. Exit status 1 when that error exceeds the dtype's tolerance (or an
@@ -19,7 +19,7 @@ import functools
 import math
 import sys
 import time
-from typing import NamedTuple
+from typing import NamedTuple, get_args
 
 import jax
 import jax.numpy as jnp
@@ -30,7 +30,7 @@ from mla_jax.decode import mla_decode, resolve_backend
 from mla_jax.layer import PRESETS, MLAConfig, MLAParams, init_params
 from mla_jax.loop import DecodeState, decode_loop, init_decode_state
 from mla_jax.reference import mla_decode_reference
-from mla_jax.splits import Policy, kv_splits
+from mla_jax.splits import DEFAULT_POLICY, Policy, kv_splits
 
 # Progress lines per run; the steps are rounded up to equal chunks (one executable).
 MAX_CHUNKS = 4
@@ -59,8 +59,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--prompt-len", type=_positive, default=1100,
                         help="the longest prompt (default: 1100); the others are ragged, "
                         "down to half of it")
-    parser.add_argument("--policy", choices=("occupancy", "vllm"), default="occupancy",
-                        help="the split rule (default: occupancy)")
+    parser.add_argument("--policy", choices=get_args(Policy), default=DEFAULT_POLICY,
+                        help=f"the split rule (default: {DEFAULT_POLICY})")
     parser.add_argument("--page-size", type=_positive, default=16, help="default: 16")
     parser.add_argument("--dtype", choices=tuple(TOLERANCE),
                         default="bfloat16" if on_gpu else "float32",

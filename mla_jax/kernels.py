@@ -22,7 +22,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from mla_jax.tiling import head_tile
+from mla_jax.tiling import head_tile, head_tiles
 
 _LOG2E = tl.constexpr(1.4426950408889634)
 _LN2 = tl.constexpr(0.6931471805599453)
@@ -180,7 +180,7 @@ def stage1_config(num_heads: int, batch: int) -> dict[str, int]:
     block_h = head_tile(num_heads)
     if block_h <= 16:
         return {"BLOCK_H": block_h, "BLOCK_N": 32, "num_warps": 4, "num_stages": 3}
-    if batch * triton.cdiv(num_heads, block_h) <= SMALL_BATCH_TILES:
+    if batch * head_tiles(num_heads) <= SMALL_BATCH_TILES:
         return {"BLOCK_H": block_h, "BLOCK_N": 32, "num_warps": 8, "num_stages": 4}
     return {"BLOCK_H": block_h, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2}
 

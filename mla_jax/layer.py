@@ -18,7 +18,7 @@ import jax.numpy as jnp
 
 from mla_jax.cache import append_latent
 from mla_jax.decode import Backend, mla_decode
-from mla_jax.splits import Policy
+from mla_jax.splits import DEFAULT_POLICY, Policy
 
 
 @dataclasses.dataclass(frozen=True)
@@ -155,7 +155,7 @@ def mla_decode_layer(
     *,
     backend: Backend = "auto",
     sm_count: int | None = None,
-    policy: Policy = "occupancy",
+    policy: Policy = DEFAULT_POLICY,
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """One decode step of the absorbed MLA layer.
 

@@ -21,7 +21,7 @@ from mla_jax.buffers import reserve_logits_buffer
 from mla_jax.cache import new_block_table
 from mla_jax.decode import Backend
 from mla_jax.layer import MLAConfig, MLAParams, mla_decode_layer
-from mla_jax.splits import Policy
+from mla_jax.splits import DEFAULT_POLICY, Policy
 
 
 class DecodeState(NamedTuple):
@@ -48,7 +48,7 @@ def init_decode_state(
     key: jax.Array,
     prompt_lens: Sequence[int] | np.ndarray,
     dtype: jnp.dtype = jnp.float32,
-    policy: Policy = "occupancy",
+    policy: Policy = DEFAULT_POLICY,
 ) -> DecodeState:
     """A state whose caches hold ``prompt_lens`` tokens of random latents.
 
@@ -90,7 +90,7 @@ def decode_step(
     *,
     backend: Backend = "auto",
     sm_count: int | None = None,
-    policy: Policy = "occupancy",
+    policy: Policy = DEFAULT_POLICY,
 ) -> tuple[jax.Array, DecodeState]:
     """One token through every layer: ``h += mla_layer(rms(h))``.
 
@@ -126,7 +126,7 @@ def decode_loop(
     *,
     backend: Backend = "auto",
     sm_count: int | None = None,
-    policy: Policy = "occupancy",
+    policy: Policy = DEFAULT_POLICY,
 ) -> tuple[jax.Array, DecodeState]:
     """``num_steps`` decode steps in one ``lax.scan``; ``state`` is donated.
 

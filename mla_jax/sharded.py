@@ -37,7 +37,7 @@ from mla_jax.buffers import LOGITS_DTYPE, gpu_sm_count, logits_buffer_shape
 from mla_jax.cache import append_latent
 from mla_jax.checks import check_positive
 from mla_jax.decode import Backend, mla_decode, resolve_backend, split_max_seq_len
-from mla_jax.splits import Policy, reserved_splits
+from mla_jax.splits import DEFAULT_POLICY, Policy, reserved_splits
 
 Scheme = Literal["heads", "batch"]
 
@@ -91,7 +91,7 @@ def reserve_sharded_logits_buffer(
     *,
     kv_lora_rank: int = 512,
     sm_count: int | None = None,
-    policy: Policy = "occupancy",
+    policy: Policy = DEFAULT_POLICY,
 ) -> jax.Array:
     """The logits buffer for ``sharded_mla_decode``, reserved once and placed sharded.
 
@@ -174,7 +174,7 @@ def sharded_mla_decode(
     scale: float,
     max_seq_len: int | jax.Array | None = None,
     sm_count: int | None = None,
-    policy: Policy = "occupancy",
+    policy: Policy = DEFAULT_POLICY,
     batch_invariant: bool = False,
     k_scale: float | jax.Array | None = None,
     backend: Backend = "auto",

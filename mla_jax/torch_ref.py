@@ -147,7 +147,8 @@ def mla_decode_split_kv_torch(
     num_kv_splits: int,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Both split-KV stages; pass ``mla_jax.splits.num_kv_splits(max_len, sm_count)``
-    as ``num_kv_splits`` to use the split count of ``mla_decode`` and vLLM.
+    as ``num_kv_splits`` to use the split count of vLLM and of
+    ``mla_decode(..., policy="vllm")``.
 
     Returns:
       ``out [B, H, kv_lora_rank]`` in q's dtype and ``lse [B, H]`` float32; rows of
