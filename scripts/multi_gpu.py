@@ -19,13 +19,13 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding
 
-from mla_jax import mla_decode, reserve_logits_buffer
+from mla_jax import bench, mla_decode, reserve_logits_buffer
 from mla_jax.cache import new_block_table
 from mla_jax.sharded import partition_specs, reserve_sharded_logits_buffer, sharded_mla_decode
 
 CASES = {"heads": (128, 128, 16384), "batch": (512, 16, 4096)}
 SMALL_CASES = {"heads": (4, 16, 256), "batch": (8, 16, 256)}
-PAGE, WIDTH, LORA, SCALE, SM = 64, 576, 512, 192**-0.5, 132
+PAGE, WIDTH, SCALE, SM = 64, 576, 192**-0.5, 132
 CALLS, REPEATS, SCAN_STEPS = 10, 5, 64
 
 
@@ -41,28 +41,6 @@ def problem(batch, heads, length, groups):
     cache = jax.random.normal(kc, (groups * pool, PAGE, WIDTH), jnp.bfloat16)
     q = jax.random.normal(kq, (batch, heads, WIDTH), jnp.bfloat16)
     return q, cache, table, jnp.full((batch,), length, jnp.int32)
-
-
-def chained(step, calls):
-    """jit of ``calls`` chained steps threading the (donated) logits buffer."""
-    def run(q, kv, bt, sl, buf):
-        def body(_, carry):
-            buf, _ = carry
-            out, _, buf = step(q, kv, bt, sl, buf)
-            return buf, out
-        out0 = jnp.zeros(q.shape[:2] + (LORA,), q.dtype)
-        return jax.lax.fori_loop(0, calls, body, (buf, out0), unroll=True)
-    return jax.jit(run, donate_argnums=4)
-
-
-def per_call_ms(loop, args, buf, calls):
-    buf, out = jax.block_until_ready(loop(*args, buf))
-    times = []
-    for _ in range(REPEATS):
-        start = time.perf_counter()
-        buf, out = jax.block_until_ready(loop(*args, buf))
-        times.append((time.perf_counter() - start) * 1e3 / calls)
-    return float(np.median(times)), out, buf
 
 
 def run_case(scheme, shape, n, data, single_out, backend):
@@ -81,7 +59,11 @@ def run_case(scheme, shape, n, data, single_out, backend):
         return sharded_mla_decode(mesh, "x", scheme, q, kv, bt, sl, buf, scale=SCALE,
                                   max_seq_len=length, sm_count=SM, backend=backend)
 
-    ms, out, buf = per_call_ms(chained(step, CALLS), args, buf, CALLS)
+    # The bench's timing: CALLS unrolled steps in one jit threading the donated buffer.
+    loop = bench.decode_loop(step, CALLS, perturb_table=False)
+    times, (out, _, buf) = bench.time_loop(lambda state: loop(*args, state[2]),
+                                           (None, None, buf), calls=CALLS, repeats=REPEATS)
+    ms = float(np.median(times))
     diff = np.abs(np.asarray(out, np.float32) - single_out)
     # A decode loop's shape: one jitted scan of steps whose lengths grow, split count
     # taken from the lengths inside the graph.
