@@ -18,7 +18,7 @@ import jax.numpy as jnp
 from mla_jax import xla_backend
 from mla_jax.buffers import LOGITS_DTYPE, gpu_sm_count
 from mla_jax.checks import check_block_table, check_row_vector, shape_error
-from mla_jax.splits import DEFAULT_POLICY, Policy, kv_splits
+from mla_jax.splits import DEFAULT_POLICY, Policy, kv_splits, max_kv_splits
 from mla_jax.validate import validate_inputs
 
 Backend = Literal["auto", "triton", "xla"]
@@ -137,11 +137,13 @@ def _decode_step(q_nope, q_pe, kv_cache, block_table, seq_lens, logits_buffer,
         num_splits = jnp.full((1,), grid_splits, jnp.int32)
     else:
         # Run-time count; a length past the reservation's reach is clamped to the
-        # buffer's split axis, which still partitions the row exactly.
+        # grid, which still partitions the row exactly. The grid is the most splits
+        # this batch can ask for, not the buffer's axis (sized for batch 1).
         length = (jnp.max(seq_lens, initial=0) if dynamic_max_seq_len is None
                   else dynamic_max_seq_len)
-        grid_splits = buffer_splits
-        num_splits = jnp.minimum(splits(max_seq_len=length), buffer_splits).reshape(1)
+        grid_splits = min(buffer_splits, max_kv_splits(
+            policy, batch=q_nope.shape[0], num_heads=q_nope.shape[1], sm_count=sm_count))
+        num_splits = jnp.minimum(splits(max_seq_len=length), grid_splits).reshape(1)
 
     if backend == "triton":
         from mla_jax import triton_backend  # jax_triton needs a GPU-capable jaxlib

@@ -1,9 +1,10 @@
 """``python -m mla_jax demo``: a multi-layer decode loop, and the facts about its buffer.
 
-Ragged prompts (the longest 1100 tokens by default) are decoded by ``decode_loop``
+Ragged prompts (the longest 560 tokens by default) are decoded by ``decode_loop``
 in equal chunks of scan steps with a progress line after each, so one executable
 serves every chunk while the longest sequence crosses a split-count boundary (the
-default occupancy policy at batch 4: 1152 tokens, 8 -> 16 splits; ``--policy vllm``
+default occupancy policy at batch 4: 576 tokens, 8 -> 16 splits, for the tiny
+configuration and DeepSeek-V3's 128 heads alike; ``--policy vllm``
 crosses at 1024 tokens, 1 -> 2 splits, with ``--prompt-len 1000``). The run is done
 twice from the same state: a warm-up that compiles, then the timed one. Printed: steps/s, the logits buffer's size,
 whether the buffer and the caches kept their device addresses, the number of
@@ -56,8 +57,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--batch", type=_positive, default=4, help="default: 4")
     parser.add_argument("--steps", type=_positive, default=64,
                         help="decode steps per run (default: 64)")
-    parser.add_argument("--prompt-len", type=_positive, default=1100,
-                        help="the longest prompt (default: 1100); the others are ragged, "
+    parser.add_argument("--prompt-len", type=_positive, default=560,
+                        help="the longest prompt (default: 560); the others are ragged, "
                         "down to half of it")
     parser.add_argument("--policy", choices=get_args(Policy), default=DEFAULT_POLICY,
                         help=f"the split rule (default: {DEFAULT_POLICY})")

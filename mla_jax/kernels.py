@@ -10,8 +10,9 @@ once per head tile: its first ``LORA`` columns serve as the key's ``kv_c`` part
 and again as the value, the last ``ROPE`` columns as the rope key. It writes the
 normalised partial output and its log-sum-exp into the logits buffer.
 
-Stage 2, one program per (row, head): merges the row's non-empty splits into the
-output and the log-sum-exp; a row with no tokens gets ``out = 0, lse = -inf``.
+Stage 2, one program per (row, head, block of output columns): merges the row's
+non-empty splits into the output and the log-sum-exp; a row with no tokens gets
+``out = 0, lse = -inf``.
 
 The split count arrives as a one-element int32 array so it can change per step
 without a recompilation; programs whose split index is at or past it exit at once.
@@ -22,14 +23,15 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from mla_jax.tiling import head_tile, head_tiles
+from mla_jax.tiling import head_tile
 
 _LOG2E = tl.constexpr(1.4426950408889634)
 _LN2 = tl.constexpr(0.6931471805599453)
 RESCALE_THRESHOLD = tl.constexpr(8.0)
-# (row, head tile) pairs up to which wide-tile stage 1 takes short, deep-pipelined
-# blocks: 32 measured faster (B=16, H=128), 256 slower (B=128, H=128).
-SMALL_BATCH_TILES = 64
+# Stage 2 merges up to MAX_SPLIT_BLOCK splits per iteration, MAX_COL_BLOCK output
+# columns per program (32 x 128 floats: 32 registers a thread at 4 warps).
+MAX_SPLIT_BLOCK = 32
+MAX_COL_BLOCK = 128
 
 
 @triton.jit
@@ -110,16 +112,16 @@ def mla_decode_stage1(
         qk = tl.dot(q_pe, tl.trans(k_pe), acc=qk, input_precision=DOT_PRECISION)
         qk = tl.where(tok_mask[None, :], qk * qk_scale, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(qk, 1))
-        # Lazy rescaling: the running max moves only when some row's max grew by more
-        # than 2^RESCALE_THRESHOLD, so the [BLOCK_H, LORA] accumulator is rarely
-        # rescaled; until then p <= 2^RESCALE_THRESHOLD, harmless in bf16 and fp32.
-        if tl.max(m_new - m_i, 0) > RESCALE_THRESHOLD:
-            alpha = tl.exp2(m_i - m_new)
-            acc = acc * alpha[:, None]
-            l_i = l_i * alpha
-            m_i = m_new
+        # Lazy rescaling, decided per head row: a row's running max moves only when its
+        # max grew by more than 2^RESCALE_THRESHOLD (until then p <= 2^RESCALE_THRESHOLD,
+        # harmless in bf16 and fp32). Per row, not one vote over the tile: that vote
+        # was a CTA-wide reduction and a barrier per block (12% of the time at H=128).
+        grow = m_new - m_i > RESCALE_THRESHOLD
+        alpha = tl.where(grow, tl.exp2(m_i - m_new), 1.0)
+        acc = acc * alpha[:, None]
+        m_i = tl.where(grow, m_new, m_i)
         p = tl.exp2(qk - m_i[:, None])
-        l_i = l_i + tl.sum(p, 1)
+        l_i = l_i * alpha + tl.sum(p, 1)
         acc = tl.dot(p.to(kv_c.dtype), kv_c, acc=acc, input_precision=DOT_PRECISION)
 
     out_off = (row.to(tl.int64) * stride_buf_b + heads[:, None].to(tl.int64) * stride_buf_h
@@ -136,52 +138,57 @@ def mla_decode_stage2(
     out_ptr, lse_ptr,
     NUM_HEADS: tl.constexpr, LORA: tl.constexpr,
     stride_buf_b: tl.constexpr, stride_buf_h: tl.constexpr, stride_buf_s: tl.constexpr,
+    SPLIT_BLOCK: tl.constexpr, COL_BLOCK: tl.constexpr,
 ):
     row = tl.program_id(0)
     head = tl.program_id(1)
+    col_block = tl.program_id(2)
     num_splits = tl.load(num_splits_ptr)
     seq_len = tl.load(seq_lens_ptr + row)
-    d_lora = tl.arange(0, LORA)
+    cols = col_block * COL_BLOCK + tl.arange(0, COL_BLOCK)
     # Splits [0, cdiv(seq_len, per_split)) are exactly the non-empty ones.
     per_split = tl.maximum((seq_len + num_splits - 1) // num_splits, 1)
     live = (seq_len + per_split - 1) // per_split
     base = buf_ptr + row.to(tl.int64) * stride_buf_b + head.to(tl.int64) * stride_buf_h
 
+    # SPLIT_BLOCK partials per iteration, their loads issued together (one split at a
+    # time made the merge a chain of `live` dependent memory round trips), and the
+    # columns spread over programs, so a small batch still has many programs.
     m = float("-inf")
     l = 0.0
-    acc = tl.zeros([LORA], tl.float32)
-    for split in range(0, live):
-        part = tl.load(base + split * stride_buf_s + d_lora)
-        part_lse = tl.load(base + split * stride_buf_s + LORA)
-        m_new = tl.maximum(m, part_lse)
+    acc = tl.zeros([COL_BLOCK], tl.float32)
+    for s0 in range(0, live, SPLIT_BLOCK):
+        splits = s0 + tl.arange(0, SPLIT_BLOCK)
+        ok = splits < live
+        part_lse = tl.load(base + splits * stride_buf_s + LORA, mask=ok, other=float("-inf"))
+        part = tl.load(base + splits[:, None] * stride_buf_s + cols[None, :],
+                       mask=ok[:, None], other=0.0)
+        m_new = tl.maximum(m, tl.max(part_lse, 0))
         alpha = tl.exp(m - m_new)
         w = tl.exp(part_lse - m_new)
-        acc = acc * alpha + w * part
-        l = l * alpha + w
+        acc = acc * alpha + tl.sum(w[:, None] * part, 0)
+        l = l * alpha + tl.sum(w, 0)
         m = m_new
 
     nonempty = seq_len > 0
     out = tl.where(nonempty, acc / tl.maximum(l, 1e-30), 0.0)
-    tl.store(out_ptr + (row * NUM_HEADS + head) * LORA + d_lora, out.to(out_ptr.dtype.element_ty))
-    tl.store(lse_ptr + row * NUM_HEADS + head, tl.where(nonempty, m + tl.log(l), float("-inf")))
+    tl.store(out_ptr + (row * NUM_HEADS + head) * LORA + cols, out.to(out_ptr.dtype.element_ty))
+    if col_block == 0:
+        tl.store(lse_ptr + row * NUM_HEADS + head, tl.where(nonempty, m + tl.log(l), float("-inf")))
 
 
-def stage1_config(num_heads: int, batch: int) -> dict[str, int]:
-    """Tile sizes and launch options of stage 1 for ``batch`` rows of ``num_heads`` heads.
+def stage1_config(num_heads: int) -> dict[str, int]:
+    """Tile sizes and launch options of stage 1 for ``num_heads`` query heads.
 
     Heads are grouped (``tiling.head_tile``) so each latent tile loaded serves many
     heads; 64-head tiles reach Hopper's warpgroup MMA. Measured on the H200
-    (docs/perf_notes.md, run 7): 16-head tiles take 32-token blocks, 4 warps and 3
-    stages (the latent tiles double-buffered). 64-head tiles need 8 warps for their
-    64 x 512 accumulator; with many (row, tile) pairs, 64-token blocks at 2 stages
-    (less softmax overhead per token) win, with few (short splits, many of them)
-    32-token blocks at 4 stages do.
+    (docs/perf_notes.md, runs 7 and 13): 16-head tiles take 32-token blocks, 4 warps
+    and 3 stages (the latent tiles double-buffered); wider tiles need 8 warps for
+    their 64 x 512 accumulator and take 64-token blocks at 2 stages, at every batch.
     """
     block_h = head_tile(num_heads)
     if block_h <= 16:
         return {"BLOCK_H": block_h, "BLOCK_N": 32, "num_warps": 4, "num_stages": 3}
-    if batch * head_tiles(num_heads) <= SMALL_BATCH_TILES:
-        return {"BLOCK_H": block_h, "BLOCK_N": 32, "num_warps": 8, "num_stages": 4}
     return {"BLOCK_H": block_h, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2}
 
 
@@ -210,7 +217,7 @@ def launch_params(
     from these, so they cannot disagree. ``float32_inputs`` keeps float32 dots
     exact (no TF32); ``config`` overrides entries of ``stage1_config`` (for tuning).
     """
-    cfg = stage1_config(num_heads, batch) | (config or {})
+    cfg = stage1_config(num_heads) | (config or {})
     buf = {"stride_buf_b": buffer_strides[0], "stride_buf_h": buffer_strides[1],
            "stride_buf_s": buffer_strides[2]}
     stage1 = {
@@ -227,10 +234,13 @@ def launch_params(
             BLOCK_H=cfg["BLOCK_H"], BLOCK_N=cfg["BLOCK_N"],
             DOT_PRECISION="ieee" if float32_inputs else "tf32"),
     }
+    col_block = min(MAX_COL_BLOCK, kv_lora_rank)
     stage2 = {
-        "grid": (batch, num_heads),
+        "grid": (batch, num_heads, kv_lora_rank // col_block),
         "num_warps": 4,
         "num_stages": 1,
-        "constexprs": dict(NUM_HEADS=num_heads, LORA=kv_lora_rank, **buf),
+        "constexprs": dict(NUM_HEADS=num_heads, LORA=kv_lora_rank, **buf,
+                           SPLIT_BLOCK=min(MAX_SPLIT_BLOCK, triton.next_power_of_2(grid_splits)),
+                           COL_BLOCK=col_block),
     }
     return stage1, stage2

@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from mla_jax.tiling import head_tiles
+from mla_jax.tiling import head_tiles, programs_per_sm
 
 Policy = Literal["vllm", "occupancy"]
 # Every entry point's default: it beat vLLM's rule at 30 of 34 shapes of the H200
@@ -25,11 +25,15 @@ DEFAULT_POLICY: Policy = "occupancy"
 TOKENS_PER_SPLIT = 512
 # ... rounded up to a power of two and capped at this many splits per SM.
 MAX_SPLITS_PER_SM = 2
-# The occupancy policy: fill this many stage-1 programs per SM (one wave) ...
-PROGRAMS_PER_SM = 2
-# ... but give no split fewer tokens than this: past it, the split's fixed cost
-# (loading q, writing a 2 KB partial, merging it) outweighs more parallelism.
-MIN_TOKENS_PER_SPLIT = 128
+# The occupancy policy: one wave of stage-1 programs (as many as fit on the SMs at
+# once, ``tiling.programs_per_sm``), but about no split shorter than this: below one
+# 64-token block the split's fixed cost (loading q, writing a 2 KB partial per head,
+# merging it) outweighs more parallelism (H200, docs/perf_notes.md, runs 13-14).
+MIN_TOKENS_PER_SPLIT = 64
+# ... and at most this many, which bounds the reservation (it is sized at batch 1):
+# 256 splits were no faster at B=1, H=16, L=16384 (run 14); at L=65536 session 2's
+# 256 took 0.049 ms and 128 take 0.065 ms now, a trade taken for half the buffer.
+MAX_OCCUPANCY_SPLITS = 128
 
 
 def next_pow2(x):
@@ -83,21 +87,28 @@ def num_kv_splits(max_seq_len: int | jax.Array, sm_count: int) -> int | jax.Arra
     return jnp.minimum(next_pow2(jnp.maximum(1, n // TOKENS_PER_SPLIT)), cap)
 
 
+def _occupancy_cap(batch: int, num_heads: int, sm_count: int) -> int:
+    """The occupancy policy's most splits at ``batch``: one wave of stage-1 programs."""
+    _check_sm_count(sm_count)
+    if not isinstance(batch, int) or batch < 1 or not isinstance(num_heads, int) or num_heads < 1:
+        raise ValueError(f"batch and num_heads must be positive ints, got {batch!r}, {num_heads!r}")
+    resident = programs_per_sm(num_heads) * sm_count
+    wave = prev_pow2(max(1, resident // (batch * head_tiles(num_heads))))
+    return min(wave, MAX_SPLITS_PER_SM * sm_count, MAX_OCCUPANCY_SPLITS)
+
+
 def occupancy_kv_splits(batch: int, num_heads: int, max_seq_len: int | jax.Array,
                         sm_count: int) -> int | jax.Array:
     """A batch-aware split count: enough stage-1 programs for one wave, no more.
 
-    ``prev_pow2(PROGRAMS_PER_SM * sm_count // (batch * head_tiles))`` splits fill the
+    ``prev_pow2(programs_per_sm * sm_count // (batch * head_tiles))`` splits fill the
     GPU once with programs, capped so a split keeps ``MIN_TOKENS_PER_SPLIT`` tokens
-    (``next_pow2(max_seq_len // MIN_TOKENS_PER_SPLIT)``) and at vLLM's ``2 * sm_count``.
+    (``next_pow2(max_seq_len // MIN_TOKENS_PER_SPLIT)``), at ``MAX_OCCUPANCY_SPLITS``
+    and at vLLM's ``2 * sm_count``.
     A power of two, non-increasing in ``batch`` and non-decreasing in ``max_seq_len``,
     so the value at ``batch = 1, max_model_len`` covers every smaller problem.
     """
-    _check_sm_count(sm_count)
-    if not isinstance(batch, int) or batch < 1 or not isinstance(num_heads, int) or num_heads < 1:
-        raise ValueError(f"batch and num_heads must be positive ints, got {batch!r}, {num_heads!r}")
-    wave = prev_pow2(max(1, PROGRAMS_PER_SM * sm_count // (batch * head_tiles(num_heads))))
-    cap = min(wave, MAX_SPLITS_PER_SM * sm_count)
+    cap = _occupancy_cap(batch, num_heads, sm_count)
     n = _as_length(max_seq_len)
     if isinstance(n, int):
         return min(next_pow2(max(1, n // MIN_TOKENS_PER_SPLIT)), cap)
@@ -124,3 +135,15 @@ def reserved_splits(policy: Policy, *, num_heads: int, max_model_len: int, sm_co
     longest length)."""
     return kv_splits(policy, batch=1, num_heads=num_heads, max_seq_len=max_model_len,
                      sm_count=sm_count)
+
+
+def max_kv_splits(policy: Policy, *, batch: int, num_heads: int, sm_count: int) -> int:
+    """The most ``kv_splits`` returns at ``batch``, whatever the length: the split grid
+    of a step whose length is only known at run time (programs past the run-time
+    count exit at once, but each still takes a launch slot)."""
+    if policy == "vllm":
+        _check_sm_count(sm_count)
+        return MAX_SPLITS_PER_SM * sm_count
+    if policy == "occupancy":
+        return _occupancy_cap(batch, num_heads, sm_count)
+    raise ValueError(f"policy must be 'vllm' or 'occupancy', got {policy!r}")

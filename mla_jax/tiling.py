@@ -18,3 +18,10 @@ def head_tile(num_heads: int) -> int:
 def head_tiles(num_heads: int) -> int:
     """Stage-1 programs per (row, split)."""
     return -(-num_heads // head_tile(num_heads))
+
+
+def programs_per_sm(num_heads: int) -> int:
+    """Stage-1 programs resident on one SM at a time (``kernels.stage1_config``):
+    two with 16-head tiles (93 KB of shared memory each), one with wider tiles
+    (184-221 KB), as Triton 3.6 builds them for sm_90."""
+    return 2 if head_tile(num_heads) <= MIN_HEAD_TILE else 1

@@ -1,8 +1,9 @@
 """What Triton 3.6 makes of stage 1 for sm_90, read on the CPU (no GPU needed).
 
-For each configuration: registers, spills, shared memory, and counts of the
-instructions that matter (warpgroup MMA, mma.sync, cp.async / TMA loads, plain
-global loads) in the PTX, and whether the TTGIR pipelines the latent loads.
+For each configuration: registers, spills, shared memory; counts of the
+instructions that matter in the SASS (warpgroup MMA HGMMA, mma.sync HMMA, CTA
+barriers, local-memory spill traffic, async copies) and in the PTX (cp.async / TMA
+loads, plain global loads); and whether the TTGIR pipelines the latent loads.
     scripts/dev python scripts/inspect_kernel.py --heads 128 --block-n 64 --warps 8
 """
 
@@ -38,15 +39,21 @@ def compile_stage1(heads, page, dtype, kv_dtype, config):
         "num_warps": stage1["num_warps"], "num_stages": stage1["num_stages"]})
 
 
-def ptxas_usage(ptx):
-    """Registers and spill bytes, from Triton's bundled ptxas -v."""
-    ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
+def run_tool(name, data, suffix, *args):
+    """Run one of the CUDA tools bundled with Triton on ``data`` written to a temp file;
+    returns (stdout, stderr)."""
+    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", name)
     with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "k.ptx")
-        with open(path, "w") as f:
-            f.write(ptx)
-        log = subprocess.run([ptxas, "-v", "--gpu-name", "sm_90a", path, "-o", path + ".o"],
-                             capture_output=True, text=True, check=True).stderr
+        path = os.path.join(tmp, "k" + suffix)
+        with open(path, "wb" if isinstance(data, bytes) else "w") as f:
+            f.write(data)
+        done = subprocess.run([tool, *args, path], capture_output=True, text=True, check=True)
+        return done.stdout, done.stderr
+
+
+def ptxas_usage(ptx):
+    """Registers and spill bytes, from ptxas -v."""
+    _, log = run_tool("ptxas", ptx, ".ptx", "-v", "--gpu-name", "sm_90a", "-o", os.devnull)
     regs = re.search(r"Used (\d+) registers", log).group(1)
     spills = re.search(r"(\d+) bytes spill stores", log).group(1)
     return regs, spills
@@ -56,7 +63,13 @@ def report(compiled):
     ptx, ttgir = compiled.asm["ptx"], compiled.asm["ttgir"]
     count = lambda pat, text: len(re.findall(pat, text))  # noqa: E731
     regs, spills = ptxas_usage(ptx)
+    code, _ = run_tool("cuobjdump", compiled.asm["cubin"], ".cubin", "-sass")
+    # SASS, what runs: warpgroup MMA (HGMMA) vs mma.sync (HMMA), CTA barriers, and
+    # local-memory traffic (spills).
     return (f"regs={regs} spill_stores={spills}B smem={compiled.metadata.shared} "
+            f"SASS: HGMMA={count(r'HGMMA', code)} HMMA={count(r' HMMA', code)} "
+            f"BAR.SYNC={count(r'BAR.SYNC', code)} STL={count(r' STL', code)} "
+            f"LDL={count(r' LDL', code)} LDGSTS={count(r'LDGSTS', code)} | PTX: "
             f"wgmma={count(r'wgmma.mma_async', ptx)} mma.sync={count(r'mma.sync', ptx)} "
             f"cp.async={count(r'cp.async.cg|cp.async.ca', ptx)} tma={count(r'cp.async.bulk', ptx)} "
             f"ld.global={count(r'ld.global', ptx)} "
@@ -78,7 +91,7 @@ def main():
     config = {k: v for k, v in dict(BLOCK_H=a.block_h, BLOCK_N=a.block_n, num_warps=a.warps,
                                     num_stages=a.stages).items() if v is not None}
     compiled = compile_stage1(a.heads, a.page, a.dtype, a.kv_dtype or a.dtype, config)
-    print(kernels.stage1_config(a.heads, 128) | config, report(compiled))
+    print(kernels.stage1_config(a.heads) | config, report(compiled))
     if a.dump:
         with open(a.dump, "w") as f:
             f.write(compiled.asm["ttgir"])

@@ -117,7 +117,7 @@ $$\text{floor} = \max\left(\frac{\text{KV bytes}}{\text{copy bandwidth}},\;
 
 The copy bandwidth is a device copy in JAX (bytes read + written per second), the matmul
 rate a large square bf16 matmul in JAX. A step does 1.89·H flops per byte, so the ridge
-point (matmul rate / copy bandwidth: 210 and 219 flop/byte in the two parts) sits near
+point (matmul rate / copy bandwidth: 220 and 209 flop/byte in the two parts) sits near
 H ≈ 111–116: **with 16 heads a step is memory-bound, with 128 heads compute-bound.** The
 floor is an ideal: no kernel reaches both ceilings, and attention's small dot products are
 not the large GEMM that set the matmul rate.
@@ -183,23 +183,22 @@ plot_time_vs_len(results, f"device time per call, {machine['device']}")
     ("md", r"""
 ## How close to the floor
 
-- **H=16 (memory-bound), B ≥ 64, L ≥ 4k: 81–88 % of the floor with occupancy splits,
-  71–84 % with vLLM's split rule, 51–55 % for vLLM's kernel.** The best, 88 % at B=128,
-  L=16k, is 2.84 TB/s of KV reads against a 3.21 TB/s device copy: close to what the memory
-  allows.
-- **H=128 (compute-bound): at most 29 % with occupancy splits and 22 % with vLLM's rule
-  (both at B=128, L=16k); vLLM's kernel at most 9 %.** At the six H=128 shapes with
-  B·L ≥ 256k tokens, occupancy splits give 24–29 % (169–206 TFLOP/s), vLLM's rule 21–22 %
-  (144–156 TFLOP/s), against a 676–702 TFLOP/s matmul. Stage 1 handles 64 heads per program
-  (two programs per row and split at H=128), and its small dot products run far below the
-  large-GEMM rate. This is the largest gap left. vLLM's kernel groups 16 heads per program
-  (`BLOCK_H = 16`), so at H=128 eight programs each load the same KV tiles.
+- **H=16 (memory-bound), B ≥ 64, L ≥ 4k: 72–96 % of the floor with occupancy splits,
+  75–87 % with vLLM's split rule, 52–55 % for vLLM's kernel.** The best, 96 % at B=128,
+  L=16k, is 3.07 TB/s of KV reads against a 3.19 TB/s device copy (bytes read and
+  written): close to what the memory allows.
+- **H=128 (compute-bound): at most 35 % with occupancy splits and 25 % with vLLM's rule
+  (both at B=128, L=16k); vLLM's kernel at most 9 %.** At the H=128 shapes with
+  B·L ≥ 256k tokens, occupancy splits give 30–35 % (208–235 TFLOP/s), vLLM's rule 23–25 %
+  (160–170 TFLOP/s), against a 669–701 TFLOP/s matmul. Stage 1 handles 64 heads per program
+  (two programs per row and split at H=128), one program per SM (its 64 × 512 accumulator
+  takes all the registers), and each KV block's work runs in series inside it
+  (`docs/perf_notes.md`). This is the largest gap left. vLLM's kernel groups 16 heads per
+  program (`BLOCK_H = 16`), so at H=128 eight programs each load the same KV tiles.
 - **Small shapes (B ≤ 4, L ≤ 4k): a fixed cost, not the work.** The floor there is
-  0.4–6.8 µs. The occupancy path sits at 26–39 µs at 7 of these 8 shapes (73 µs at B=4,
-  H=128, L=4k), the other JAX paths at 36–100 µs, vLLM's kernel (CUDA graph) at 52–79 µs.
-  What sets our ~26 µs is not measured. The bench's "empty JAX loop step" (25.2 µs) times
-  one iteration of a rolled `fori_loop`, while the decode loops are unrolled, so it is not
-  part of these times.
+  0.4–6.5 µs. The occupancy path sits at 25–54 µs, the other JAX paths at 34–114 µs,
+  vLLM's kernel (CUDA graph) at 52–79 µs. Likely two kernel launches a call and the
+  host's dispatch of the jitted loop, spread over its K calls; not measured apart.
 - The XLA paths (`xla`, `dense`) gather the rows into a dense copy before their einsums;
   at H=16, B ≥ 64 they reach 12–28 % of the floor.
 """),
@@ -265,18 +264,15 @@ graph of K calls between CUDA events. The host's dispatch of the jitted function
 over K calls; if anything, that counts against the JAX paths at the smallest shapes.
 
 - **Occupancy splits (the default) are faster than vLLM's kernel at 33 of 34 shapes**:
-  1.10–3.45× at B ≥ 16 (1.27–1.62× at H=16, 1.10–3.45× at H=128). At B ≤ 4 they are at least
-  1.5× faster except at B=1, H=128, L=1k (1.49×), B=1, H=128, L=4k (1.43×),
-  B=4, H=128, L=4k (1.08×) and B=1, H=128, L=16k (0.86×).
-- **The one loss, B=1, H=128, L=16k: 0.0967 ms against vLLM's 0.0833 ms.** The occupancy rule
-  picks 128 splits of 128 tokens there. The partial outputs stage 1 writes and stage 2
-  merges (128 splits × 128 heads × 2052 B = 33.6 MB) outweigh the 18.9 MB of KV the step
-  reads; the rule's 128-token minimum per split does not look at H. With vLLM's rule
-  (32 splits) our kernels take 0.0783 ms there.
-- With vLLM's split rule our kernels are faster than vLLM's at 25 of 34 shapes; at B ≤ 4 with
-  L ≤ 4k the rule's 2–8 splits leave most SMs idle, and it is 0.66–0.94× at six of those.
+  1.28–3.92× at B ≥ 16 apart from the one below (1.33–1.75× at H=16, 1.28–3.92× at H=128),
+  1.37–3.47× at B ≤ 4.
+- **The one loss, B=16, H=16, L=1k: 0.0948 ms against vLLM's 0.0530 ms**, is an outlier of
+  this run: re-timed with 5 repeats in the same session it took 0.0255 ms (2.07× vLLM's
+  0.0529; `docs/gpu/2026-11-29-run17-recheck-16-16-1024.log`).
+- With vLLM's split rule our kernels are faster than vLLM's at 25 of 34 shapes; at B ≤ 16 with
+  L ≤ 16k the rule's 2–32 splits leave most SMs idle, and it is 0.74–0.98× at nine of those.
 - At H=128 with B ≥ 16, vLLM's kernel is at 8–9 % of the floor; even plain JAX
-  gather + einsum is 1.65–2.88× faster there.
+  gather + einsum is 1.37–2.83× faster there.
 """),
     ("code", r"""
 if "vllm" not in paths:
@@ -314,15 +310,15 @@ else:
 Both paths run our kernels; only the split count differs. vLLM's rule picks it from the
 length alone: next_pow2(L / 512), at most 2 per SM, so 2 splits at 1k and 32 at 16k whatever
 the batch. The occupancy rule (`mla_jax.splits.occupancy_kv_splits`) also looks at the batch
-and the head tiles: enough (row, head tile, split) programs for one wave of 2 per SM, with at
-least 128 tokens per split. At B ≤ 4 and L ≤ 16k that gives 8–128 splits where vLLM's rule
-gives 2–32, to fill the GPU; at B ≥ 64 it gives 1–4, which saves writing and merging
-partial outputs.
+and the head tiles: enough (row, head tile, split) programs for one wave (two per SM with
+16-head tiles, one with 64-head tiles), about 64 tokens per split at least, 128 splits at
+most. At B ≤ 4 that gives 16–128 splits where vLLM's rule gives 2–128, to fill the GPU; at
+B ≥ 64 it gives 1–4, which saves writing and merging partial outputs.
 
 **Occupancy splits are faster at 30 of the 34 shapes.** The rules pick the same split count
-at 5 shapes; there the ratio is 0.95–1.03×, the same work, within the spread of the three
-repeats. Where the counts differ, occupancy splits are faster at 28 of 29 shapes, by
-1.01–2.28×, and slower only at B=1, H=128, L=16k (0.81×, the 128 splits above).
+at 2 shapes; there the ratio is 0.95–1.01×, the same work. Where the counts differ,
+occupancy splits are faster at 29 of 32 shapes, by 1.02–2.37×, and slower at B=4, H=16,
+L=64k (0.95×), B=64, H=16, L=4k (0.96×) and B=16, H=16, L=1k (0.62×, the outlier above).
 """),
     ("code", r"""
 SM = machine["sm_count"]

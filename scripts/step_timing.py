@@ -4,6 +4,8 @@ MLA decode step run three ways:
   (a) donated   a host loop calling the jitted mla_decode, the buffer donated and threaded
   (b) internal  a host loop of a jitted step that allocates its buffer (jnp.empty) inside
   (c) scan      one jitted lax.scan of STEPS steps threading the buffer; time / STEPS
+  (d) scan, unrolled  the same scan with unroll=SCAN_UNROLL: one loop trip (a host
+                sync on XLA:GPU) per SCAN_UNROLL steps
 
 Shapes (GPU): B in {1, 64}, H=128, L=4096, bfloat16, DeepSeek latent 512 + rope 64,
 page 64, random data, shuffled block table; the triton backend. Each variant is
@@ -31,7 +33,7 @@ import numpy as np
 from mla_jax.buffers import LOGITS_DTYPE, gpu_sm_count, reserve_logits_buffer
 from mla_jax.cache import new_paged_cache
 from mla_jax.decode import mla_decode
-from mla_jax.splits import kv_splits
+from mla_jax.splits import DEFAULT_POLICY, kv_splits
 
 GPU_SHAPES = dict(batches=(1, 64), heads=128, seq_len=4096, page_size=64, kv_lora_rank=512,
                   rope_dim=64, dtype="bfloat16", backend="triton")
@@ -39,8 +41,9 @@ GPU_SHAPES = dict(batches=(1, 64), heads=128, seq_len=4096, page_size=64, kv_lor
 DRY_SHAPES = dict(batches=(1, 4), heads=4, seq_len=1100, page_size=16, kv_lora_rank=32,
                   rope_dim=16, dtype="float32", backend="xla")
 H200_SM_COUNT = 132
+SCAN_UNROLL = 8
 VARIANTS = {"a": "host loop, donated buffer", "b": "host loop, buffer allocated inside",
-            "c": "lax.scan, donated buffer"}
+            "c": "lax.scan, donated buffer", "d": f"lax.scan, unroll={SCAN_UNROLL}"}
 
 
 def make_variants(shape: tuple[int, int, int, int], **decode_kw) -> dict[str, Callable]:
@@ -57,15 +60,15 @@ def make_variants(shape: tuple[int, int, int, int], **decode_kw) -> dict[str, Ca
         out, _, _ = mla_decode(q, kv, bt, sl, jnp.empty(shape, LOGITS_DTYPE), **decode_kw)
         return out
 
-    @functools.partial(jax.jit, static_argnames="steps", donate_argnames="buf")
-    def scan(q, kv, bt, sl, buf, steps):
+    @functools.partial(jax.jit, static_argnames=("steps", "unroll"), donate_argnames="buf")
+    def scan(q, kv, bt, sl, buf, steps, unroll=1):
         def body(carry, _):
             buf, _ = carry
             out, _, buf = mla_decode(q, kv, bt, sl, buf, **decode_kw)
             return (buf, out), None  # out is carried so no step's stage 2 is dead code
 
         out0 = jnp.zeros(q.shape[:2] + (shape[-1] - 1,), q.dtype)
-        (buf, out), _ = jax.lax.scan(body, (buf, out0), length=steps)
+        (buf, out), _ = jax.lax.scan(body, (buf, out0), length=steps, unroll=unroll)
         return out, buf
 
     def donated(args, buf, steps):
@@ -78,7 +81,8 @@ def make_variants(shape: tuple[int, int, int, int], **decode_kw) -> dict[str, Ca
             out = step_internal(*args)
         return out, buf
 
-    return {"a": donated, "b": internal, "c": lambda args, buf, steps: scan(*args, buf, steps)}
+    return {"a": donated, "b": internal, "c": lambda args, buf, steps: scan(*args, buf, steps),
+            "d": lambda args, buf, steps: scan(*args, buf, steps, unroll=SCAN_UNROLL)}
 
 
 def time_batch(batch: int, cfg: dict, *, sm_count: int, steps: int, repeats: int,
@@ -91,7 +95,7 @@ def time_batch(batch: int, cfg: dict, *, sm_count: int, steps: int, repeats: int
                              key=key_kv)
     q = jax.random.normal(key_q, (batch, heads, lora + cfg["rope_dim"]), dtype)
     args = (q, kv, bt, jnp.full((batch,), seq_len, jnp.int32))
-    policy = "occupancy"
+    policy = DEFAULT_POLICY
     buf = reserve_logits_buffer(batch, heads, seq_len, kv_lora_rank=lora, sm_count=sm_count,
                                 policy=policy)
     splits = kv_splits(policy, batch=batch, num_heads=heads, max_seq_len=seq_len,

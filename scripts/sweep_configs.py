@@ -1,97 +1,128 @@
-"""Stage-1 tile configurations x split counts at the issue's target shapes (H200).
+"""Stage-1 configurations x split counts on a GPU, timed as `mla_jax bench` times.
 
-For each shape, times the whole triton decode (both stages) per call: K calls in
-one jitted fori_loop threading the buffer, median of repeats. Prints one line per
-variant and the best per shape; `--out FILE` writes JSON.
+For each shape, every (configuration, split count) of the triton decode (both stages,
+``triton_backend.decode``) is timed with ``bench.decode_loop`` / ``bench.time_loop``:
+K chained calls in one jit, the buffer threaded and donated, median of repeats. Each
+shape also times the public ``mla_decode`` with its defaults (what the bench's
+"occupancy splits (default)" row measures), so the two harnesses can be compared.
+Every variant's output must agree with the shape's first one. One line per variant,
+the best per shape; ``--out FILE`` writes JSON.
+
+    python scripts/sweep_configs.py --out sweep.json [--shapes 128x16x16384,1x128x4096]
 """
 
 import argparse
 import json
-import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from mla_jax import triton_backend
-from mla_jax.cache import new_paged_cache
+from mla_jax import bench, bench_report, triton_backend
+from mla_jax.buffers import reserve_logits_buffer
+from mla_jax.decode import mla_decode
 from mla_jax.splits import num_kv_splits, occupancy_kv_splits
 
-K, REPEATS, PAGE, SM = 10, 3, 64, 132
-SHAPES = [(128, 16, 16384), (64, 16, 4096), (1, 16, 4096), (128, 128, 16384),
-          (128, 128, 4096), (16, 128, 4096), (1, 128, 4096)]
-# Since the block table is prefetched by hand (kernels.py), num_stages 3 double-buffers
-# the latent tiles; these are the candidates that fit in shared memory (scripts/inspect_kernel.py).
+REPEATS, PAGE, SM = 3, 64, 132
+SCALE = bench.SCALE
+# The issue's target shapes, then the small batches where the split count matters most.
+SHAPES = [(128, 16, 16384), (64, 16, 4096), (128, 128, 16384), (128, 128, 4096),
+          (16, 128, 4096), (1, 128, 4096), (1, 16, 4096), (1, 16, 16384), (1, 128, 16384),
+          (4, 128, 4096), (1, 128, 1024)]
+# Shared memory and registers of each, read with scripts/inspect_kernel.py: 16-token
+# blocks at 4 stages take 74 KB (three programs an SM), the rest 92-94 KB (two).
 CONFIGS = {
-    16: [dict(BLOCK_N=32, num_warps=4, num_stages=2), dict(BLOCK_N=32, num_warps=4, num_stages=3),
-         dict(BLOCK_N=32, num_warps=4, num_stages=4), dict(BLOCK_N=16, num_warps=4, num_stages=4),
-         dict(BLOCK_N=64, num_warps=8, num_stages=3)],
+    16: [dict(BLOCK_N=32, num_warps=4, num_stages=3), dict(BLOCK_N=16, num_warps=4, num_stages=4),
+         dict(BLOCK_N=16, num_warps=4, num_stages=5), dict(BLOCK_N=32, num_warps=8, num_stages=3),
+         dict(BLOCK_N=64, num_warps=8, num_stages=2)],
     128: [dict(BLOCK_H=64, BLOCK_N=64, num_warps=8, num_stages=2),
-          dict(BLOCK_H=64, BLOCK_N=32, num_warps=8, num_stages=3),
-          dict(BLOCK_H=64, BLOCK_N=32, num_warps=8, num_stages=4),
-          dict(BLOCK_H=64, BLOCK_N=16, num_warps=8, num_stages=5)],
+          dict(BLOCK_H=64, BLOCK_N=32, num_warps=8, num_stages=4)],
 }
 
 
-def timed(batch, heads, length, splits, config, data):
-    q, kv, bt, sl = data
-    buf = jnp.zeros((batch, heads, splits, 513), jnp.float32)
+def split_choices(batch, heads, length):
+    """vLLM's count, the occupancy count and its neighbours; at small batches every
+    power of two up to one split per 64 tokens."""
+    occ = occupancy_kv_splits(batch, heads, length, SM)
+    choices = {num_kv_splits(length, SM), occ, 2 * occ, max(1, occ // 2)}
+    if batch <= 4:
+        choices |= {s for s in (8, 16, 32, 64, 128) if s <= max(1, length // 64)}
+    return sorted(choices)
 
-    @jax.jit
-    def loop(q, kv, bt, sl, buf):
-        def body(_, carry):
-            out, buf = carry
-            qi = q + (out[..., :1] * 0).astype(q.dtype)  # a data dependency between calls
-            o, _, buf = triton_backend.decode(
-                qi, qi, 512, kv, bt, sl, jnp.full((1,), splits, jnp.int32), splits,
-                jnp.ones((1,), jnp.float32), buf,
-                scale=0.0625, kv_lora_rank=512, rope_dim=64, compute_capability=None,
-                config=config)
-            return o, buf
-        return jax.lax.fori_loop(0, K, body, (jnp.zeros((batch, heads, 512), q.dtype), buf),
-                                 unroll=True)
 
-    out, buf = jax.block_until_ready(loop(q, kv, bt, sl, buf))
-    first = out
-    times = []
-    for _ in range(REPEATS):
-        t = time.perf_counter()
-        out, buf = jax.block_until_ready(loop(q, kv, bt, sl, buf))
-        times.append((time.perf_counter() - t) / K)
-    return float(np.median(times)) * 1e3, first
+def configs(heads, default_only):
+    return [None] if default_only else CONFIGS[16 if heads <= 16 else 128]
+
+
+def time_decode(decode, calls, inputs, buf):
+    loop = bench.decode_loop(decode, calls, perturb_table=False)
+    times, (out, _, _) = bench.time_loop(lambda st: loop(*inputs, st[2]), (None, None, buf),
+                                         calls=calls, repeats=REPEATS)
+    return float(np.median(times)), out
+
+
+def direct(splits, config):
+    """The triton decode at a fixed split count and stage-1 configuration."""
+    def decode(q, kv, bt, sl, buf):
+        return triton_backend.decode(
+            q, q, 512, kv, bt, sl, jnp.full((1,), splits, jnp.int32), splits,
+            jnp.ones((1,), jnp.float32), buf, scale=SCALE, kv_lora_rank=512, rope_dim=64,
+            compute_capability=None, config=config)
+    return decode
 
 
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--out")
+    parser.add_argument("--shapes", help="comma-separated BxHxL (default: SHAPES)")
+    parser.add_argument("--default-config", action="store_true",
+                        help="only kernels.stage1_config's configuration")
     args = parser.parse_args()
+    shapes = ([tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
+              if args.shapes else SHAPES)
     results = []
-    for batch, heads, length in SHAPES:
-        kv, bt = new_paged_cache(batch, length, PAGE, 576, jnp.bfloat16, key=jax.random.key(0))
-        q = jax.random.normal(jax.random.key(1), (batch, heads, 576), jnp.bfloat16)
-        data = (q, kv, bt, jnp.full((batch,), length, jnp.int32))
+    for batch, heads, length in shapes:
+        inputs = bench.make_inputs(jax.random.key(0), batch, heads, length, PAGE)
+        floor = bench_report.floor_ms(bench_report.kv_bytes(batch, length),
+                                      bench_report.attention_flops(batch, heads, length),
+                                      copy_tbps=4.22, matmul_tflops=790)
+        calls = bench.calls_for(floor)
         occ = occupancy_kv_splits(batch, heads, length, SM)
-        split_choices = sorted({num_kv_splits(length, SM), occ})
+        # (name, splits, config, buffer): None splits is mla_decode with its defaults;
+        # a "reserved" buffer is reserve_logits_buffer's (sized for batch 1), else exact.
+        variants = [("mla_decode defaults", None, None, "reserved")] + [
+            (f"splits={s:3d} {c or 'default config'}", s, c, "exact")
+            for c in configs(heads, args.default_config)
+            for s in split_choices(batch, heads, length)] + [
+            (f"splits={occ:3d} default config, reserved buffer", occ, None, "reserved"),
+            ("mla_decode defaults, timed last", None, None, "reserved")]
         best, baseline = None, None
-        for config in CONFIGS[16 if heads <= 16 else 128]:
-            for splits in split_choices:
-                try:
-                    ms, out = timed(batch, heads, length, splits, config, data)
-                except Exception as e:  # a config that does not compile or fit: record why
-                    print(f"B={batch} H={heads} L={length} {config} splits={splits}: {e!r}"[:300])
-                    continue
-                tbs = batch * length * 576 * 2 / ms / 1e9
-                # Every variant must agree with the first one timed at this shape.
-                baseline = out if baseline is None else baseline
-                diff = float(jnp.max(jnp.abs(out.astype(jnp.float32) - baseline.astype(jnp.float32))))
-                row = dict(batch=batch, heads=heads, length=length, splits=splits, config=config,
-                           ms=ms, tb_s=tbs, max_diff=diff)
-                results.append(row)
-                print(f"B={batch:4d} H={heads:4d} L={length:6d} splits={splits:3d} {config} "
-                      f"{ms:8.4f} ms {tbs:5.2f} TB/s diff {diff:.1e}", flush=True)
-                if best is None or ms < best["ms"]:
-                    best = row
-        del data, kv, q
+        for name, splits, config, buffer in variants:
+            try:
+                buf = (reserve_logits_buffer(batch, heads, length, sm_count=SM)
+                       if buffer == "reserved" else
+                       jnp.zeros((batch, heads, splits, 513), jnp.float32))
+                if splits is None:
+                    decode = lambda q, kv, bt, sl, buf: mla_decode(  # noqa: E731
+                        q, kv, bt, sl, buf, scale=SCALE, max_seq_len=length, sm_count=SM)
+                else:
+                    decode = direct(splits, config)
+                ms, out = time_decode(decode, calls, inputs, buf)
+            except Exception as e:  # a config that does not compile or fit: record why
+                print(f"B={batch} H={heads} L={length} {name}: {e!r}"[:300], flush=True)
+                continue
+            out = out.astype(jnp.float32)
+            baseline = out if baseline is None else baseline
+            diff = float(jnp.max(jnp.abs(out - baseline)))
+            tbs = bench_report.kv_bytes(batch, length) / ms / 1e9
+            row = dict(batch=batch, heads=heads, length=length, variant=name, splits=splits,
+                       config=config, calls=calls, ms=ms, tb_s=tbs, max_diff=diff)
+            results.append(row)
+            print(f"B={batch:4d} H={heads:4d} L={length:6d} {name:75s} {ms:8.4f} ms "
+                  f"{tbs:5.2f} TB/s diff {diff:.1e}", flush=True)
+            if best is None or ms < best["ms"]:
+                best = row
+        del inputs
         print(f"BEST B={batch} H={heads} L={length}: {best}", flush=True)
     if args.out:
         with open(args.out, "w") as f:

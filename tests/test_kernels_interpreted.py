@@ -54,14 +54,23 @@ def test_tiny_dims_edge_lengths(pool, dtype, page_size):
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
 @pytest.mark.parametrize("heads", [16, 128])
-@pytest.mark.parametrize("regime", ["small batch", "large batch"])
-def test_deepseek_dims(pool, dtype, heads, regime):
-    """Each stage-1 configuration ``stage1_config`` picks (it depends on the batch)."""
+def test_deepseek_dims(pool, dtype, heads):
     rng = np.random.default_rng()
     case = random_case(rng, batch=3, heads=heads, dims=DEEPSEEK, page_size=64, pages_per_seq=20,
                        dtype=dtype, seq_lens=[0, int(rng.integers(1, 1280)), 1280])
-    config = kernels.stage1_config(heads, batch=1 if regime == "small batch" else 4096)
-    check(pool, case, num_splits=2, grid_splits=2, buffer_rows=4, dtype=dtype, config=config)
+    check(pool, case, num_splits=2, grid_splits=2, buffer_rows=4, dtype=dtype)
+
+
+@pytest.mark.parametrize("num_splits", [kernels.MAX_SPLIT_BLOCK + 1, 2 * kernels.MAX_SPLIT_BLOCK + 7])
+def test_many_splits_merge_in_blocks(pool, num_splits):
+    """Stage 2 merges MAX_SPLIT_BLOCK splits at a time: counts past one block, rows
+    whose live splits end inside a block."""
+    rng = np.random.default_rng()
+    case = random_case(rng, batch=3, heads=4, dims=TINY, page_size=4, pages_per_seq=50,
+                       dtype=np.float32,
+                       seq_lens=[200, int(rng.integers(1, 200)), int(rng.integers(1, num_splits))])
+    check(pool, case, num_splits=num_splits, grid_splits=num_splits + 3, buffer_rows=4,
+          dtype=np.float32)
 
 
 def test_random_batches(pool):

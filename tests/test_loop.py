@@ -103,3 +103,19 @@ def test_init_checks():
     with pytest.raises(ValueError, match="num_layers must be a positive int, got 0"):
         init_decode_state(TINY, 0, 2, 64, PAGE, sm_count=SM, key=jax.random.key(0),
                           prompt_lens=[1, 2])
+
+
+def test_unrolled_scan_gives_the_same_steps():
+    params_list = [init_params(TINY, k) for k in jax.random.split(jax.random.key(4), LAYERS)]
+    x = jax.random.normal(jax.random.key(5), (2, TINY.hidden_size))
+    results = []
+    for unroll in (1, 3):  # 3 does not divide the 8 steps: a remainder trip too
+        state = init_decode_state(TINY, LAYERS, 2, 300, PAGE, sm_count=SM,
+                                  key=jax.random.key(6), prompt_lens=[40, 250])
+        outputs, state = decode_loop(params_list, TINY, x, state, STEPS, backend="xla",
+                                     sm_count=SM, unroll=unroll)
+        results.append((np.asarray(outputs), [np.asarray(c) for c in state.kv_caches]))
+    (out1, caches1), (out3, caches3) = results
+    np.testing.assert_allclose(out3, out1, rtol=1e-5, atol=1e-5)
+    for a, b in zip(caches3, caches1):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)

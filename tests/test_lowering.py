@@ -55,7 +55,7 @@ def kernel_calls(text):
 
 @pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
 @pytest.mark.parametrize("heads", [16, 128])
-@pytest.mark.parametrize("batch", [4, 40])  # both of stage1_config's regimes at H=128
+@pytest.mark.parametrize("batch", [4, 40])
 def test_both_kernels_compile_for_sm90_and_buffer_is_aliased(dtype, heads, batch):
     text = lowered_text(dtype, heads=heads, max_seq_len=4096, batch=batch, rows=batch + 4)
     calls = kernel_calls(text)
@@ -93,3 +93,31 @@ def test_decode_step_donates_the_buffer():
     text = traced.lower(lowering_platforms=("cuda",)).as_text()
     main = next(l for l in text.splitlines() if "func.func public @main" in l)
     assert re.search(r"tensor<2x16x2x513xf32> \{[^}]*tf.aliasing_output = 2", main)
+
+
+@pytest.mark.parametrize("policy, batch, heads, want", [("occupancy", 64, 16, 4),
+                                                        ("occupancy", 1, 128, 64),
+                                                        ("vllm", 64, 16, 16)])
+def test_runtime_split_grid_is_the_batch_bound(monkeypatch, policy, batch, heads, want):
+    """A step whose length is known only at run time launches the most splits its
+    batch can ask for (``splits.max_kv_splits``), not the buffer's whole split axis."""
+    from mla_jax import triton_backend
+
+    grids = []
+    decode = triton_backend.decode
+
+    def recording(*args, **kwargs):
+        grids.append(args[7])  # grid_splits
+        return decode(*args, **kwargs)
+
+    monkeypatch.setattr(triton_backend, "decode", recording)
+    spec = jax.ShapeDtypeStruct
+    buf = spec((batch, heads, 16, 513), jnp.float32)  # 16 splits reserved (vLLM's rule, L=8192)
+    if policy == "occupancy":
+        buf = spec((batch, heads, 256, 513), jnp.float32)
+    jax.jit(lambda q, kv, bt, sl, b: mla_jax.mla_decode(
+        q, kv, bt, sl, b, scale=0.1, sm_count=132, policy=policy, backend="triton",
+        compute_capability=90)).trace(
+        spec((batch, heads, 576), jnp.bfloat16), spec((batch * 4, 64, 576), jnp.bfloat16),
+        spec((batch, 4), jnp.int32), spec((batch,), jnp.int32), buf)
+    assert grids == [want]

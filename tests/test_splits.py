@@ -53,10 +53,12 @@ def test_reserve_logits_buffer_shape_and_dtype():
     buf = mla_jax.reserve_logits_buffer(2, 4, 1 << 20, kv_lora_rank=32, sm_count=4,
                                         policy="vllm")
     assert buf.shape == (2, 4, 8, 33)
-    # The default, occupancy: batch 1 fills 2 * 132 programs with 16-head tiles, capped
-    # at 128 tokens a split: min(256, next_pow2(16384 // 128)) = 128 splits.
+    # The default, occupancy: batch 1 fills 2 * 132 programs with 16-head tiles, one
+    # split per 64 tokens, at most 128: min(256, next_pow2(16384 // 64), 128) = 128.
     buf = mla_jax.reserve_logits_buffer(8, 16, 16384, sm_count=132)
     assert buf.shape == (8, 16, 128, 513)
+    # 64-head tiles: one program per SM, so batch 1 fills 132 with 2 tiles: 64 splits.
+    assert mla_jax.reserve_logits_buffer(8, 128, 16384, sm_count=132).shape[2] == 64
 
 
 def test_reserve_without_gpu_asks_for_sm_count():
@@ -83,15 +85,30 @@ def test_split_rule_rejects_bad_arguments():
 def test_occupancy_policy_values():
     from mla_jax.splits import occupancy_kv_splits as occ
 
-    # One wave of 2 programs per SM on 132 SMs, at most one split per 128 tokens.
-    assert occ(1, 16, 4096, 132) == 32
-    assert occ(1, 16, 1024, 132) == 8
+    # One wave of programs on 132 SMs (two 16-head programs fit an SM, one wider),
+    # at most one split per 64 tokens, at most 128.
+    assert occ(1, 16, 4096, 132) == 64
+    assert occ(1, 16, 1024, 132) == 16
     assert occ(64, 16, 4096, 132) == 4
     assert occ(128, 16, 16384, 132) == 2
-    assert occ(128, 128, 16384, 132) == 1  # two 64-head tiles per row already fill the wave
-    assert occ(16, 128, 4096, 132) == 8
-    assert occ(1, 128, 1 << 20, 132) == 128
+    assert occ(128, 128, 16384, 132) == 1  # 256 programs of 64-head tiles: over a wave
+    assert occ(16, 128, 4096, 132) == 4
+    assert occ(4, 128, 4096, 132) == 16
+    assert occ(1, 128, 1 << 20, 132) == 64
+    assert occ(1, 16, 1 << 20, 132) == 128  # MAX_OCCUPANCY_SPLITS
     assert occ(1, 16, 0, 132) == 1
+
+
+@pytest.mark.parametrize("policy", ["vllm", "occupancy"])
+@pytest.mark.parametrize("num_heads", [1, 16, 20, 128])
+def test_max_kv_splits_bounds_every_length(policy, num_heads):
+    from mla_jax.splits import kv_splits, max_kv_splits
+
+    for batch in (1, 3, 64, 300):
+        most = max_kv_splits(policy, batch=batch, num_heads=num_heads, sm_count=132)
+        need = [kv_splits(policy, batch=batch, num_heads=num_heads, max_seq_len=int(n),
+                          sm_count=132) for n in [*LENGTHS, 1 << 30]]
+        assert max(need) == most  # reached at some length, never passed
 
 
 @pytest.mark.parametrize("policy", ["vllm", "occupancy"])
