@@ -8,6 +8,7 @@ loads, plain global loads); and whether the TTGIR pipelines the latent loads.
 """
 
 import argparse
+import collections
 import os
 import re
 import subprocess
@@ -59,17 +60,37 @@ def ptxas_usage(ptx):
     return regs, spills
 
 
+INTEGER_OPS = ("IMAD", "LEA", "ISETP", "SHF", "IADD3", "VIADD", "SEL", "LOP3", "SGXT", "IMNMX",
+               "UIADD3", "ULEA", "USEL", "UISETP")
+
+
+def loop_body(code):
+    """Instruction counts of the SASS's longest loop (stage 1's KV loop), by opcode."""
+    ins = [(int(m.group(1), 16), m.group(2).strip()) for m in
+           re.finditer(r"^\s+/\*([0-9a-f]{4,})\*/\s+(.*?);", code, re.MULTILINE)]
+    index = {a: i for i, (a, _) in enumerate(ins)}
+    loops = [(index[int(m.group(1), 16)], i) for i, (a, t) in enumerate(ins)
+             if (m := re.search(r"BRA\s+0x([0-9a-f]+)", t)) and int(m.group(1), 16) < a
+             and int(m.group(1), 16) in index]
+    first, last = max(loops, key=lambda loop: loop[1] - loop[0])
+    return collections.Counter(re.sub(r"^@!?U?P\w+\s+", "", t).split()[0].split(".")[0]
+                               for _, t in ins[first:last + 1])
+
+
 def report(compiled):
     ptx, ttgir = compiled.asm["ptx"], compiled.asm["ttgir"]
     count = lambda pat, text: len(re.findall(pat, text))  # noqa: E731
     regs, spills = ptxas_usage(ptx)
     code, _ = run_tool("cuobjdump", compiled.asm["cubin"], ".cubin", "-sass")
+    body = loop_body(code)
     # SASS, what runs: warpgroup MMA (HGMMA) vs mma.sync (HMMA), CTA barriers, and
     # local-memory traffic (spills).
     return (f"regs={regs} spill_stores={spills}B smem={compiled.metadata.shared} "
             f"SASS: HGMMA={count(r'HGMMA', code)} HMMA={count(r' HMMA', code)} "
             f"BAR.SYNC={count(r'BAR.SYNC', code)} STL={count(r' STL', code)} "
-            f"LDL={count(r' LDL', code)} LDGSTS={count(r'LDGSTS', code)} | PTX: "
+            f"LDL={count(r' LDL', code)} LDGSTS={count(r'LDGSTS', code)}; KV loop body: "
+            f"{sum(body.values())} instructions, {sum(body[op] for op in INTEGER_OPS)} integer, "
+            f"{body['LDG']} LDG | PTX: "
             f"wgmma={count(r'wgmma.mma_async', ptx)} mma.sync={count(r'mma.sync', ptx)} "
             f"cp.async={count(r'cp.async.cg|cp.async.ca', ptx)} tma={count(r'cp.async.bulk', ptx)} "
             f"ld.global={count(r'ld.global', ptx)} "

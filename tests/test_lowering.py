@@ -121,3 +121,20 @@ def test_runtime_split_grid_is_the_batch_bound(monkeypatch, policy, batch, heads
         spec((batch, heads, 576), jnp.bfloat16), spec((batch * 4, 64, 576), jnp.bfloat16),
         spec((batch, 4), jnp.int32), spec((batch,), jnp.int32), buf)
     assert grids == [want]
+
+
+@pytest.mark.parametrize("heads, mma", [(128, "HGMMA"), (16, "HMMA")])
+def test_stage1_sass_uses_the_expected_mma(heads, mma):
+    """The sm_90 build of stage 1 (scripts/inspect_kernel.py, jax-triton's alignment
+    hints): 64-head tiles run on warpgroup MMA (HGMMA), 16-head tiles on mma.sync
+    (HMMA), and the latent tiles are loaded asynchronously (LDGSTS, cp.async)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).parents[1] / "scripts" / "inspect_kernel.py"
+    out = subprocess.run([sys.executable, str(script), "--heads", str(heads)],
+                         capture_output=True, text=True, check=True, timeout=300).stdout
+    counts = {k: int(v) for k, v in re.findall(r"\b(HGMMA|HMMA|LDGSTS)=(\d+)", out)}
+    other = "HMMA" if mma == "HGMMA" else "HGMMA"
+    assert counts[mma] > 0 and counts[other] == 0 and counts["LDGSTS"] > 0, out
