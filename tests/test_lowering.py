@@ -124,17 +124,23 @@ def test_runtime_split_grid_is_the_batch_bound(monkeypatch, policy, batch, heads
 
 
 @pytest.mark.parametrize("heads, mma", [(128, "HGMMA"), (16, "HMMA")])
-def test_stage1_sass_uses_the_expected_mma(heads, mma):
+def test_stage1_sass_uses_the_expected_mma(heads, mma, tmp_path):
     """The sm_90 build of stage 1 (scripts/inspect_kernel.py, jax-triton's alignment
     hints): 64-head tiles run on warpgroup MMA (HGMMA), 16-head tiles on mma.sync
     (HMMA), and the latent tiles are loaded asynchronously (LDGSTS, cp.async)."""
+    import os
     import subprocess
     import sys
     from pathlib import Path
 
     script = Path(__file__).parents[1] / "scripts" / "inspect_kernel.py"
-    out = subprocess.run([sys.executable, str(script), "--heads", str(heads)],
-                         capture_output=True, text=True, check=True, timeout=300).stdout
+    # Its own Triton cache: importing jax_triton (earlier tests) sets TRITON_CACHE_DIR
+    # to "", which the child would inherit and Triton refuses.
+    env = os.environ | {"TRITON_CACHE_DIR": str(tmp_path)}
+    proc = subprocess.run([sys.executable, str(script), "--heads", str(heads)],
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout
     counts = {k: int(v) for k, v in re.findall(r"\b(HGMMA|HMMA|LDGSTS)=(\d+)", out)}
     other = "HMMA" if mma == "HGMMA" else "HGMMA"
     assert counts[mma] > 0 and counts[other] == 0 and counts["LDGSTS"] > 0, out
