@@ -78,6 +78,7 @@ def mla_decode_stage1(
     stride_bt_b: tl.constexpr,
     stride_buf_b: tl.constexpr, stride_buf_h: tl.constexpr, stride_buf_s: tl.constexpr,
     BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    PAGED_LOADS: tl.constexpr,
 ):
     # Head tiles vary fastest: the tiles of one (row, split) run side by side and
     # read the same latent rows, so all but the first find them in L2.
@@ -118,7 +119,7 @@ def mla_decode_stage1(
     # The next block's page index is loaded one iteration ahead, by hand: a latent load
     # whose address comes from a load of the same iteration is an indirect load, which
     # Triton's pipeliner buffers one stage shallower (no overlap at 2 stages).
-    if PAGE_SIZE % BLOCK_N == 0:
+    if PAGED_LOADS:
         # Blocks aligned to BLOCK_N lie inside one page: one page index per block, and
         # the tile is BLOCK_N contiguous rows at a scalar base, so the per-row address
         # arithmetic is loop-invariant. The first block may start before the split.
@@ -247,6 +248,10 @@ def launch_params(
     exact (no TF32); ``config`` overrides entries of ``stage1_config`` (for tuning).
     """
     cfg = stage1_config(num_heads) | (config or {})
+    # Page by page where blocks fit in pages; a sweep may turn it off to compare.
+    paged = cfg.get("PAGED_LOADS", page_size % cfg["BLOCK_N"] == 0)
+    if paged and page_size % cfg["BLOCK_N"]:
+        raise ValueError(f"PAGED_LOADS needs BLOCK_N {cfg['BLOCK_N']} to divide page_size {page_size}")
     buf = {"stride_buf_b": buffer_strides[0], "stride_buf_h": buffer_strides[1],
            "stride_buf_s": buffer_strides[2]}
     stage1 = {
@@ -260,7 +265,7 @@ def launch_params(
             stride_qp_b=q_pe_strides[0], stride_qp_h=q_pe_strides[1], QP_OFFSET=qp_offset,
             stride_kv_page=kv_strides[0], stride_kv_row=kv_strides[1],
             stride_bt_b=block_table_strides[0], **buf,
-            BLOCK_H=cfg["BLOCK_H"], BLOCK_N=cfg["BLOCK_N"],
+            BLOCK_H=cfg["BLOCK_H"], BLOCK_N=cfg["BLOCK_N"], PAGED_LOADS=paged,
             DOT_PRECISION="ieee" if float32_inputs else "tf32"),
     }
     col_block = min(MAX_COL_BLOCK, kv_lora_rank)
