@@ -44,11 +44,16 @@ def _split_range(seq_len, num_splits, split):
 
 
 @triton.jit
-def _attend(q_nope, q_pe, kv_c, k_pe, tok_mask, m_i, l_i, acc, qk_scale, DOT_PRECISION: tl.constexpr):
-    """One KV block of the online softmax: returns the updated ``(m_i, l_i, acc)``."""
+def _attend(q_nope, q_pe, kv_c, k_pe, tok_mask, m_i, l_i, acc, qk_scale,
+            DOT_PRECISION: tl.constexpr, MASKED: tl.constexpr):
+    """One KV block of the online softmax: returns the updated ``(m_i, l_i, acc)``.
+    ``tok_mask`` (used when ``MASKED``) marks the block's tokens inside the split."""
     qk = tl.dot(q_nope, tl.trans(kv_c), input_precision=DOT_PRECISION)
     qk = tl.dot(q_pe, tl.trans(k_pe), acc=qk, input_precision=DOT_PRECISION)
-    qk = tl.where(tok_mask[None, :], qk * qk_scale, float("-inf"))
+    if MASKED:
+        qk = tl.where(tok_mask[None, :], qk * qk_scale, float("-inf"))
+    else:
+        qk = qk * qk_scale
     m_new = tl.maximum(m_i, tl.max(qk, 1))
     # Lazy rescaling, decided per head row: a row's running max moves only when its
     # max grew by more than 2^RESCALE_THRESHOLD (until then p <= 2^RESCALE_THRESHOLD,
@@ -62,6 +67,24 @@ def _attend(q_nope, q_pe, kv_c, k_pe, tok_mask, m_i, l_i, acc, qk_scale, DOT_PRE
     l_i = l_i * alpha + tl.sum(p, 1)
     acc = tl.dot(p.to(kv_c.dtype), kv_c, acc=acc, input_precision=DOT_PRECISION)
     return m_i, l_i, acc
+
+
+@triton.jit
+def _edge_block(q_nope, q_pe, kv_ptr, bt_row, n0, start, end, m_i, l_i, acc, qk_scale, d_lora,
+                d_rope, offs, PAGE_SIZE: tl.constexpr, LORA: tl.constexpr,
+                stride_kv_page: tl.constexpr, stride_kv_row: tl.constexpr,
+                DOT_PRECISION: tl.constexpr):
+    """The aligned block at ``n0``, its tokens outside ``[start, end)`` masked."""
+    tokens = n0 + offs
+    tok_mask = (tokens >= start) & (tokens < end)
+    page = tl.load(bt_row + n0 // PAGE_SIZE)
+    block = kv_ptr + page.to(tl.int64) * stride_kv_page + (n0 % PAGE_SIZE) * stride_kv_row
+    kv_c = tl.load(block + offs[:, None] * stride_kv_row + d_lora[None, :],
+                   mask=tok_mask[:, None], other=0.0).to(q_nope.dtype)
+    k_pe = tl.load(block + offs[:, None] * stride_kv_row + LORA + d_rope[None, :],
+                   mask=tok_mask[:, None], other=0.0).to(q_nope.dtype)
+    return _attend(q_nope, q_pe, kv_c, k_pe, tok_mask, m_i, l_i, acc, qk_scale,
+                   DOT_PRECISION, MASKED=True)
 
 
 @triton.jit
@@ -122,21 +145,30 @@ def mla_decode_stage1(
     if PAGED_LOADS:
         # Blocks aligned to BLOCK_N lie inside one page: one page index per block, and
         # the tile is BLOCK_N contiguous rows at a scalar base, so the per-row address
-        # arithmetic is loop-invariant. The first block may start before the split.
-        first = start - start % BLOCK_N
-        page = tl.load(bt_row + first // PAGE_SIZE)
-        for n0 in range(first, end, BLOCK_N):
-            tokens = n0 + offs
-            tok_mask = (tokens >= start) & (tokens < end)
+        # arithmetic is loop-invariant. Blocks wholly inside the split load unmasked;
+        # the split's partial first and last blocks, masked, outside the loop.
+        full_lo = tl.cdiv(start, BLOCK_N) * BLOCK_N
+        full_hi = end - end % BLOCK_N
+        if start % BLOCK_N != 0:
+            m_i, l_i, acc = _edge_block(
+                q_nope, q_pe, kv_ptr, bt_row, start - start % BLOCK_N, start, end, m_i, l_i,
+                acc, qk_scale, d_lora, d_rope, offs, PAGE_SIZE, LORA, stride_kv_page,
+                stride_kv_row, DOT_PRECISION)
+        page = tl.load(bt_row + full_lo // PAGE_SIZE, mask=full_lo < full_hi, other=0)
+        for n0 in range(full_lo, full_hi, BLOCK_N):
             block = kv_ptr + page.to(tl.int64) * stride_kv_page + (n0 % PAGE_SIZE) * stride_kv_row
-            kv_c = tl.load(block + offs[:, None] * stride_kv_row + d_lora[None, :],
-                           mask=tok_mask[:, None], other=0.0).to(q_nope.dtype)
-            k_pe = tl.load(block + offs[:, None] * stride_kv_row + LORA + d_rope[None, :],
-                           mask=tok_mask[:, None], other=0.0).to(q_nope.dtype)
-            page = tl.load(bt_row + (n0 + BLOCK_N) // PAGE_SIZE, mask=n0 + BLOCK_N < end,
+            kv_c = tl.load(block + offs[:, None] * stride_kv_row + d_lora[None, :]).to(q_nope.dtype)
+            k_pe = tl.load(block + offs[:, None] * stride_kv_row + LORA
+                           + d_rope[None, :]).to(q_nope.dtype)
+            page = tl.load(bt_row + (n0 + BLOCK_N) // PAGE_SIZE, mask=n0 + BLOCK_N < full_hi,
                            other=0)
-            m_i, l_i, acc = _attend(q_nope, q_pe, kv_c, k_pe, tok_mask, m_i, l_i, acc,
-                                    qk_scale, DOT_PRECISION)
+            m_i, l_i, acc = _attend(q_nope, q_pe, kv_c, k_pe, offs, m_i, l_i, acc,
+                                    qk_scale, DOT_PRECISION, MASKED=False)
+        if end % BLOCK_N != 0 and full_hi >= full_lo:
+            m_i, l_i, acc = _edge_block(
+                q_nope, q_pe, kv_ptr, bt_row, full_hi, start, end, m_i, l_i, acc, qk_scale,
+                d_lora, d_rope, offs, PAGE_SIZE, LORA, stride_kv_page, stride_kv_row,
+                DOT_PRECISION)
     else:
         # Pages shorter than a block: a page index per token.
         tokens = start + offs
@@ -152,7 +184,7 @@ def mla_decode_stage1(
             next_tokens = tokens + BLOCK_N
             pages = tl.load(bt_row + next_tokens // PAGE_SIZE, mask=next_tokens < end, other=0)
             m_i, l_i, acc = _attend(q_nope, q_pe, kv_c, k_pe, tok_mask, m_i, l_i, acc,
-                                    qk_scale, DOT_PRECISION)
+                                    qk_scale, DOT_PRECISION, MASKED=True)
 
     out_off = (row.to(tl.int64) * stride_buf_b + heads[:, None].to(tl.int64) * stride_buf_h
                + split * stride_buf_s)
