@@ -101,7 +101,7 @@ def mla_decode_stage1(
     stride_bt_b: tl.constexpr,
     stride_buf_b: tl.constexpr, stride_buf_h: tl.constexpr, stride_buf_s: tl.constexpr,
     BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PRECISION: tl.constexpr,
-    PAGED_LOADS: tl.constexpr,
+    PAGED_LOADS: tl.constexpr, UNMASKED_INTERIOR: tl.constexpr,
 ):
     # Head tiles vary fastest: the tiles of one (row, split) run side by side and
     # read the same latent rows, so all but the first find them in L2.
@@ -142,7 +142,7 @@ def mla_decode_stage1(
     # The next block's page index is loaded one iteration ahead, by hand: a latent load
     # whose address comes from a load of the same iteration is an indirect load, which
     # Triton's pipeliner buffers one stage shallower (no overlap at 2 stages).
-    if PAGED_LOADS:
+    if PAGED_LOADS and UNMASKED_INTERIOR:
         # Blocks aligned to BLOCK_N lie inside one page: one page index per block, and
         # the tile is BLOCK_N contiguous rows at a scalar base, so the per-row address
         # arithmetic is loop-invariant. Blocks wholly inside the split load unmasked;
@@ -169,6 +169,22 @@ def mla_decode_stage1(
                 q_nope, q_pe, kv_ptr, bt_row, full_hi, start, end, m_i, l_i, acc, qk_scale,
                 d_lora, d_rope, offs, PAGE_SIZE, LORA, stride_kv_page, stride_kv_row,
                 DOT_PRECISION)
+    elif PAGED_LOADS:
+        # As above, every block masked (fewer registers: no edge-block code).
+        first = start - start % BLOCK_N
+        page = tl.load(bt_row + first // PAGE_SIZE)
+        for n0 in range(first, end, BLOCK_N):
+            tokens = n0 + offs
+            tok_mask = (tokens >= start) & (tokens < end)
+            block = kv_ptr + page.to(tl.int64) * stride_kv_page + (n0 % PAGE_SIZE) * stride_kv_row
+            kv_c = tl.load(block + offs[:, None] * stride_kv_row + d_lora[None, :],
+                           mask=tok_mask[:, None], other=0.0).to(q_nope.dtype)
+            k_pe = tl.load(block + offs[:, None] * stride_kv_row + LORA + d_rope[None, :],
+                           mask=tok_mask[:, None], other=0.0).to(q_nope.dtype)
+            page = tl.load(bt_row + (n0 + BLOCK_N) // PAGE_SIZE, mask=n0 + BLOCK_N < end,
+                           other=0)
+            m_i, l_i, acc = _attend(q_nope, q_pe, kv_c, k_pe, tok_mask, m_i, l_i, acc,
+                                    qk_scale, DOT_PRECISION, MASKED=True)
     else:
         # Pages shorter than a block: a page index per token.
         tokens = start + offs
@@ -282,6 +298,9 @@ def launch_params(
     cfg = stage1_config(num_heads) | (config or {})
     # Page by page where blocks fit in pages; a sweep may turn it off to compare.
     paged = cfg.get("PAGED_LOADS", page_size % cfg["BLOCK_N"] == 0)
+    # Unmasked interior blocks: fewer instructions in the loop, but the edge-block code
+    # costs registers, which the 64-head tile (already spilling) cannot spare.
+    unmasked = cfg.get("UNMASKED_INTERIOR", cfg["BLOCK_H"] <= 16)
     if paged and page_size % cfg["BLOCK_N"]:
         raise ValueError(f"PAGED_LOADS needs BLOCK_N {cfg['BLOCK_N']} to divide page_size {page_size}")
     buf = {"stride_buf_b": buffer_strides[0], "stride_buf_h": buffer_strides[1],
@@ -298,6 +317,7 @@ def launch_params(
             stride_kv_page=kv_strides[0], stride_kv_row=kv_strides[1],
             stride_bt_b=block_table_strides[0], **buf,
             BLOCK_H=cfg["BLOCK_H"], BLOCK_N=cfg["BLOCK_N"], PAGED_LOADS=paged,
+            UNMASKED_INTERIOR=unmasked,
             DOT_PRECISION="ieee" if float32_inputs else "tf32"),
     }
     col_block = min(MAX_COL_BLOCK, kv_lora_rank)
