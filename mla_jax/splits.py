@@ -34,6 +34,8 @@ MIN_TOKENS_PER_SPLIT = 64
 # 256 splits were no faster at B=1, H=16, L=16384 (run 14); at L=65536 session 2's
 # 256 took 0.049 ms and 128 take 0.065 ms now, a trade taken for half the buffer.
 MAX_OCCUPANCY_SPLITS = 128
+# A length past any cap of either rule (max_kv_splits).
+_UNBOUNDED_LEN = 1 << 40
 
 
 def next_pow2(x):
@@ -87,16 +89,6 @@ def num_kv_splits(max_seq_len: int | jax.Array, sm_count: int) -> int | jax.Arra
     return jnp.minimum(next_pow2(jnp.maximum(1, n // TOKENS_PER_SPLIT)), cap)
 
 
-def _occupancy_cap(batch: int, num_heads: int, sm_count: int) -> int:
-    """The occupancy policy's most splits at ``batch``: one wave of stage-1 programs."""
-    _check_sm_count(sm_count)
-    if not isinstance(batch, int) or batch < 1 or not isinstance(num_heads, int) or num_heads < 1:
-        raise ValueError(f"batch and num_heads must be positive ints, got {batch!r}, {num_heads!r}")
-    resident = programs_per_sm(num_heads) * sm_count
-    wave = prev_pow2(max(1, resident // (batch * head_tiles(num_heads))))
-    return min(wave, MAX_SPLITS_PER_SM * sm_count, MAX_OCCUPANCY_SPLITS)
-
-
 def occupancy_kv_splits(batch: int, num_heads: int, max_seq_len: int | jax.Array,
                         sm_count: int) -> int | jax.Array:
     """A batch-aware split count: enough stage-1 programs for one wave, no more.
@@ -108,7 +100,12 @@ def occupancy_kv_splits(batch: int, num_heads: int, max_seq_len: int | jax.Array
     A power of two, non-increasing in ``batch`` and non-decreasing in ``max_seq_len``,
     so the value at ``batch = 1, max_model_len`` covers every smaller problem.
     """
-    cap = _occupancy_cap(batch, num_heads, sm_count)
+    _check_sm_count(sm_count)
+    if not isinstance(batch, int) or batch < 1 or not isinstance(num_heads, int) or num_heads < 1:
+        raise ValueError(f"batch and num_heads must be positive ints, got {batch!r}, {num_heads!r}")
+    resident = programs_per_sm(num_heads) * sm_count
+    wave = prev_pow2(max(1, resident // (batch * head_tiles(num_heads))))
+    cap = min(wave, MAX_SPLITS_PER_SM * sm_count, MAX_OCCUPANCY_SPLITS)
     n = _as_length(max_seq_len)
     if isinstance(n, int):
         return min(next_pow2(max(1, n // MIN_TOKENS_PER_SPLIT)), cap)
@@ -140,10 +137,7 @@ def reserved_splits(policy: Policy, *, num_heads: int, max_model_len: int, sm_co
 def max_kv_splits(policy: Policy, *, batch: int, num_heads: int, sm_count: int) -> int:
     """The most ``kv_splits`` returns at ``batch``, whatever the length: the split grid
     of a step whose length is only known at run time (programs past the run-time
-    count exit at once, but each still takes a launch slot)."""
-    if policy == "vllm":
-        _check_sm_count(sm_count)
-        return MAX_SPLITS_PER_SM * sm_count
-    if policy == "occupancy":
-        return _occupancy_cap(batch, num_heads, sm_count)
-    raise ValueError(f"policy must be 'vllm' or 'occupancy', got {policy!r}")
+    count exit at once, but each still takes a launch slot). Both rules stop growing
+    with the length at their caps, long before ``_UNBOUNDED_LEN``."""
+    return kv_splits(policy, batch=batch, num_heads=num_heads, max_seq_len=_UNBOUNDED_LEN,
+                     sm_count=sm_count)

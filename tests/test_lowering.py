@@ -112,9 +112,8 @@ def test_runtime_split_grid_is_the_batch_bound(monkeypatch, policy, batch, heads
 
     monkeypatch.setattr(triton_backend, "decode", recording)
     spec = jax.ShapeDtypeStruct
-    buf = spec((batch, heads, 16, 513), jnp.float32)  # 16 splits reserved (vLLM's rule, L=8192)
-    if policy == "occupancy":
-        buf = spec((batch, heads, 256, 513), jnp.float32)
+    # Reserved splits: vLLM's rule at L=8192, or more than occupancy ever asks for.
+    buf = spec((batch, heads, {"vllm": 16, "occupancy": 256}[policy], 513), jnp.float32)
     jax.jit(lambda q, kv, bt, sl, b: mla_jax.mla_decode(
         q, kv, bt, sl, b, scale=0.1, sm_count=132, policy=policy, backend="triton",
         compute_capability=90)).trace(
