@@ -29,17 +29,14 @@ SCALE = bench.SCALE
 SHAPES = [(128, 16, 16384), (64, 16, 4096), (128, 128, 16384), (128, 128, 4096),
           (16, 128, 4096), (1, 128, 4096), (1, 16, 4096), (1, 16, 16384), (1, 128, 16384),
           (4, 128, 4096), (1, 128, 1024)]
-# The experiment of this branch: page-by-page loads (the default where blocks fit in
-# pages; unmasked interior blocks with 16-head tiles) against each other and against
-# v5's per-token gather (PAGED_LOADS=False), same tiles.
+# Shared memory and registers of each, read with scripts/inspect_kernel.py: 16-token
+# blocks at 4 stages take 74 KB (three programs an SM), the rest 92-94 KB (two).
 CONFIGS = {
-    16: [dict(BLOCK_N=32, num_warps=4, num_stages=3),
-         dict(BLOCK_N=32, num_warps=4, num_stages=3, UNMASKED_INTERIOR=False),
-         dict(BLOCK_N=32, num_warps=4, num_stages=3, PAGED_LOADS=False),
+    16: [dict(BLOCK_N=32, num_warps=4, num_stages=3), dict(BLOCK_N=16, num_warps=4, num_stages=4),
+         dict(BLOCK_N=16, num_warps=4, num_stages=5), dict(BLOCK_N=32, num_warps=8, num_stages=3),
          dict(BLOCK_N=64, num_warps=8, num_stages=2)],
     128: [dict(BLOCK_H=64, BLOCK_N=64, num_warps=8, num_stages=2),
-          dict(BLOCK_H=64, BLOCK_N=64, num_warps=8, num_stages=2, UNMASKED_INTERIOR=True),
-          dict(BLOCK_H=64, BLOCK_N=64, num_warps=8, num_stages=2, PAGED_LOADS=False)],
+          dict(BLOCK_H=64, BLOCK_N=32, num_warps=8, num_stages=4)],
 }
 
 
