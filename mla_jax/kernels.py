@@ -44,6 +44,29 @@ def _split_range(seq_len, num_splits, split):
 
 
 @triton.jit
+def _attend(q_nope, q_pe, kv_c, k_pe, tok_mask, m_i, l_i, acc, qk_scale,
+            DOT_PRECISION: tl.constexpr):
+    """One KV block of the online softmax: returns the updated ``(m_i, l_i, acc)``.
+    ``tok_mask`` marks the block's tokens inside the split."""
+    qk = tl.dot(q_nope, tl.trans(kv_c), input_precision=DOT_PRECISION)
+    qk = tl.dot(q_pe, tl.trans(k_pe), acc=qk, input_precision=DOT_PRECISION)
+    qk = tl.where(tok_mask[None, :], qk * qk_scale, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(qk, 1))
+    # Lazy rescaling, decided per head row: a row's running max moves only when its
+    # max grew by more than 2^RESCALE_THRESHOLD (until then p <= 2^RESCALE_THRESHOLD,
+    # harmless in bf16 and fp32). Per row, not one vote over the tile: that vote
+    # was a CTA-wide reduction and a barrier per block (12% of the time at H=128).
+    grow = m_new - m_i > RESCALE_THRESHOLD
+    alpha = tl.where(grow, tl.exp2(m_i - m_new), 1.0)
+    acc = acc * alpha[:, None]
+    m_i = tl.where(grow, m_new, m_i)
+    p = tl.exp2(qk - m_i[:, None])
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = tl.dot(p.to(kv_c.dtype), kv_c, acc=acc, input_precision=DOT_PRECISION)
+    return m_i, l_i, acc
+
+
+@triton.jit
 def mla_decode_stage1(
     q_nope_ptr, q_pe_ptr, kv_ptr, block_table_ptr, seq_lens_ptr, num_splits_ptr, kv_scale_ptr,
     buf_in_ptr,  # noqa: ARG001 -- aliased to buf_ptr; jax-triton passes both
@@ -57,6 +80,7 @@ def mla_decode_stage1(
     stride_bt_b: tl.constexpr,
     stride_buf_b: tl.constexpr, stride_buf_h: tl.constexpr, stride_buf_s: tl.constexpr,
     BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    PAGED_LOADS: tl.constexpr,
 ):
     # Head tiles vary fastest: the tiles of one (row, split) run side by side and
     # read the same latent rows, so all but the first find them in L2.
@@ -92,37 +116,47 @@ def mla_decode_stage1(
     m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_H], tl.float32)
     acc = tl.zeros([BLOCK_H, LORA], tl.float32)
-    # The next block's page indices are loaded one iteration ahead, by hand: a latent
-    # load whose address comes from a load of the same iteration is an indirect load,
-    # which Triton's pipeliner buffers one stage shallower (no overlap at 2 stages).
     bt_row = block_table_ptr + row * stride_bt_b
-    tokens = start + tl.arange(0, BLOCK_N)
-    pages = tl.load(bt_row + tokens // PAGE_SIZE, mask=tokens < end, other=0)
-    for n0 in range(start, end, BLOCK_N):
-        tokens = n0 + tl.arange(0, BLOCK_N)
-        tok_mask = tokens < end
-        row_off = pages.to(tl.int64) * stride_kv_page + (tokens % PAGE_SIZE) * stride_kv_row
-        kv_c = tl.load(kv_ptr + row_off[:, None] + d_lora[None, :],
-                       mask=tok_mask[:, None], other=0.0).to(q_nope.dtype)
-        k_pe = tl.load(kv_ptr + row_off[:, None] + LORA + d_rope[None, :],
-                       mask=tok_mask[:, None], other=0.0).to(q_nope.dtype)
-        next_tokens = tokens + BLOCK_N
-        pages = tl.load(bt_row + next_tokens // PAGE_SIZE, mask=next_tokens < end, other=0)
-        qk = tl.dot(q_nope, tl.trans(kv_c), input_precision=DOT_PRECISION)
-        qk = tl.dot(q_pe, tl.trans(k_pe), acc=qk, input_precision=DOT_PRECISION)
-        qk = tl.where(tok_mask[None, :], qk * qk_scale, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(qk, 1))
-        # Lazy rescaling, decided per head row: a row's running max moves only when its
-        # max grew by more than 2^RESCALE_THRESHOLD (until then p <= 2^RESCALE_THRESHOLD,
-        # harmless in bf16 and fp32). Per row, not one vote over the tile: that vote
-        # was a CTA-wide reduction and a barrier per block (12% of the time at H=128).
-        grow = m_new - m_i > RESCALE_THRESHOLD
-        alpha = tl.where(grow, tl.exp2(m_i - m_new), 1.0)
-        acc = acc * alpha[:, None]
-        m_i = tl.where(grow, m_new, m_i)
-        p = tl.exp2(qk - m_i[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
-        acc = tl.dot(p.to(kv_c.dtype), kv_c, acc=acc, input_precision=DOT_PRECISION)
+    offs = tl.arange(0, BLOCK_N)
+    # The next block's page index is loaded one iteration ahead, by hand: a latent load
+    # whose address comes from a load of the same iteration is an indirect load, which
+    # Triton's pipeliner buffers one stage shallower (no overlap at 2 stages).
+    if PAGED_LOADS:
+        # Blocks aligned to BLOCK_N lie inside one page: one page index per block, and
+        # the tile is BLOCK_N contiguous rows at a scalar base, so the per-row address
+        # arithmetic is loop-invariant. Every block is masked: unmasked interior blocks
+        # with the split's edge blocks peeled out of the loop ran fewer instructions
+        # but 5-25% slower on the H200 (run 18), the peeled code costing registers.
+        first = start - start % BLOCK_N
+        page = tl.load(bt_row + first // PAGE_SIZE)
+        for n0 in range(first, end, BLOCK_N):
+            tokens = n0 + offs
+            tok_mask = (tokens >= start) & (tokens < end)
+            block = kv_ptr + page.to(tl.int64) * stride_kv_page + (n0 % PAGE_SIZE) * stride_kv_row
+            kv_c = tl.load(block + offs[:, None] * stride_kv_row + d_lora[None, :],
+                           mask=tok_mask[:, None], other=0.0).to(q_nope.dtype)
+            k_pe = tl.load(block + offs[:, None] * stride_kv_row + LORA + d_rope[None, :],
+                           mask=tok_mask[:, None], other=0.0).to(q_nope.dtype)
+            page = tl.load(bt_row + (n0 + BLOCK_N) // PAGE_SIZE, mask=n0 + BLOCK_N < end,
+                           other=0)
+            m_i, l_i, acc = _attend(q_nope, q_pe, kv_c, k_pe, tok_mask, m_i, l_i, acc,
+                                    qk_scale, DOT_PRECISION)
+    else:
+        # Pages shorter than a block: a page index per token.
+        tokens = start + offs
+        pages = tl.load(bt_row + tokens // PAGE_SIZE, mask=tokens < end, other=0)
+        for n0 in range(start, end, BLOCK_N):
+            tokens = n0 + offs
+            tok_mask = tokens < end
+            row_off = pages.to(tl.int64) * stride_kv_page + (tokens % PAGE_SIZE) * stride_kv_row
+            kv_c = tl.load(kv_ptr + row_off[:, None] + d_lora[None, :],
+                           mask=tok_mask[:, None], other=0.0).to(q_nope.dtype)
+            k_pe = tl.load(kv_ptr + row_off[:, None] + LORA + d_rope[None, :],
+                           mask=tok_mask[:, None], other=0.0).to(q_nope.dtype)
+            next_tokens = tokens + BLOCK_N
+            pages = tl.load(bt_row + next_tokens // PAGE_SIZE, mask=next_tokens < end, other=0)
+            m_i, l_i, acc = _attend(q_nope, q_pe, kv_c, k_pe, tok_mask, m_i, l_i, acc,
+                                    qk_scale, DOT_PRECISION)
 
     out_off = (row.to(tl.int64) * stride_buf_b + heads[:, None].to(tl.int64) * stride_buf_h
                + split * stride_buf_s)
@@ -232,6 +266,8 @@ def launch_params(
             stride_kv_page=kv_strides[0], stride_kv_row=kv_strides[1],
             stride_bt_b=block_table_strides[0], **buf,
             BLOCK_H=cfg["BLOCK_H"], BLOCK_N=cfg["BLOCK_N"],
+            # Page by page where blocks fit in pages (7-15% faster on the H200, run 18).
+            PAGED_LOADS=page_size % cfg["BLOCK_N"] == 0,
             DOT_PRECISION="ieee" if float32_inputs else "tf32"),
     }
     col_block = min(MAX_COL_BLOCK, kv_lora_rank)
