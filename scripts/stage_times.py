@@ -1,0 +1,109 @@
+"""Device time of each stage of the triton decode, launched from torch under CUDA graphs.
+
+The bench times whole jitted calls (launches and XLA's gaps included). This script
+launches ``kernels.mla_decode_stage1`` and ``mla_decode_stage2`` with Triton's own
+launcher on torch CUDA tensors (the same launch parameters jax-triton gets, the
+default split policy, an exact-size buffer) and times, each with
+``triton.testing.do_bench_cudagraph`` (median): stage 1 alone, stage 2 alone, both.
+It reports each stage's rate against its own bytes (stage 1: the latent rows;
+stage 2: the buffer it reads) and checks the output against the dense torch reference.
+
+    python scripts/stage_times.py --out stage_times.json [--shapes 128x16x16384,...]   # CUDA GPU
+"""
+
+import argparse
+import json
+
+import torch
+import triton.testing
+
+from mla_jax import bench_report, kernels
+from mla_jax.splits import occupancy_kv_splits
+from mla_jax.torch_ref import mla_decode_dense_torch
+
+PAGE, LORA, ROPE, SM = 64, 512, 64, 132
+SCALE = (LORA + ROPE) ** -0.5
+# The issue's target shapes.
+SHAPES = [(128, 16, 16384), (64, 16, 4096), (128, 128, 16384), (128, 128, 4096),
+          (16, 128, 4096), (1, 128, 4096)]
+
+
+def make_problem(batch, heads, length, gen):
+    pages_per_seq = length // PAGE
+    q = torch.randn(batch, heads, LORA + ROPE, generator=gen, device="cuda").bfloat16()
+    kv = torch.randn(batch * pages_per_seq, PAGE, LORA + ROPE, generator=gen,
+                     device="cuda").bfloat16()
+    table = torch.randperm(batch * pages_per_seq, generator=gen, device="cuda")
+    table = table.view(batch, pages_per_seq).int()
+    lens = torch.full((batch,), length, dtype=torch.int32, device="cuda")
+    return q, kv, table, lens
+
+
+def launchers(q, kv, table, lens, splits):
+    batch, heads, _ = q.shape
+    buf = torch.full((batch, heads, splits, LORA + 1), float("nan"), device="cuda")
+    out = torch.full((batch, heads, LORA), float("nan"), device="cuda").bfloat16()
+    lse = torch.full((batch, heads), float("nan"), device="cuda")
+    ns = torch.tensor([splits], dtype=torch.int32, device="cuda")
+    kv_scale = torch.ones(1, device="cuda")
+    s1, s2 = kernels.launch_params(
+        batch=batch, num_heads=heads, page_size=PAGE, kv_lora_rank=LORA, rope_dim=ROPE,
+        scale=SCALE, grid_splits=splits, q_nope_strides=q.stride(), q_pe_strides=q.stride(),
+        qp_offset=LORA, kv_strides=kv.stride(), block_table_strides=table.stride(),
+        buffer_strides=buf.stride(), float32_inputs=False)
+
+    def stage1():
+        kernels.mla_decode_stage1[s1["grid"]](q, q, kv, table, lens, ns, kv_scale, buf, buf,
+                                              **s1["constexprs"])
+
+    def stage2():
+        kernels.mla_decode_stage2[s2["grid"]](buf, lens, ns, out, lse, **s2["constexprs"])
+
+    return stage1, stage2, out, lse
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out")
+    parser.add_argument("--shapes", help="comma-separated BxHxL (default: the targets)")
+    args = parser.parse_args()
+    shapes = ([tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
+              if args.shapes else SHAPES)
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    results = []
+    for batch, heads, length in shapes:
+        q, kv, table, lens = make_problem(batch, heads, length, gen)
+        splits = occupancy_kv_splits(batch, heads, length, SM)
+        stage1, stage2, out, lse = launchers(q, kv, table, lens, splits)
+        stage1(), stage2()
+        ref_out, ref_lse = mla_decode_dense_torch(q, kv, table, lens, scale=SCALE,
+                                                  kv_lora_rank=LORA)
+        err = float((out.float() - ref_out.float()).abs().max())
+        lse_err = float((lse - ref_lse).abs().max())
+        ms = {name: triton.testing.do_bench_cudagraph(fn, rep=100, return_mode="median")
+              for name, fn in (("stage1", stage1), ("stage2", stage2),
+                               ("both", lambda: (stage1(), stage2())))}
+        kv_bytes = bench_report.kv_bytes(batch, length)
+        buf_bytes = batch * heads * splits * (LORA + 1) * 4
+        flops = bench_report.attention_flops(batch, heads, length)
+        row = dict(batch=batch, heads=heads, length=length, splits=splits, ms=ms,
+                   stage1_tbps=kv_bytes / ms["stage1"] / 1e9,
+                   stage1_tflops=flops / ms["stage1"] / 1e9,
+                   stage2_tbps=2 * buf_bytes / ms["stage2"] / 1e9,  # read, and written by stage 1
+                   buffer_mib=buf_bytes / 2**20, max_abs_err=err, lse_max_abs_err=lse_err)
+        results.append(row)
+        print(f"B={batch:4d} H={heads:4d} L={length:6d} splits={splits:3d}  stage1 "
+              f"{ms['stage1']:.4f} ms ({row['stage1_tbps']:.2f} TB/s, "
+              f"{row['stage1_tflops']:.0f} TFLOP/s)  stage2 {ms['stage2']:.4f} ms "
+              f"(buffer {row['buffer_mib']:.1f} MiB)  both {ms['both']:.4f} ms  "
+              f"max|out-ref| {err:.1e} max|lse-ref| {lse_err:.1e}", flush=True)
+        assert err < 0.05 and lse_err < 1e-3, "output disagrees with the dense reference"
+        del q, kv, table, lens, out, lse
+        torch.cuda.empty_cache()
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(results, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
