@@ -8,16 +8,24 @@ default split policy, an exact-size buffer) and times, each with
 It reports each stage's rate against its own bytes (stage 1: the latent rows;
 stage 2: the buffer it reads) and checks the output against the dense torch reference.
 
+Then it times the same two stages through JAX (``triton_backend.decode``, same
+arrays through DLPack, same buffer shape) the way ``mla_jax bench`` does: the wall
+clock of K chained calls in one jit, divided by K, for each K of ``--jax-calls``.
+Where the two disagree, the difference is what the bench's harness adds.
+
     python scripts/stage_times.py --out stage_times.json [--shapes 128x16x16384,...]   # CUDA GPU
 """
 
 import argparse
 import json
 
+import jax
+import jax.numpy as jnp
+import numpy as np
 import torch
 import triton.testing
 
-from mla_jax import bench_report, kernels
+from mla_jax import bench, bench_report, kernels, triton_backend
 from mla_jax.splits import occupancy_kv_splits
 from mla_jax.torch_ref import mla_decode_dense_torch
 
@@ -53,20 +61,44 @@ def launchers(q, kv, table, lens, splits):
         buffer_strides=buf.stride(), float32_inputs=False)
 
     def stage1():
-        kernels.mla_decode_stage1[s1["grid"]](q, q, kv, table, lens, ns, kv_scale, buf, buf,
-                                              **s1["constexprs"])
+        kernels.mla_decode_stage1[s1["grid"]](
+            q, q, kv, table, lens, ns, kv_scale, buf, buf, num_warps=s1["num_warps"],
+            num_stages=s1["num_stages"], **s1["constexprs"])
 
     def stage2():
-        kernels.mla_decode_stage2[s2["grid"]](buf, lens, ns, out, lse, **s2["constexprs"])
+        kernels.mla_decode_stage2[s2["grid"]](
+            buf, lens, ns, out, lse, num_warps=s2["num_warps"], num_stages=s2["num_stages"],
+            **s2["constexprs"])
 
     return stage1, stage2, out, lse
+
+
+def jax_ms(q, kv, table, lens, splits, calls, repeats=5):
+    """Median per-call ms of ``calls`` chained ``triton_backend.decode`` calls in one jit
+    (``bench.decode_loop`` / ``bench.time_loop``, as the bench times its JAX paths)."""
+    inputs = tuple(jax.dlpack.from_dlpack(t) for t in (q, kv, table, lens))
+
+    def decode(q, kv, bt, sl, buf):
+        return triton_backend.decode(
+            q, q, LORA, kv, bt, sl, jnp.full((1,), splits, jnp.int32), splits,
+            jnp.ones((1,), jnp.float32), buf, scale=SCALE, kv_lora_rank=LORA, rope_dim=ROPE,
+            compute_capability=None)
+
+    buf = jnp.zeros((q.shape[0], q.shape[1], splits, LORA + 1), jnp.float32)
+    loop = bench.decode_loop(decode, calls, perturb_table=False)
+    times, _ = bench.time_loop(lambda st: loop(*inputs, st[2]), (None, None, buf),
+                               calls=calls, repeats=repeats)
+    return float(np.median(times))
 
 
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--out")
     parser.add_argument("--shapes", help="comma-separated BxHxL (default: the targets)")
+    parser.add_argument("--jax-calls", default="5,20,60",
+                        help="K values for the JAX timing (comma-separated; empty: skip)")
     args = parser.parse_args()
+    jax_calls = [int(k) for k in args.jax_calls.split(",") if k]
     shapes = ([tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
               if args.shapes else SHAPES)
     gen = torch.Generator(device="cuda").manual_seed(0)
@@ -83,6 +115,7 @@ def main():
         ms = {name: triton.testing.do_bench_cudagraph(fn, rep=100, return_mode="median")
               for name, fn in (("stage1", stage1), ("stage2", stage2),
                                ("both", lambda: (stage1(), stage2())))}
+        ms |= {f"jax_k{k}": jax_ms(q, kv, table, lens, splits, k) for k in jax_calls}
         kv_bytes = bench_report.kv_bytes(batch, length)
         buf_bytes = batch * heads * splits * (LORA + 1) * 4
         flops = bench_report.attention_flops(batch, heads, length)
@@ -96,7 +129,8 @@ def main():
               f"{ms['stage1']:.4f} ms ({row['stage1_tbps']:.2f} TB/s, "
               f"{row['stage1_tflops']:.0f} TFLOP/s)  stage2 {ms['stage2']:.4f} ms "
               f"(buffer {row['buffer_mib']:.1f} MiB)  both {ms['both']:.4f} ms  "
-              f"max|out-ref| {err:.1e} max|lse-ref| {lse_err:.1e}", flush=True)
+              f"max|out-ref| {err:.1e} max|lse-ref| {lse_err:.1e}  JAX, K calls: "
+              + " ".join(f"K={k} {ms[f'jax_k{k}']:.4f}" for k in jax_calls), flush=True)
         assert err < 0.05 and lse_err < 1e-3, "output disagrees with the dense reference"
         del q, kv, table, lens, out, lse
         torch.cuda.empty_cache()
