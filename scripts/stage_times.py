@@ -28,6 +28,7 @@ import triton.testing
 from mla_jax import bench, bench_report, kernels, triton_backend
 from mla_jax.splits import occupancy_kv_splits
 from mla_jax.torch_ref import mla_decode_dense_torch
+from mla_jax.vllm_kernel import ensure_triton_cache_dir
 
 PAGE, LORA, ROPE, SM = 64, 512, 64, 132
 SCALE = (LORA + ROPE) ** -0.5
@@ -101,6 +102,7 @@ def main():
     jax_calls = [int(k) for k in args.jax_calls.split(",") if k]
     shapes = ([tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
               if args.shapes else SHAPES)
+    ensure_triton_cache_dir()  # Triton's own launcher, after jax_triton's import emptied it
     gen = torch.Generator(device="cuda").manual_seed(0)
     results = []
     for batch, heads, length in shapes:
