@@ -66,6 +66,11 @@ DEFAULT_SM_COUNT = 132  # H200 / H100 SXM, when no GPU can be asked
 # The calls are unrolled (bench.decode_loop): more than ~20 makes XLA compiles of
 # the XLA paths dominate the sweep (measured: 23 s a shape at 100 calls).
 TARGET_RUN_MS, MIN_CALLS, MAX_CALLS = 2.0, 5, 20
+# Runs dispatched back to back per timed repeat, one sync at the end: dispatch then
+# overlaps the device's work, and the sync is paid once per RUNS_PER_REPEAT runs. With
+# one sync per run, the fixed ~0.3 ms around it added 12% at 128/16/16384 (K=5) and
+# tripled 1/128/4096 (K=20) against CUDA-graph device time (run 21, stage_times.py).
+RUNS_PER_REPEAT = 10
 
 
 @dataclass(frozen=True)
@@ -90,8 +95,8 @@ def sweep_shapes(batches: Sequence[int], heads: Sequence[int],
 
 
 def calls_for(floor_ms: float) -> int:
-    """K calls per timed run: enough that a run lasts ~TARGET_RUN_MS even for the
-    fastest path, so the dispatch and sync around it stay a few % of the time."""
+    """K calls per jitted run: enough that a run lasts ~TARGET_RUN_MS even for the
+    fastest path (``time_loop`` then times RUNS_PER_REPEAT runs per repeat)."""
     return int(min(MAX_CALLS, max(MIN_CALLS, round(TARGET_RUN_MS / max(floor_ms, 0.02)))))
 
 
@@ -159,15 +164,22 @@ def decode_loop(decode: Callable, calls: int, *, perturb_table: bool):
     return jax.jit(run, donate_argnums=4)
 
 
-def time_loop(step: Callable, state, *, calls: int, repeats: int):
+def time_loop(step: Callable, state, *, calls: int, repeats: int,
+              runs: int = RUNS_PER_REPEAT):
     """Per-call ms of ``state = step(state)``, a jitted loop of ``calls`` calls, per
-    repeat after a warm-up (which compiles); returns ``(times, last state)``."""
+    repeat after a warm-up (which compiles); returns ``(times, last state)``.
+
+    Each repeat dispatches ``runs`` steps back to back (each takes the last one's
+    state, so they run in order on the device) and syncs once.
+    """
     state = jax.block_until_ready(step(state))
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
-        state = jax.block_until_ready(step(state))
-        times.append((time.perf_counter() - start) * 1e3 / calls)
+        for _ in range(runs):
+            state = step(state)
+        state = jax.block_until_ready(state)
+        times.append((time.perf_counter() - start) * 1e3 / (calls * runs))
     return times, state
 
 
@@ -448,8 +460,9 @@ def run_sweep(shapes: list[tuple[int, int, int]], settings: Settings,
                   f"K calls (~{TARGET_RUN_MS:g} ms a run, K in {MIN_CALLS}..{MAX_CALLS})")
     results = {
         "what": ("device time per call of one MLA decode step, median of repeats; JAX: "
-                 "K chained calls in one jitted fori_loop / K; vLLM: a CUDA graph of K "
-                 "calls replayed between CUDA events / K."),
+                 f"{RUNS_PER_REPEAT} runs of K chained calls in one jitted fori_loop, "
+                 f"dispatched back to back, one sync / ({RUNS_PER_REPEAT} K); vLLM: a CUDA "
+                 "graph of K calls replayed between CUDA events / K."),
         "machine": machine_info(settings.sm_count),
         "config": {"dry_run": settings.dry_run, "repeats": settings.repeats,
                    "calls_rule": calls_rule, "page_size": settings.page_size,

@@ -187,8 +187,8 @@ def test_time_loop_threads_the_state_and_time_wall_counts_calls():
     times, out = bench.time_wall(fn, calls=3, repeats=2)
     assert len(times) == 2 and out == "out" and len(calls) == 1 + 3 * 2
     step = jax.jit(lambda x: x + 1, donate_argnums=0)
-    times, state = bench.time_loop(step, jax.numpy.zeros(2), calls=4, repeats=3)
-    assert len(times) == 3 and all(t > 0 for t in times) and state.tolist() == [4, 4]
+    times, state = bench.time_loop(step, jax.numpy.zeros(2), calls=4, repeats=3, runs=5)
+    assert len(times) == 3 and all(t > 0 for t in times) and state.tolist() == [16, 16]
 
 
 def test_to_torch_falls_back_to_a_host_copy(monkeypatch):
