@@ -69,7 +69,8 @@ TARGET_RUN_MS, MIN_CALLS, MAX_CALLS = 2.0, 5, 20
 # Runs dispatched back to back per timed repeat, one sync at the end: dispatch then
 # overlaps the device's work, and the sync is paid once per RUNS_PER_REPEAT runs. With
 # one sync per run, the fixed ~0.3 ms around it added 12% at 128/16/16384 (K=5) and
-# tripled 1/128/4096 (K=20) against CUDA-graph device time (run 21, stage_times.py).
+# 60-100% at 1/128/4096 (K=20) to the CUDA-graph device time (runs 21-22,
+# scripts/stage_times.py); with 10 runs a sync, within 6% of it (13% at 1/128/4096).
 RUNS_PER_REPEAT = 10
 
 

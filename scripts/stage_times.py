@@ -11,7 +11,7 @@ stage 2: the buffer it reads) and checks the output against the dense torch refe
 Then it times the same two stages through JAX (``triton_backend.decode``, same
 arrays through DLPack, same buffer shape) with ``bench.time_loop``: the wall clock of
 K chained calls in one jit, for each K of ``--jax-calls``, with one sync per run
-(``runs=1``, the bench before run 21) and with ``bench.RUNS_PER_REPEAT`` runs per
+(``runs=1``, the bench before run 22) and with ``bench.RUNS_PER_REPEAT`` runs per
 sync (the bench since). Where they disagree with the CUDA graph, the difference is
 what the harness adds.
 
