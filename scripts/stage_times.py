@@ -4,7 +4,8 @@ The bench times whole jitted calls (launches and XLA's gaps included). This scri
 launches ``kernels.mla_decode_stage1`` and ``mla_decode_stage2`` with Triton's own
 launcher on torch CUDA tensors (the same launch parameters jax-triton gets, the
 default split policy, an exact-size buffer) and times, each with
-``triton.testing.do_bench_cudagraph`` (median): stage 1 alone, stage 2 alone, both.
+``triton.testing.do_bench_cudagraph`` (median): stage 1 alone, stage 2 alone (and
+version 6's stage 2, one head and 128 columns a program), both.
 It reports each stage's rate against its own bytes (stage 1: the latent rows;
 stage 2: the buffer it reads) and checks the output against the dense torch reference.
 
@@ -68,12 +69,15 @@ def launchers(q, kv, table, lens, splits):
             q, q, kv, table, lens, ns, kv_scale, buf, buf, num_warps=s1["num_warps"],
             num_stages=s1["num_stages"], **s1["constexprs"])
 
-    def stage2():
-        kernels.mla_decode_stage2[s2["grid"]](
+    def stage2_with(grid, constexprs):
+        kernels.mla_decode_stage2[grid](
             buf, lens, ns, out, lse, num_warps=s2["num_warps"], num_stages=s2["num_stages"],
-            **s2["constexprs"])
+            **constexprs)
 
-    return stage1, stage2, out, lse
+    # Version 6's stage 2 for comparison: one head and 128 columns a program.
+    v6 = dict(s2["constexprs"], HEAD_BLOCK=1, COL_BLOCK=min(128, LORA))
+    return (stage1, lambda: stage2_with(s2["grid"], s2["constexprs"]),
+            lambda: stage2_with((batch, heads, LORA // v6["COL_BLOCK"]), v6), out, lse)
 
 
 def jax_ms(q, kv, table, lens, splits, calls, runs, repeats=5):
@@ -110,14 +114,17 @@ def main():
     for batch, heads, length in shapes:
         q, kv, table, lens = make_problem(batch, heads, length, gen)
         splits = occupancy_kv_splits(batch, heads, length, SM)
-        stage1, stage2, out, lse = launchers(q, kv, table, lens, splits)
-        stage1(), stage2()
+        stage1, stage2, stage2_v6, out, lse = launchers(q, kv, table, lens, splits)
+        stage1(), stage2_v6()
+        out_v6 = out.clone()
+        stage2()
+        v6_diff = float((out.float() - out_v6.float()).abs().max())
         ref_out, ref_lse = mla_decode_dense_torch(q, kv, table, lens, scale=SCALE,
                                                   kv_lora_rank=LORA)
         err = float((out.float() - ref_out.float()).abs().max())
         lse_err = float((lse - ref_lse).abs().max())
         ms = {name: triton.testing.do_bench_cudagraph(fn, rep=100, return_mode="median")
-              for name, fn in (("stage1", stage1), ("stage2", stage2),
+              for name, fn in (("stage1", stage1), ("stage2", stage2), ("stage2_v6", stage2_v6),
                                ("both", lambda: (stage1(), stage2())))}
         ms |= {f"jax_k{k}_runs{r}": jax_ms(q, kv, table, lens, splits, k, r)
                for k in jax_calls for r in (1, bench.RUNS_PER_REPEAT)}
@@ -133,11 +140,12 @@ def main():
         print(f"B={batch:4d} H={heads:4d} L={length:6d} splits={splits:3d}  stage1 "
               f"{ms['stage1']:.4f} ms ({row['stage1_tbps']:.2f} TB/s, "
               f"{row['stage1_tflops']:.0f} TFLOP/s)  stage2 {ms['stage2']:.4f} ms "
-              f"(buffer {row['buffer_mib']:.1f} MiB)  both {ms['both']:.4f} ms  "
+              f"(v6: {ms['stage2_v6']:.4f}; buffer {row['buffer_mib']:.1f} MiB)  both {ms['both']:.4f} ms  "
               f"max|out-ref| {err:.1e} max|lse-ref| {lse_err:.1e}  JAX, K calls x runs a sync: "
               + " ".join(f"{k}x{r} {v:.4f}" for k in jax_calls for r in (1, bench.RUNS_PER_REPEAT)
                          if (v := ms[f"jax_k{k}_runs{r}"])), flush=True)
         assert err < 0.05 and lse_err < 1e-3, "output disagrees with the dense reference"
+        assert v6_diff < 0.02, f"the two stage-2 tilings disagree by {v6_diff}"
         del q, kv, table, lens, out, lse
         torch.cuda.empty_cache()
     if args.out:

@@ -143,3 +143,16 @@ def test_stage1_sass_uses_the_expected_mma(heads, mma, tmp_path):
     counts = {k: int(v) for k, v in re.findall(r"\b(HGMMA|HMMA|LDGSTS)=(\d+)", out)}
     other = "HMMA" if mma == "HGMMA" else "HGMMA"
     assert counts[mma] > 0 and counts[other] == 0 and counts["LDGSTS"] > 0, out
+
+
+@pytest.mark.parametrize("splits, heads, want", [
+    (1, 128, (8, 1, 512)), (2, 16, (4, 2, 512)), (4, 16, (2, 4, 512)), (16, 128, (1, 16, 256)),
+    (64, 128, (1, 32, 128)), (1, 2, (2, 1, 512)), (3, 20, (2, 4, 512))])
+def test_stage2_tiling_few_splits_make_wide_programs(splits, heads, want):
+    """Few splits: whole rows of columns and several heads a program; many: the columns
+    spread over programs. Never more than STAGE2_TILE values a tile."""
+    from mla_jax import kernels
+
+    tiles = kernels.stage2_tiling(splits, heads, 512)
+    assert (tiles["HEAD_BLOCK"], tiles["SPLIT_BLOCK"], tiles["COL_BLOCK"]) == want
+    assert tiles["HEAD_BLOCK"] * tiles["SPLIT_BLOCK"] * tiles["COL_BLOCK"] <= kernels.STAGE2_TILE
