@@ -33,6 +33,7 @@ RESCALE_THRESHOLD = tl.constexpr(8.0)
 MAX_SPLIT_BLOCK = 32
 MIN_COL_BLOCK = 128
 STAGE2_TILE = 4096
+MIN_DOT = 16  # tl.dot's smallest dimension
 
 
 @triton.jit
@@ -45,13 +46,32 @@ def _split_range(seq_len, num_splits, split):
 
 
 @triton.jit
+def _load_chunks(ptrs, mask, CHUNK: tl.constexpr, NUM_CHUNKS: tl.constexpr, dtype):
+    """The tile at ``ptrs`` (its first ``CHUNK`` columns) and the ``NUM_CHUNKS - 1``
+    column chunks after it, as a tuple of ``[rows, CHUNK]`` tiles in ``dtype``."""
+    chunks = ()
+    for i in tl.static_range(NUM_CHUNKS):
+        chunks = chunks + (tl.load(ptrs + i * CHUNK, mask=mask, other=0.0).to(dtype),)
+    return chunks
+
+
+@triton.jit
 def _attend(q_nope, q_pe, kv_c, k_pe, tok_mask, m_i, l_i, acc, qk_scale,
-            DOT_PRECISION: tl.constexpr):
+            DOT_PRECISION: tl.constexpr, NUM_CHUNKS: tl.constexpr):
     """One KV block of the online softmax: returns the updated ``(m_i, l_i, acc)``.
-    ``tok_mask`` marks the block's tokens inside the split."""
-    qk = tl.dot(q_nope, tl.trans(kv_c), input_precision=DOT_PRECISION)
-    qk = tl.dot(q_pe, tl.trans(k_pe), acc=qk, input_precision=DOT_PRECISION)
-    qk = tl.where(tok_mask[None, :], qk * qk_scale, float("-inf"))
+
+    ``q_nope``, ``kv_c`` and ``acc`` are tuples of ``NUM_CHUNKS`` column chunks of the
+    latent dims; ``tok_mask`` marks the block's tokens inside the split.
+    """
+    # One dot per chunk (the rope part accumulated onto the first), each scaled before
+    # the sum: independent MMA chains, where the whole 576-deep dot is one chain of 36
+    # dependent mma.sync per warp at 16-head tiles. (An add of unscaled dot results
+    # would be folded back into one accumulate chain by Triton.)
+    qk = tl.dot(q_nope[0], tl.trans(kv_c[0]), input_precision=DOT_PRECISION)
+    qk = tl.dot(q_pe, tl.trans(k_pe), acc=qk, input_precision=DOT_PRECISION) * qk_scale
+    for i in tl.static_range(1, NUM_CHUNKS):
+        qk += tl.dot(q_nope[i], tl.trans(kv_c[i]), input_precision=DOT_PRECISION) * qk_scale
+    qk = tl.where(tok_mask[None, :], qk, float("-inf"))
     m_new = tl.maximum(m_i, tl.max(qk, 1))
     # Lazy rescaling, decided per head row: a row's running max moves only when its
     # max grew by more than 2^RESCALE_THRESHOLD (until then p <= 2^RESCALE_THRESHOLD,
@@ -59,12 +79,15 @@ def _attend(q_nope, q_pe, kv_c, k_pe, tok_mask, m_i, l_i, acc, qk_scale,
     # was a CTA-wide reduction and a barrier per block (12% of the time at H=128).
     grow = m_new - m_i > RESCALE_THRESHOLD
     alpha = tl.where(grow, tl.exp2(m_i - m_new), 1.0)
-    acc = acc * alpha[:, None]
     m_i = tl.where(grow, m_new, m_i)
     p = tl.exp2(qk - m_i[:, None])
     l_i = l_i * alpha + tl.sum(p, 1)
-    acc = tl.dot(p.to(kv_c.dtype), kv_c, acc=acc, input_precision=DOT_PRECISION)
-    return m_i, l_i, acc
+    p = p.to(kv_c[0].dtype)
+    new_acc = ()
+    for i in tl.static_range(NUM_CHUNKS):
+        new_acc = new_acc + (tl.dot(p, kv_c[i], acc=acc[i] * alpha[:, None],
+                                    input_precision=DOT_PRECISION),)
+    return m_i, l_i, new_acc
 
 
 @triton.jit
@@ -81,7 +104,7 @@ def mla_decode_stage1(
     stride_bt_b: tl.constexpr,
     stride_buf_b: tl.constexpr, stride_buf_h: tl.constexpr, stride_buf_s: tl.constexpr,
     BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PRECISION: tl.constexpr,
-    PAGED_LOADS: tl.constexpr,
+    PAGED_LOADS: tl.constexpr, LORA_CHUNKS: tl.constexpr,
 ):
     # Head tiles vary fastest: the tiles of one (row, split) run side by side and
     # read the same latent rows, so all but the first find them in L2.
@@ -98,11 +121,13 @@ def mla_decode_stage1(
 
     heads = tile * BLOCK_H + tl.arange(0, BLOCK_H)
     head_mask = heads < NUM_HEADS
-    d_lora = tl.arange(0, LORA)
+    # The latent dims in LORA_CHUNKS column chunks of CHUNK (see _attend).
+    CHUNK: tl.constexpr = LORA // LORA_CHUNKS
+    d_lora = tl.arange(0, CHUNK)
     d_rope = tl.arange(0, ROPE)
-    q_nope = tl.load(
+    q_nope = _load_chunks(
         q_nope_ptr + row * stride_qn_b + heads[:, None] * stride_qn_h + d_lora[None, :],
-        mask=head_mask[:, None], other=0.0)
+        head_mask[:, None], CHUNK, LORA_CHUNKS, q_nope_ptr.dtype.element_ty)
     q_pe = tl.load(
         q_pe_ptr + row * stride_qp_b + heads[:, None] * stride_qp_h + QP_OFFSET
         + d_rope[None, :],
@@ -116,7 +141,9 @@ def mla_decode_stage1(
     qk_scale = SM_SCALE * _LOG2E * kv_scale
     m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_H], tl.float32)
-    acc = tl.zeros([BLOCK_H, LORA], tl.float32)
+    acc = ()
+    for i in tl.static_range(LORA_CHUNKS):
+        acc = acc + (tl.zeros([BLOCK_H, CHUNK], tl.float32),)
     bt_row = block_table_ptr + row * stride_bt_b
     offs = tl.arange(0, BLOCK_N)
     # The next block's page index is loaded one iteration ahead, by hand: a latent load
@@ -134,14 +161,14 @@ def mla_decode_stage1(
             tokens = n0 + offs
             tok_mask = (tokens >= start) & (tokens < end)
             block = kv_ptr + page.to(tl.int64) * stride_kv_page + (n0 % PAGE_SIZE) * stride_kv_row
-            kv_c = tl.load(block + offs[:, None] * stride_kv_row + d_lora[None, :],
-                           mask=tok_mask[:, None], other=0.0).to(q_nope.dtype)
+            kv_c = _load_chunks(block + offs[:, None] * stride_kv_row + d_lora[None, :],
+                                tok_mask[:, None], CHUNK, LORA_CHUNKS, q_nope[0].dtype)
             k_pe = tl.load(block + offs[:, None] * stride_kv_row + LORA + d_rope[None, :],
-                           mask=tok_mask[:, None], other=0.0).to(q_nope.dtype)
+                           mask=tok_mask[:, None], other=0.0).to(q_nope[0].dtype)
             page = tl.load(bt_row + (n0 + BLOCK_N) // PAGE_SIZE, mask=n0 + BLOCK_N < end,
                            other=0)
             m_i, l_i, acc = _attend(q_nope, q_pe, kv_c, k_pe, tok_mask, m_i, l_i, acc,
-                                    qk_scale, DOT_PRECISION)
+                                    qk_scale, DOT_PRECISION, LORA_CHUNKS)
     else:
         # Pages shorter than a block: a page index per token.
         tokens = start + offs
@@ -150,19 +177,20 @@ def mla_decode_stage1(
             tokens = n0 + offs
             tok_mask = tokens < end
             row_off = pages.to(tl.int64) * stride_kv_page + (tokens % PAGE_SIZE) * stride_kv_row
-            kv_c = tl.load(kv_ptr + row_off[:, None] + d_lora[None, :],
-                           mask=tok_mask[:, None], other=0.0).to(q_nope.dtype)
+            kv_c = _load_chunks(kv_ptr + row_off[:, None] + d_lora[None, :], tok_mask[:, None],
+                                CHUNK, LORA_CHUNKS, q_nope[0].dtype)
             k_pe = tl.load(kv_ptr + row_off[:, None] + LORA + d_rope[None, :],
-                           mask=tok_mask[:, None], other=0.0).to(q_nope.dtype)
+                           mask=tok_mask[:, None], other=0.0).to(q_nope[0].dtype)
             next_tokens = tokens + BLOCK_N
             pages = tl.load(bt_row + next_tokens // PAGE_SIZE, mask=next_tokens < end, other=0)
             m_i, l_i, acc = _attend(q_nope, q_pe, kv_c, k_pe, tok_mask, m_i, l_i, acc,
-                                    qk_scale, DOT_PRECISION)
+                                    qk_scale, DOT_PRECISION, LORA_CHUNKS)
 
     out_off = (row.to(tl.int64) * stride_buf_b + heads[:, None].to(tl.int64) * stride_buf_h
                + split * stride_buf_s)
-    tl.store(buf_ptr + out_off + d_lora[None, :], acc * (kv_scale / l_i[:, None]),
-             mask=head_mask[:, None])
+    for i in tl.static_range(LORA_CHUNKS):
+        tl.store(buf_ptr + out_off + i * CHUNK + d_lora[None, :],
+                 acc[i] * (kv_scale / l_i[:, None]), mask=head_mask[:, None])
     lse = (m_i + tl.log2(l_i)) * _LN2
     tl.store(buf_ptr + out_off + LORA, lse[:, None], mask=head_mask[:, None])
 
@@ -241,11 +269,16 @@ def stage1_config(num_heads: int) -> dict[str, int]:
     (docs/perf_notes.md, runs 7 and 13): 16-head tiles take 32-token blocks, 4 warps
     and 3 stages (the latent tiles double-buffered); wider tiles need 8 warps for
     their 64 x 512 accumulator and take 64-token blocks at 2 stages, at every batch.
+    ``LORA_CHUNKS``: 16-head tiles split the latent dims in 4 (independent mma.sync
+    chains, ``_attend``); the warpgroup MMA of wider tiles does not need it, and its
+    sm_90 build spills more with it.
     """
     block_h = head_tile(num_heads)
     if block_h <= 16:
-        return {"BLOCK_H": block_h, "BLOCK_N": 32, "num_warps": 4, "num_stages": 3}
-    return {"BLOCK_H": block_h, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2}
+        return {"BLOCK_H": block_h, "BLOCK_N": 32, "num_warps": 4, "num_stages": 3,
+                "LORA_CHUNKS": 4}
+    return {"BLOCK_H": block_h, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2,
+            "LORA_CHUNKS": 1}
 
 
 def launch_params(
@@ -290,6 +323,8 @@ def launch_params(
             BLOCK_H=cfg["BLOCK_H"], BLOCK_N=cfg["BLOCK_N"],
             # Page by page where blocks fit in pages (7-15% faster on the H200, run 18).
             PAGED_LOADS=page_size % cfg["BLOCK_N"] == 0,
+            # A chunk is a dot's depth (QK) and width (PV): at least MIN_DOT.
+            LORA_CHUNKS=min(cfg["LORA_CHUNKS"], max(1, kv_lora_rank // MIN_DOT)),
             DOT_PRECISION="ieee" if float32_inputs else "tf32"),
     }
     tiles = stage2_tiling(grid_splits, num_heads, kv_lora_rank)

@@ -29,18 +29,18 @@ SCALE = bench.SCALE
 SHAPES = [(128, 16, 16384), (64, 16, 4096), (128, 128, 16384), (128, 128, 4096),
           (16, 128, 4096), (1, 128, 4096), (1, 16, 4096), (1, 16, 16384), (1, 128, 16384),
           (4, 128, 4096), (1, 128, 1024)]
-# Shared memory and registers of each, read with scripts/inspect_kernel.py: 16-token
-# blocks at 4 stages take 74 KB (three programs an SM), the rest 92-94 KB (two).
+# The experiments of branch exp/next: 16-head tiles with the latent dims in 4, 2 or 1
+# column chunks (kernels._attend; 1 is version 6), each at its own split counts.
 CONFIGS = {
-    16: [dict(BLOCK_N=32, num_warps=4, num_stages=3), dict(BLOCK_N=16, num_warps=4, num_stages=4),
-         dict(BLOCK_N=16, num_warps=4, num_stages=5), dict(BLOCK_N=32, num_warps=8, num_stages=3),
-         dict(BLOCK_N=64, num_warps=8, num_stages=2)],
+    16: [dict(BLOCK_N=32, num_warps=4, num_stages=3, LORA_CHUNKS=4),
+         dict(BLOCK_N=32, num_warps=4, num_stages=3, LORA_CHUNKS=2),
+         dict(BLOCK_N=32, num_warps=4, num_stages=3, LORA_CHUNKS=1)],
     # 16-head tiles at H=128: eight programs share each latent tile through L2, but
     # as many programs need 4x fewer splits, so 4x fewer partials at small batches
     # (run 22: at B=1, L=4k the 64-head tiles' 64 splits write 16.8 MB of partials
     # for 4.7 MB of KV).
-    128: [dict(BLOCK_H=64, BLOCK_N=64, num_warps=8, num_stages=2),
-          dict(BLOCK_H=16, BLOCK_N=32, num_warps=4, num_stages=3)],
+    128: [dict(BLOCK_H=64, BLOCK_N=64, num_warps=8, num_stages=2, LORA_CHUNKS=1),
+          dict(BLOCK_H=16, BLOCK_N=32, num_warps=4, num_stages=3, LORA_CHUNKS=4)],
 }
 
 

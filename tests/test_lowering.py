@@ -156,3 +156,20 @@ def test_stage2_tiling_few_splits_make_wide_programs(splits, heads, want):
     tiles = kernels.stage2_tiling(splits, heads, 512)
     assert (tiles["HEAD_BLOCK"], tiles["SPLIT_BLOCK"], tiles["COL_BLOCK"]) == want
     assert tiles["HEAD_BLOCK"] * tiles["SPLIT_BLOCK"] * tiles["COL_BLOCK"] <= kernels.STAGE2_TILE
+
+
+@pytest.mark.parametrize("heads, lora, want", [(16, 512, 4), (16, 32, 2), (16, 16, 1),
+                                               (128, 512, 1)])
+def test_latent_chunks_by_tile_and_rank(heads, lora, want):
+    """16-head tiles split the latent dims in 4 (each chunk at least a dot's 16 wide);
+    64-head tiles keep one chunk."""
+    from mla_jax import kernels
+
+    stage1, _ = kernels.launch_params(
+        batch=2, num_heads=heads, page_size=64, kv_lora_rank=lora, rope_dim=16, scale=0.1,
+        grid_splits=2, q_nope_strides=(heads * (lora + 16), lora + 16, 1),
+        q_pe_strides=(heads * (lora + 16), lora + 16, 1), qp_offset=lora,
+        kv_strides=(64 * (lora + 16), lora + 16, 1), block_table_strides=(4, 1),
+        buffer_strides=(heads * 2 * (lora + 1), 2 * (lora + 1), lora + 1, 1),
+        float32_inputs=False)
+    assert stage1["constexprs"]["LORA_CHUNKS"] == want
