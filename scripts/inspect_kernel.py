@@ -2,8 +2,9 @@
 
 For each configuration: registers, spills, shared memory; counts of the
 instructions that matter in the SASS (warpgroup MMA HGMMA, mma.sync HMMA, CTA
-barriers, local-memory spill traffic, async copies) and in the PTX (cp.async / TMA
-loads, plain global loads); and whether the TTGIR pipelines the latent loads.
+barriers, local-memory spill traffic, async copies), the KV loop's instruction mix
+and its longest chain of dependent mma.sync, and in the PTX (cp.async / TMA loads,
+plain global loads); and whether the TTGIR pipelines the latent loads.
     scripts/dev python scripts/inspect_kernel.py --heads 128 --block-n 64 --warps 8
 """
 
@@ -65,7 +66,7 @@ INTEGER_OPS = ("IMAD", "LEA", "ISETP", "SHF", "IADD3", "VIADD", "SEL", "LOP3", "
 
 
 def loop_body(code):
-    """Instruction counts of the SASS's longest loop (stage 1's KV loop), by opcode."""
+    """The SASS instructions of the longest loop (stage 1's KV loop)."""
     ins = [(int(m.group(1), 16), m.group(2).strip()) for m in
            re.finditer(r"^\s+/\*([0-9a-f]{4,})\*/\s+(.*?);", code, re.MULTILINE)]
     index = {a: i for i, (a, _) in enumerate(ins)}
@@ -73,8 +74,21 @@ def loop_body(code):
              if (m := re.search(r"BRA\s+0x([0-9a-f]+)", t)) and int(m.group(1), 16) < a
              and int(m.group(1), 16) in index]
     first, last = max(loops, key=lambda loop: loop[1] - loop[0])
-    return collections.Counter(re.sub(r"^@!?U?P\w+\s+", "", t).split()[0].split(".")[0]
-                               for _, t in ins[first:last + 1])
+    return [re.sub(r"^@!?U?P\w+\s+", "", t) for _, t in ins[first:last + 1]]
+
+
+def opcode_counts(body):
+    return collections.Counter(t.split()[0].split(".")[0] for t in body)
+
+
+def longest_mma_chain(body):
+    """The longest run of mma.sync (HMMA) in ``body`` each accumulating onto the last
+    one's result: its latency is paid in full, one HMMA after the other."""
+    depth = {}
+    for t in body:
+        if m := re.match(r"HMMA\.\S+\s+(R\d+),\s*R\d+,\s*R\d+,\s*(R\d+|RZ)", t):
+            depth[m.group(1)] = depth.get(m.group(2), 0) + 1
+    return max(depth.values(), default=0)
 
 
 def report(compiled):
@@ -82,7 +96,8 @@ def report(compiled):
     count = lambda pat, text: len(re.findall(pat, text))  # noqa: E731
     regs, spills = ptxas_usage(ptx)
     code, _ = run_tool("cuobjdump", compiled.asm["cubin"], ".cubin", "-sass")
-    body = loop_body(code)
+    loop = loop_body(code)
+    body = opcode_counts(loop)
     # SASS, what runs: warpgroup MMA (HGMMA) vs mma.sync (HMMA), CTA barriers, and
     # local-memory traffic (spills).
     return (f"regs={regs} spill_stores={spills}B smem={compiled.metadata.shared} "
@@ -90,7 +105,7 @@ def report(compiled):
             f"BAR.SYNC={count(r'BAR.SYNC', code)} STL={count(r' STL', code)} "
             f"LDL={count(r' LDL', code)} LDGSTS={count(r'LDGSTS', code)}; KV loop body: "
             f"{sum(body.values())} instructions, {sum(body[op] for op in INTEGER_OPS)} integer, "
-            f"{body['LDG']} LDG | PTX: "
+            f"{body['LDG']} LDG, longest HMMA chain {longest_mma_chain(loop)} | PTX: "
             f"wgmma={count(r'wgmma.mma_async', ptx)} mma.sync={count(r'mma.sync', ptx)} "
             f"cp.async={count(r'cp.async.cg|cp.async.ca', ptx)} tma={count(r'cp.async.bulk', ptx)} "
             f"ld.global={count(r'ld.global', ptx)} "
