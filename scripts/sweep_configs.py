@@ -29,10 +29,11 @@ SCALE = bench.SCALE
 SHAPES = [(128, 16, 16384), (64, 16, 4096), (128, 128, 16384), (128, 128, 4096),
           (16, 128, 4096), (1, 128, 4096), (1, 16, 4096), (1, 16, 16384), (1, 128, 16384),
           (4, 128, 4096), (1, 128, 1024)]
-# The experiments of branch exp/next: 16-head tiles with the latent dims in 4, 2 or 1
+# The experiments of branch exp/next: 16-head tiles with the latent dims in 8, 4, 2 or 1
 # column chunks (kernels._attend; 1 is version 6), each at its own split counts.
 CONFIGS = {
-    16: [dict(BLOCK_N=32, num_warps=4, num_stages=3, LORA_CHUNKS=4),
+    16: [dict(BLOCK_N=32, num_warps=4, num_stages=3, LORA_CHUNKS=8),
+         dict(BLOCK_N=32, num_warps=4, num_stages=3, LORA_CHUNKS=4),
          dict(BLOCK_N=32, num_warps=4, num_stages=3, LORA_CHUNKS=2),
          dict(BLOCK_N=32, num_warps=4, num_stages=3, LORA_CHUNKS=1)],
     # 16-head tiles at H=128: eight programs share each latent tile through L2, but
