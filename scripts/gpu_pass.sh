@@ -8,6 +8,9 @@
 #   scripts/gpu_pass.sh steps          step timing: donated buffer vs allocated vs scan
 #   scripts/gpu_pass.sh bench-small    the sweep at B = 1, 4 (all H, L; L=65536 included)
 #   scripts/gpu_pass.sh bench-large    the sweep at B = 16, 64, 128
+#   scripts/gpu_pass.sh experiments    branch exp/next: each stage's device time (both
+#                                      stage-2 tilings), then the config sweep (latent
+#                                      chunks, 16-head tiles at H=128) at the target shapes
 # Several modes run in order: `scripts/gpu_pass.sh tests extras`. Merge the two bench
 # parts with `python -m mla_jax bench --report-only small.json large.json`.
 # Carry .whl (jax-triton wheel) and .vllm (docs/vllm_kernel.md).
@@ -55,9 +58,16 @@ for mode in "${@:-tests}"; do
         timeout 90 python3 scripts/step_timing.py --out "$OUT/step_timing.json" 2>&1 \
             | tee "$OUT/step_timing.log" | tail -9
         ;;
+    experiments)
+        timeout 200 python3 scripts/stage_times.py --jax-calls 20 --out "$OUT/stage_times.json" \
+            2>&1 | grep -v Warning | tee "$OUT/stage_times.log"
+        timeout 330 python3 scripts/sweep_configs.py --out "$OUT/sweep.json" --shapes \
+            128x16x16384,64x16x4096,4x16x16384,1x16x16384,1x128x4096,4x128x4096,16x128x4096 \
+            2>&1 | grep -v Warning | tee "$OUT/sweep.log" | grep BEST
+        ;;
     bench-small) bench_part small 1,4 ;;
     bench-large) bench_part large 16,64,128 ;;
-    *) echo "usage: scripts/gpu_pass.sh {tests|tests-a|tests-b|extras|steps|bench-small|bench-large}..." >&2
+    *) echo "usage: scripts/gpu_pass.sh {tests|tests-a|tests-b|extras|steps|experiments|bench-small|bench-large}..." >&2
        exit 2 ;;
     esac
 done
