@@ -10,7 +10,8 @@ It reports each stage's rate against its own bytes (stage 1: the latent rows;
 stage 2: the buffer it reads and the output it writes) and checks the output against the dense torch reference.
 
 Then it times the same two stages through JAX (``triton_backend.decode``, same
-arrays through DLPack, same buffer shape) with ``bench.time_loop``: the wall clock of
+arrays through DLPack, same buffer shape; ``sweep_configs.direct`` and
+``time_decode``) with ``bench.time_loop``: the wall clock of
 K chained calls in one jit, for each K of ``--jax-calls``, with one sync per run
 (``runs=1``, the bench before run 22) and with ``bench.RUNS_PER_REPEAT`` runs per
 sync (the bench since). Where they disagree with the CUDA graph, the difference is
@@ -24,17 +25,16 @@ import json
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import torch
 import triton.testing
+from sweep_configs import PAGE, SCALE, SM, direct, parse_shapes, time_decode
 
-from mla_jax import bench, bench_report, kernels, triton_backend
+from mla_jax import bench, bench_report, kernels
 from mla_jax.splits import occupancy_kv_splits
 from mla_jax.torch_ref import mla_decode_dense_torch
 from mla_jax.vllm_kernel import ensure_triton_cache_dir
 
-PAGE, LORA, ROPE, SM = 64, 512, 64, 132
-SCALE = (LORA + ROPE) ** -0.5
+LORA, ROPE = 512, 64
 # The issue's target shapes.
 SHAPES = [(128, 16, 16384), (64, 16, 4096), (128, 128, 16384), (128, 128, 4096),
           (16, 128, 4096), (1, 128, 4096)]
@@ -80,22 +80,12 @@ def launchers(q, kv, table, lens, splits):
             lambda: stage2_with((batch, heads, LORA // v6["COL_BLOCK"]), v6), out, lse)
 
 
-def jax_ms(q, kv, table, lens, splits, calls, runs, repeats=5):
-    """Median per-call ms of ``calls`` chained ``triton_backend.decode`` calls in one jit
-    (``bench.decode_loop`` / ``bench.time_loop``), ``runs`` runs per sync."""
+def jax_ms(q, kv, table, lens, splits, calls, runs):
+    """Median per-call ms of ``calls`` chained ``triton_backend.decode`` calls in one jit,
+    ``runs`` runs per sync, on the same arrays (shared through DLPack)."""
     inputs = tuple(jax.dlpack.from_dlpack(t) for t in (q, kv, table, lens))
-
-    def decode(q, kv, bt, sl, buf):
-        return triton_backend.decode(
-            q, q, LORA, kv, bt, sl, jnp.full((1,), splits, jnp.int32), splits,
-            jnp.ones((1,), jnp.float32), buf, scale=SCALE, kv_lora_rank=LORA, rope_dim=ROPE,
-            compute_capability=None)
-
     buf = jnp.zeros((q.shape[0], q.shape[1], splits, LORA + 1), jnp.float32)
-    loop = bench.decode_loop(decode, calls, perturb_table=False)
-    times, _ = bench.time_loop(lambda st: loop(*inputs, st[2]), (None, None, buf),
-                               calls=calls, repeats=repeats, runs=runs)
-    return float(np.median(times))
+    return time_decode(direct(splits, None), calls, inputs, buf, repeats=5, runs=runs)[0]
 
 
 def main():
@@ -106,8 +96,7 @@ def main():
                         help="K values for the JAX timing (comma-separated; empty: skip)")
     args = parser.parse_args()
     jax_calls = [int(k) for k in args.jax_calls.split(",") if k]
-    shapes = ([tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
-              if args.shapes else SHAPES)
+    shapes = parse_shapes(args.shapes) if args.shapes else SHAPES
     ensure_triton_cache_dir()  # Triton's own launcher, after jax_triton's import emptied it
     gen = torch.Generator(device="cuda").manual_seed(0)
     results = []

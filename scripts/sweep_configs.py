@@ -59,10 +59,16 @@ def configs(heads, default_only):
     return [None] if default_only else CONFIGS[16 if heads <= 16 else 128]
 
 
-def time_decode(decode, calls, inputs, buf):
+def parse_shapes(text):
+    """``"128x16x16384,1x128x4096"`` -> ``[(128, 16, 16384), (1, 128, 4096)]``."""
+    return [tuple(int(v) for v in s.split("x")) for s in text.split(",")]
+
+
+def time_decode(decode, calls, inputs, buf, *, repeats=REPEATS, runs=bench.RUNS_PER_REPEAT):
+    """Median per-call ms of ``decode`` as the bench times it, and the last output."""
     loop = bench.decode_loop(decode, calls, perturb_table=False)
     times, (out, _, _) = bench.time_loop(lambda st: loop(*inputs, st[2]), (None, None, buf),
-                                         calls=calls, repeats=REPEATS)
+                                         calls=calls, repeats=repeats, runs=runs)
     return float(np.median(times)), out
 
 
@@ -83,8 +89,7 @@ def main():
     parser.add_argument("--default-config", action="store_true",
                         help="only kernels.stage1_config's configuration")
     args = parser.parse_args()
-    shapes = ([tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
-              if args.shapes else SHAPES)
+    shapes = parse_shapes(args.shapes) if args.shapes else SHAPES
     results = []
     for batch, heads, length in shapes:
         inputs = bench.make_inputs(jax.random.key(0), batch, heads, length, PAGE)
