@@ -8,9 +8,9 @@
 #   scripts/gpu_pass.sh steps          step timing: donated buffer vs allocated vs scan
 #   scripts/gpu_pass.sh bench-small    the sweep at B = 1, 4 (all H, L; L=65536 included)
 #   scripts/gpu_pass.sh bench-large    the sweep at B = 16, 64, 128
-#   scripts/gpu_pass.sh experiments    branch exp/next: each stage's device time (both
-#                                      stage-2 tilings), then the config sweep (latent
-#                                      chunks, 16-head tiles at H=128) at the target shapes
+#   scripts/gpu_pass.sh experiments    each stage's device time (scripts/stage_times.py),
+#                                      then the config sweep (scripts/sweep_configs.py)
+#                                      at the target shapes and a few small batches
 # Several modes run in order: `scripts/gpu_pass.sh tests extras`. Merge the two bench
 # parts with `python -m mla_jax bench --report-only small.json large.json`.
 # Carry .whl (jax-triton wheel) and .vllm (docs/vllm_kernel.md).

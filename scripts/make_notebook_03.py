@@ -40,10 +40,10 @@ Timing: the JAX paths run K chained calls in one jitted `lax.fori_loop`, timed a
 between CUDA events. K is 5–20 (about 2 ms a run), median of 3 repeats. The sweep ran in two
 parts (B ≤ 4, then B ≥ 16), each measuring its own ceilings.
 
-This sweep (run 19, kernel version 6) synced after every run of K calls, which adds a fixed
-0.2–0.4 ms a run to the JAX paths: up to 12% at the large shapes and 2–3× at the smallest
-(`docs/perf_notes.md`, session 4). The bench now dispatches ten runs per sync, within 6% of
-CUDA-graph device time; the live sweep at the end uses it.
+This sweep (run 26, kernel version 7) dispatches ten runs of K calls back to back per
+sync, which puts the JAX times within 6% of CUDA-graph device time at the large shapes
+(`docs/perf_notes.md`, session 4). Shapes that take 10–20 µs a call still vary by up to
+±30% from run to run (session 5).
 
 Every cell but the last only reads JSON and draws, so the notebook runs anywhere; the last
 re-measures a few shapes when a CUDA GPU is present.
@@ -122,8 +122,8 @@ $$\text{floor} = \max\left(\frac{\text{KV bytes}}{\text{copy bandwidth}},\;
 
 The copy bandwidth is a device copy in JAX (bytes read + written per second), the matmul
 rate a large square bf16 matmul in JAX. A step does 1.89·H flops per byte, so the ridge
-point (matmul rate / copy bandwidth: 220 and 209 flop/byte in the two parts) sits near
-H ≈ 111–116: **with 16 heads a step is memory-bound, with 128 heads compute-bound.** The
+point (matmul rate / copy bandwidth: 202 and 204 flop/byte in the two parts) sits near
+H ≈ 107–108: **with 16 heads a step is memory-bound, with 128 heads compute-bound.** The
 floor is an ideal: no kernel reaches both ceilings, and attention's small dot products are
 not the large GEMM that set the matmul rate.
 """),
@@ -188,27 +188,26 @@ plot_time_vs_len(results, f"device time per call, {machine['device']}")
     ("md", r"""
 ## How close to the floor
 
-- **H=16 (memory-bound), B ≥ 64, L ≥ 4k: 82–106 % of the floor with occupancy splits,
-  72–95 % with vLLM's split rule, 51–54 % for vLLM's kernel.** The best, 106 % at B=128,
-  L=16k, is 3.39 TB/s of KV reads against the 3.22 TB/s device copy the bench measured
-  (bytes read and written), a pessimistic ceiling: under a CUDA graph stage 1 reads
-  3.8–3.9 TB/s there (run 22), 90–92 % of the brief's 4.22 TB/s copy.
-- **H=128 (compute-bound): at most 35 % with occupancy splits and 26 % with vLLM's rule;
+- **H=16 (memory-bound), B ≥ 64, L ≥ 4k: 108–129 % of the floor with occupancy splits,
+  98–109 % with vLLM's split rule, 49–53 % for vLLM's kernel.** The best, 129 % at B=128,
+  L=16k, is 4.30 TB/s of KV reads against the 3.34 TB/s device copy the bench measured
+  (bytes read and written), a pessimistic ceiling for a kernel that only reads; it is
+  also past the brief's 4.22 TB/s copy.
+- **H=128 (compute-bound): at most 40 % with occupancy splits and 28 % with vLLM's rule;
   vLLM's kernel at most 9 %.** At the H=128 shapes with B·L ≥ 256k tokens, occupancy
-  splits give 32–35 % (231–255 TFLOP/s), vLLM's rule 24–26 % (174–182 TFLOP/s), against a
-  660–721 TFLOP/s matmul. Stage 1 handles 64 heads per program
+  splits give 38–40 % (256–275 TFLOP/s), vLLM's rule 28 % (188–192 TFLOP/s), against a
+  676–681 TFLOP/s matmul. Stage 1 handles 64 heads per program
   (two programs per row and split at H=128), one program per SM (its 64 × 512 accumulator
   takes all the registers), and each KV block's work runs in series inside it
   (`docs/perf_notes.md`). This is the largest gap left. vLLM's kernel groups 16 heads per
   program (`BLOCK_H = 16`), so at H=128 eight programs each load the same KV tiles.
 - **Small shapes (B ≤ 4, L ≤ 4k): a fixed cost, not the work.** The floor there is
-  0.4–6.9 µs. The occupancy path sits at 19–51 µs, the other JAX paths at 35–126 µs,
-  vLLM's kernel (CUDA graph) at 52–78 µs. Of the JAX times, 10–20 µs a call is the
-  harness's sync (above); the rest is the kernels: at B=1, H=128, L=4k the two stages take
-  22.8 µs of device time (run 22), each of the 128 stage-1 programs handling one 64-token
+  0.4–6.7 µs. The occupancy path sits at 10–34 µs, the other JAX paths at 15–54 µs,
+  vLLM's kernel (CUDA graph) at 52–79 µs. At B=1, H=128, L=4k the two stages take
+  23.2 µs of device time (run 24), each of the 128 stage-1 programs handling one 64-token
   block and writing 131 KB of partials.
 - The XLA paths (`xla`, `dense`) gather the rows into a dense copy before their einsums;
-  at H=16, B ≥ 64, L ≥ 4k they reach 13–27 % of the floor.
+  at H=16, B ≥ 64, L ≥ 4k they reach 15–28 % of the floor.
 """),
     ("code", r"""
 def plot_heatmaps(res, paths, key, title, *, ratio=False):
@@ -267,20 +266,16 @@ plot_heatmaps(results, paths, "pct_of_floor", "% of the roofline floor (100 = at
 ## Against vLLM's kernel
 
 Speed-up = vLLM's time / ours, at the same shape in the same run (> 1: ours is faster).
-JAX times are K unrolled calls in one jitted function, timed on the host; vLLM's are a CUDA
-graph of K calls between CUDA events. In this sweep the host's sync after each run counts
-against the JAX paths, most at the smallest shapes (above).
+JAX times are K unrolled calls in one jitted function, ten runs per host sync; vLLM's are
+a CUDA graph of K calls between CUDA events.
 
 - **Occupancy splits (the default) are faster than vLLM's kernel at all 34 shapes**:
-  1.37–1.95× at H=16 and 1.31–4.25× at H=128 for B ≥ 16, 1.15–3.89× at B ≤ 4.
-- **The closest, B=4, H=16, L=16k: 0.0668 ms against vLLM's 0.0766 ms (1.15×)**; re-timed
-  with 9 repeats in run 20 it took 0.0491 ms (1.55×; `docs/gpu/2026-11-29-run20-retime-small.log`).
-- With vLLM's split rule our kernels are faster than vLLM's at 31 of 34 shapes; the three
-  others are the smallest H=128 shapes (B=1, L=1k and 4k; B=4, L=1k: 0.85–0.92×), where
-  the sync costs 10–20 µs a call. With the corrected harness B=1, H=128, L=4k under vLLM's
-  rule is 1.30× vLLM's kernel (run 22); the other two were not re-timed.
+  1.96–4.45× at H=16 and 2.27–4.55× at H=128 for B ≥ 16, 2.32–5.02× at B ≤ 4.
+- **The closest, B=128, H=16, L=1k: 0.0503 ms against vLLM's 0.0985 ms (1.96×).**
+- With vLLM's split rule our kernels are faster than vLLM's at all 34 shapes, 1.27–3.67×;
+  the closest are the smallest H=128 shapes (B=1 and B=4 at L=1k, 1.27×).
 - At H=128 with B ≥ 16, vLLM's kernel is at 8–9 % of the floor; even plain JAX
-  gather + einsum is 1.34–2.81× faster there.
+  gather + einsum is 2.11–3.09× faster there.
 """),
     ("code", r"""
 if "vllm" not in paths:
@@ -323,11 +318,10 @@ and the head tiles: enough (row, head tile, split) programs for one wave (two pe
 most. At B ≤ 4 that gives 16–128 splits where vLLM's rule gives 2–128, to fill the GPU; at
 B ≥ 64 it gives 1–4, which saves writing and merging partial outputs.
 
-**Occupancy splits are faster at 30 of the 34 shapes.** The rules pick the same split count
-at 2 shapes; there the ratio is 0.96–1.07×, the same work. Where the counts differ,
-occupancy splits are faster at 29 of 32 shapes, by 1.01–2.48×, and slower at B=4, H=16,
-L=16k (0.77×; re-timed with 9 repeats in run 20: 0.0491 against 0.0484 ms, 0.99×), B=16,
-H=128, L=1k (0.95×) and B=64, H=16, L=1k (0.93×).
+**Occupancy splits are faster at 32 of the 34 shapes.** The rules pick the same split count
+at 2 shapes; there the ratio is 0.98–1.01×, the same work. Where the counts differ,
+occupancy splits are faster at 31 of 32 shapes, by 1.02–2.62×, and slower at B=64, H=16,
+L=1k (0.98×, 0.0322 against 0.0315 ms).
 """),
     ("code", r"""
 SM = machine["sm_count"]

@@ -29,8 +29,8 @@ SCALE = bench.SCALE
 SHAPES = [(128, 16, 16384), (64, 16, 4096), (128, 128, 16384), (128, 128, 4096),
           (16, 128, 4096), (1, 128, 4096), (1, 16, 4096), (1, 16, 16384), (1, 128, 16384),
           (4, 128, 4096), (1, 128, 1024)]
-# The experiments of branch exp/next: 16-head tiles with the latent dims in 8, 4, 2 or 1
-# column chunks (kernels._attend; 1 is version 6), each at its own split counts.
+# 16-head tiles with the latent dims in 8, 4, 2 or 1 column chunks (kernels._attend;
+# 4 is the default, 1 is version 6; run 23), each at its own split counts.
 CONFIGS = {
     16: [dict(BLOCK_N=32, num_warps=4, num_stages=3, LORA_CHUNKS=8),
          dict(BLOCK_N=32, num_warps=4, num_stages=3, LORA_CHUNKS=4),
@@ -39,7 +39,7 @@ CONFIGS = {
     # 16-head tiles at H=128: eight programs share each latent tile through L2, but
     # as many programs need 4x fewer splits, so 4x fewer partials at small batches
     # (run 22: at B=1, L=4k the 64-head tiles' 64 splits write 16.8 MB of partials
-    # for 4.7 MB of KV).
+    # for 4.7 MB of KV). Run 24: they win only while the batch holds about 4096 tokens.
     128: [dict(BLOCK_H=64, BLOCK_N=64, num_warps=8, num_stages=2, LORA_CHUNKS=1),
           dict(BLOCK_H=16, BLOCK_N=32, num_warps=4, num_stages=3, LORA_CHUNKS=4)],
 }
