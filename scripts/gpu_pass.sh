@@ -6,6 +6,9 @@
 #                                      two calls that each fit the 10-minute limit
 #   scripts/gpu_pass.sh extras         compare tables (with vLLM), the demo, fp8 bench
 #   scripts/gpu_pass.sh steps          step timing: donated buffer vs allocated vs scan
+#   scripts/gpu_pass.sh ab             both stages' device time, this version against the
+#                                      previous release in build/prev, at every sweep shape
+#                                      (carry build too)
 #   scripts/gpu_pass.sh bench-small    the sweep at B = 1, 4 (all H, L; L=65536 included)
 #   scripts/gpu_pass.sh bench-large    the sweep at B = 16, 64, 128
 #   scripts/gpu_pass.sh experiments    each stage's device time (scripts/stage_times.py),
@@ -65,9 +68,15 @@ for mode in "${@:-tests}"; do
             128x16x16384,64x16x4096,4x16x16384,1x16x16384,1x128x4096,4x128x4096,16x128x4096 \
             2>&1 | grep -v Warning | tee "$OUT/sweep.log" | grep BEST
         ;;
+    ab)
+        # build/prev holds the previous release's mla_jax (scripts/ab_kernels.py says how).
+        timeout 400 python3 scripts/ab_kernels.py --prev build/prev/mla_jax/kernels.py \
+            --out "$OUT/ab_kernels.json" 2>&1 | grep -v Warning | tee "$OUT/ab_kernels.log" \
+            | tail -40
+        ;;
     bench-small) bench_part small 1,4 ;;
     bench-large) bench_part large 16,64,128 ;;
-    *) echo "usage: scripts/gpu_pass.sh {tests|tests-a|tests-b|extras|steps|experiments|bench-small|bench-large}..." >&2
+    *) echo "usage: scripts/gpu_pass.sh {tests|tests-a|tests-b|extras|steps|experiments|ab|bench-small|bench-large}..." >&2
        exit 2 ;;
     esac
 done

@@ -21,6 +21,7 @@ what the harness adds.
 """
 
 import argparse
+import functools
 import json
 
 import jax
@@ -52,33 +53,33 @@ def make_problem(batch, heads, length, seed):
     return q, kv, table, lens
 
 
-def launchers(q, kv, table, lens, splits):
+def launchers(q, kv, table, lens, splits, module=kernels):
+    """The two stages of ``module`` (``mla_jax.kernels`` or another version of it) on
+    NaN-poisoned outputs: ``(stage1, stage2_with, stage2_params, out, lse)``, where
+    ``stage2_with(grid, constexprs)`` launches stage 2 with any tiling."""
     batch, heads, _ = q.shape
     buf = torch.full((batch, heads, splits, LORA + 1), float("nan"), device="cuda")
     out = torch.full((batch, heads, LORA), float("nan"), device="cuda").bfloat16()
     lse = torch.full((batch, heads), float("nan"), device="cuda")
     ns = torch.tensor([splits], dtype=torch.int32, device="cuda")
     kv_scale = torch.ones(1, device="cuda")
-    s1, s2 = kernels.launch_params(
+    s1, s2 = module.launch_params(
         batch=batch, num_heads=heads, page_size=PAGE, kv_lora_rank=LORA, rope_dim=ROPE,
         scale=SCALE, grid_splits=splits, q_nope_strides=q.stride(), q_pe_strides=q.stride(),
         qp_offset=LORA, kv_strides=kv.stride(), block_table_strides=table.stride(),
         buffer_strides=buf.stride(), float32_inputs=False)
 
     def stage1():
-        kernels.mla_decode_stage1[s1["grid"]](
+        module.mla_decode_stage1[s1["grid"]](
             q, q, kv, table, lens, ns, kv_scale, buf, buf, num_warps=s1["num_warps"],
             num_stages=s1["num_stages"], **s1["constexprs"])
 
     def stage2_with(grid, constexprs):
-        kernels.mla_decode_stage2[grid](
+        module.mla_decode_stage2[grid](
             buf, lens, ns, out, lse, num_warps=s2["num_warps"], num_stages=s2["num_stages"],
             **constexprs)
 
-    # Version 6's stage 2 for comparison: one head and 128 columns a program.
-    v6 = dict(s2["constexprs"], HEAD_BLOCK=1, COL_BLOCK=min(128, LORA))
-    return (stage1, lambda: stage2_with(s2["grid"], s2["constexprs"]),
-            lambda: stage2_with((batch, heads, LORA // v6["COL_BLOCK"]), v6), out, lse)
+    return stage1, stage2_with, s2, out, lse
 
 
 def jax_ms(q, kv, table, lens, splits, calls, runs):
@@ -105,7 +106,11 @@ def main():
     for seed, (batch, heads, length) in enumerate(shapes):
         q, kv, table, lens = make_problem(batch, heads, length, seed)
         splits = occupancy_kv_splits(batch, heads, length, SM)
-        stage1, stage2, stage2_v6, out, lse = launchers(q, kv, table, lens, splits)
+        stage1, stage2_with, s2, out, lse = launchers(q, kv, table, lens, splits)
+        # Version 6's stage 2 for comparison: one head and 128 columns a program.
+        v6 = dict(s2["constexprs"], HEAD_BLOCK=1, COL_BLOCK=min(128, LORA))
+        stage2 = functools.partial(stage2_with, s2["grid"], s2["constexprs"])
+        stage2_v6 = functools.partial(stage2_with, (batch, heads, LORA // v6["COL_BLOCK"]), v6)
         stage1(), stage2_v6()
         out_v6 = out.clone()
         stage2()
