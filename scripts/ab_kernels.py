@@ -41,11 +41,11 @@ def load_kernels(path):
 
 def decode_call(problem, splits, module):
     """Both stages of ``module`` as one function, and the outputs it writes."""
-    stage1, stage2_with, s2, out, lse = launchers(*problem, splits, module=module)
+    stage1, stage2, out, lse = launchers(*problem, splits, module=module)
 
     def call():
         stage1()
-        stage2_with(s2["grid"], s2["constexprs"])
+        stage2()
 
     return call, out, lse
 

@@ -55,8 +55,9 @@ def make_problem(batch, heads, length, seed):
 
 def launchers(q, kv, table, lens, splits, module=kernels):
     """The two stages of ``module`` (``mla_jax.kernels`` or another version of it) on
-    NaN-poisoned outputs: ``(stage1, stage2_with, stage2_params, out, lse)``, where
-    ``stage2_with(grid, constexprs)`` launches stage 2 with any tiling."""
+    NaN-poisoned outputs: ``(stage1, stage2, out, lse)``. ``stage2(**tiling)`` launches
+    stage 2 with ``launch_params``' tiling, or with the ``HEAD_BLOCK`` and ``COL_BLOCK``
+    given (its grid follows them)."""
     batch, heads, _ = q.shape
     buf = torch.full((batch, heads, splits, LORA + 1), float("nan"), device="cuda")
     out = torch.full((batch, heads, LORA), float("nan"), device="cuda").bfloat16()
@@ -74,12 +75,15 @@ def launchers(q, kv, table, lens, splits, module=kernels):
             q, q, kv, table, lens, ns, kv_scale, buf, buf, num_warps=s1["num_warps"],
             num_stages=s1["num_stages"], **s1["constexprs"])
 
-    def stage2_with(grid, constexprs):
+    def stage2(**tiling):
+        constexprs = s2["constexprs"] | tiling
+        grid = s2["grid"] if not tiling else (
+            batch, triton.cdiv(heads, constexprs["HEAD_BLOCK"]), LORA // constexprs["COL_BLOCK"])
         module.mla_decode_stage2[grid](
             buf, lens, ns, out, lse, num_warps=s2["num_warps"], num_stages=s2["num_stages"],
             **constexprs)
 
-    return stage1, stage2_with, s2, out, lse
+    return stage1, stage2, out, lse
 
 
 def jax_ms(q, kv, table, lens, splits, calls, runs):
@@ -106,11 +110,9 @@ def main():
     for seed, (batch, heads, length) in enumerate(shapes):
         q, kv, table, lens = make_problem(batch, heads, length, seed)
         splits = occupancy_kv_splits(batch, heads, length, SM)
-        stage1, stage2_with, s2, out, lse = launchers(q, kv, table, lens, splits)
+        stage1, stage2, out, lse = launchers(q, kv, table, lens, splits)
         # Version 6's stage 2 for comparison: one head and 128 columns a program.
-        v6 = dict(s2["constexprs"], HEAD_BLOCK=1, COL_BLOCK=min(128, LORA))
-        stage2 = functools.partial(stage2_with, s2["grid"], s2["constexprs"])
-        stage2_v6 = functools.partial(stage2_with, (batch, heads, LORA // v6["COL_BLOCK"]), v6)
+        stage2_v6 = functools.partial(stage2, HEAD_BLOCK=1, COL_BLOCK=min(128, LORA))
         stage1(), stage2_v6()
         out_v6 = out.clone()
         stage2()
