@@ -15,7 +15,6 @@ The previous ``kernels.py`` is loaded from its file, so it shares this checkout'
 own ``launch_params``.
 """
 
-import argparse
 import importlib.util
 import json
 import statistics
@@ -23,7 +22,7 @@ import statistics
 import torch
 import triton.testing
 from stage_times import launchers, make_problem
-from sweep_configs import SM, parse_shapes
+from sweep_configs import SM, shapes_parser
 
 from mla_jax import bench, kernels
 from mla_jax.splits import occupancy_kv_splits
@@ -51,17 +50,14 @@ def decode_call(problem, splits, module):
 
 
 def main():
-    parser = argparse.ArgumentParser()
+    parser = shapes_parser(bench.sweep_shapes(bench.BATCHES, bench.HEADS, bench.LENS),
+                           "the bench's sweep")
     parser.add_argument("--prev", required=True, help="the previous release's kernels.py")
-    parser.add_argument("--out")
-    parser.add_argument("--shapes", help="comma-separated BxHxL (default: the bench's sweep)")
     args = parser.parse_args()
-    shapes = (parse_shapes(args.shapes) if args.shapes
-              else bench.sweep_shapes(bench.BATCHES, bench.HEADS, bench.LENS))
     versions = {"prev": load_kernels(args.prev), "this": kernels}
     ensure_triton_cache_dir()  # Triton's own launcher, after jax_triton's import emptied it
     rows = []
-    for seed, (batch, heads, length) in enumerate(shapes):
+    for seed, (batch, heads, length) in enumerate(args.shapes):
         problem = make_problem(batch, heads, length, seed)
         splits = occupancy_kv_splits(batch, heads, length, SM)
         calls, outs = {}, {}

@@ -20,7 +20,6 @@ what the harness adds.
     python scripts/stage_times.py --out stage_times.json [--shapes 128x16x16384,...]   # CUDA GPU
 """
 
-import argparse
 import functools
 import json
 
@@ -28,7 +27,7 @@ import jax
 import jax.numpy as jnp
 import torch
 import triton.testing
-from sweep_configs import PAGE, SCALE, SM, direct, parse_shapes, time_decode
+from sweep_configs import PAGE, SCALE, SM, direct, shapes_parser, time_decode
 
 from mla_jax import bench, bench_report, kernels
 from mla_jax.splits import occupancy_kv_splits
@@ -95,19 +94,16 @@ def jax_ms(q, kv, table, lens, splits, calls, runs):
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--out")
-    parser.add_argument("--shapes", help="comma-separated BxHxL (default: the targets)")
+    parser = shapes_parser(SHAPES, "the targets")
     parser.add_argument("--jax-calls", default="5,20",
                         help="K values for the JAX timing (comma-separated; empty: skip)")
     args = parser.parse_args()
     jax_calls = [int(k) for k in args.jax_calls.split(",") if k]
-    shapes = parse_shapes(args.shapes) if args.shapes else SHAPES
     ensure_triton_cache_dir()  # Triton's own launcher, after jax_triton's import emptied it
     results = []
     # Every CUDA-graph capture comes before the first JAX call: a capture is invalidated
     # by CUDA calls XLA's threads make meanwhile (run 23 lost its second shape to that).
-    for seed, (batch, heads, length) in enumerate(shapes):
+    for seed, (batch, heads, length) in enumerate(args.shapes):
         q, kv, table, lens = make_problem(batch, heads, length, seed)
         splits = occupancy_kv_splits(batch, heads, length, SM)
         stage1, stage2, out, lse = launchers(q, kv, table, lens, splits)

@@ -64,6 +64,16 @@ def parse_shapes(text):
     return [tuple(int(v) for v in s.split("x")) for s in text.split(",")]
 
 
+def shapes_parser(default, described):
+    """An argument parser with ``--out`` (the results' JSON file) and ``--shapes``
+    (comma-separated BxHxL, parsed to ``(B, H, L)`` tuples; ``default`` without it)."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out")
+    parser.add_argument("--shapes", type=parse_shapes, default=default,
+                        help=f"comma-separated BxHxL (default: {described})")
+    return parser
+
+
 def time_decode(decode, calls, inputs, buf, *, repeats=REPEATS, runs=bench.RUNS_PER_REPEAT):
     """Median per-call ms of ``decode`` as the bench times it, and the last output."""
     loop = bench.decode_loop(decode, calls, perturb_table=False)
@@ -83,15 +93,12 @@ def direct(splits, config):
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--out")
-    parser.add_argument("--shapes", help="comma-separated BxHxL (default: SHAPES)")
+    parser = shapes_parser(SHAPES, "SHAPES")
     parser.add_argument("--default-config", action="store_true",
                         help="only kernels.stage1_config's configuration")
     args = parser.parse_args()
-    shapes = parse_shapes(args.shapes) if args.shapes else SHAPES
     results = []
-    for batch, heads, length in shapes:
+    for batch, heads, length in args.shapes:
         inputs = bench.make_inputs(jax.random.key(0), batch, heads, length, PAGE)
         floor = bench_report.floor_ms(bench_report.kv_bytes(batch, length),
                                       bench_report.attention_flops(batch, heads, length),
