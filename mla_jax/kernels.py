@@ -256,7 +256,7 @@ def stage2_tiling(grid_splits: int, num_heads: int, kv_lora_rank: int,
     the batch's (row, head) pairs (at least ``MIN_COL_BLOCK``); then up to
     ``MAX_SPLIT_BLOCK`` splits fill the tile of ``STAGE2_TILE`` partial values (32
     registers a thread at 4 warps); then heads, while the programs stay that many.
-    Measured on the H200 (``scripts/sweep_stage2.py``, run 31): one program per
+    Measured on the H200 (``scripts/sweep_stage2.py``, run 33): one program per
     (row, head, 128 columns) made 65536 tiny programs at B=128, H=128, one split (52 us
     to move 48 MB, run 22); with 128 pairs, 64 splits, 256 columns at 16 splits an
     iteration beat 128 at 32 (4.8 against 5.2 us), and with 512 pairs, 16 splits, whole
