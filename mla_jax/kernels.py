@@ -29,10 +29,12 @@ _LOG2E = tl.constexpr(1.4426950408889634)
 _LN2 = tl.constexpr(0.6931471805599453)
 RESCALE_THRESHOLD = tl.constexpr(8.0)
 # Stage 2's tile (``stage2_tiling``): up to MAX_SPLIT_BLOCK splits per iteration, at
-# least MIN_COL_BLOCK output columns per program, STAGE2_TILE values in all.
+# least MIN_COL_BLOCK output columns per program, STAGE2_TILE values in all, and
+# STAGE2_PROGRAMS programs (about two an SM) wherever the batch allows.
 MAX_SPLIT_BLOCK = 32
 MIN_COL_BLOCK = 128
 STAGE2_TILE = 4096
+STAGE2_PROGRAMS = 256
 MIN_DOT = 16  # tl.dot's smallest dimension
 
 
@@ -246,20 +248,33 @@ def mla_decode_stage2(
                  tl.where(nonempty, m + tl.log(l), float("-inf")), mask=head_ok)
 
 
-def stage2_tiling(grid_splits: int, num_heads: int, kv_lora_rank: int) -> dict[str, int]:
+def stage2_tiling(grid_splits: int, num_heads: int, kv_lora_rank: int,
+                  batch: int) -> dict[str, int]:
     """Stage 2's ``HEAD_BLOCK``, ``SPLIT_BLOCK`` and ``COL_BLOCK``.
 
-    The tile is at most ``STAGE2_TILE`` partial values (32 registers a thread at 4
-    warps): up to ``MAX_SPLIT_BLOCK`` splits, the columns filling the rest (at least
-    ``MIN_COL_BLOCK``), then heads. One program per (row, head, 128 columns) made
-    65536 tiny programs at B=128, H=128, one split: 52 us to move 48 MB (run 22).
+    Columns first: the widest block that still leaves ``STAGE2_PROGRAMS`` programs over
+    the batch's (row, head) pairs (at least ``MIN_COL_BLOCK``); then up to
+    ``MAX_SPLIT_BLOCK`` splits fill the tile of ``STAGE2_TILE`` partial values (32
+    registers a thread at 4 warps); then heads, while the programs stay that many.
+    Measured on the H200 (``scripts/sweep_stage2.py``, run 33): one program per
+    (row, head, 128 columns) made 65536 tiny programs at B=128, H=128, one split (52 us
+    to move 48 MB, run 22); with 128 pairs, 64 splits, 256 columns at 16 splits an
+    iteration beat 128 at 32 (4.8 against 5.2 us), and with 512 pairs, 16 splits, whole
+    rows at 8 splits beat 256 columns at 16 (4.0 against 4.5 us).
     """
-    split_block = min(MAX_SPLIT_BLOCK, triton.next_power_of_2(grid_splits))
-    col_block = min(kv_lora_rank, max(MIN_COL_BLOCK, STAGE2_TILE // split_block))
-    head_block = min(triton.next_power_of_2(num_heads),
-                     max(1, STAGE2_TILE // (split_block * col_block)))
+    col_block = kv_lora_rank
+    while (col_block > MIN_COL_BLOCK
+           and batch * num_heads * (kv_lora_rank // col_block) < STAGE2_PROGRAMS):
+        col_block //= 2
+    split_block = min(MAX_SPLIT_BLOCK, triton.next_power_of_2(grid_splits),
+                      max(1, STAGE2_TILE // col_block))
+    head_block = 1
+    while (2 * head_block <= triton.next_power_of_2(num_heads)
+           and 2 * head_block * split_block * col_block <= STAGE2_TILE
+           and batch * triton.cdiv(num_heads, 2 * head_block) * (kv_lora_rank // col_block)
+           >= STAGE2_PROGRAMS):
+        head_block *= 2
     return {"HEAD_BLOCK": head_block, "SPLIT_BLOCK": split_block, "COL_BLOCK": col_block}
-
 
 def stage1_config(num_heads: int) -> dict[str, int]:
     """Tile sizes and launch options of stage 1 for ``num_heads`` query heads.
@@ -327,7 +342,7 @@ def launch_params(
             LORA_CHUNKS=min(cfg["LORA_CHUNKS"], max(1, kv_lora_rank // MIN_DOT)),
             DOT_PRECISION="ieee" if float32_inputs else "tf32"),
     }
-    tiles = stage2_tiling(grid_splits, num_heads, kv_lora_rank)
+    tiles = stage2_tiling(grid_splits, num_heads, kv_lora_rank, batch)
     stage2 = {
         "grid": (batch, triton.cdiv(num_heads, tiles["HEAD_BLOCK"]),
                  kv_lora_rank // tiles["COL_BLOCK"]),

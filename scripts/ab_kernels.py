@@ -9,6 +9,7 @@ alternating within each shape, and it checks that their outputs agree.
 
     mkdir -p build/prev && git archive <previous release> mla_jax | tar -x -C build/prev
     python3 scripts/ab_kernels.py --prev build/prev/mla_jax/kernels.py --out ab.json  # GPU
+    python3 scripts/ab_kernels.py --prev mla_jax/kernels.py --this build/next/kernels.py
 
 The previous ``kernels.py`` is loaded from its file, so it shares this checkout's
 ``mla_jax.tiling`` (unchanged since version 5) and its launch parameters come from its
@@ -31,30 +32,36 @@ from mla_jax.vllm_kernel import ensure_triton_cache_dir
 ROUNDS = 3  # each round times the previous version, then this one
 
 
-def load_kernels(path):
-    spec = importlib.util.spec_from_file_location("mla_jax_prev_kernels", path)
+def load_kernels(path, name):
+    spec = importlib.util.spec_from_file_location(f"mla_jax_{name}_kernels", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-def decode_call(problem, splits, module):
-    """Both stages of ``module`` as one function, and the outputs it writes."""
+def decode_calls(problem, splits, module):
+    """``{"both": ..., "stage1": ..., "stage2": ...}`` launchers of ``module``, and the
+    outputs they write."""
     stage1, stage2, out, lse = launchers(*problem, splits, module=module)
 
-    def call():
+    def both():
         stage1()
         stage2()
 
-    return call, out, lse
+    return {"both": both, "stage1": stage1, "stage2": stage2}, out, lse
 
 
 def main():
     parser = shapes_parser(bench.sweep_shapes(bench.BATCHES, bench.HEADS, bench.LENS),
                            "the bench's sweep")
     parser.add_argument("--prev", required=True, help="the previous release's kernels.py")
+    parser.add_argument("--this", help="the kernels.py to judge (default: this checkout's), "
+                        "e.g. a prepared branch's, with --prev this checkout's")
+    parser.add_argument("--stages", action="store_true",
+                        help="also time each stage alone (both versions, same rounds)")
     args = parser.parse_args()
-    versions = {"prev": load_kernels(args.prev), "this": kernels}
+    versions = {"prev": load_kernels(args.prev, "prev"),
+                "this": load_kernels(args.this, "this") if args.this else kernels}
     ensure_triton_cache_dir()  # Triton's own launcher, after jax_triton's import emptied it
     rows = []
     for seed, (batch, heads, length) in enumerate(args.shapes):
@@ -62,24 +69,33 @@ def main():
         splits = occupancy_kv_splits(batch, heads, length, SM)
         calls, outs = {}, {}
         for name, module in versions.items():
-            calls[name], *outs[name] = decode_call(problem, splits, module)
-            calls[name]()
+            calls[name], *outs[name] = decode_calls(problem, splits, module)
+            calls[name]["both"]()
         diff = float((outs["prev"][0].float() - outs["this"][0].float()).abs().max())
         lse_diff = float((outs["prev"][1] - outs["this"][1]).abs().max())
-        times = {name: [] for name in versions}
+        parts = ("both", "stage1", "stage2") if args.stages else ("both",)
+        times = {part: {name: [] for name in versions} for part in parts}
         for _ in range(ROUNDS):
-            for name in versions:
-                times[name].append(triton.testing.do_bench_cudagraph(
-                    calls[name], rep=50, return_mode="median"))
-        ms = {name: statistics.median(t) for name, t in times.items()}
-        row = dict(batch=batch, heads=heads, length=length, splits=splits, ms=ms, times_ms=times,
-                   ratio=ms["this"] / ms["prev"], max_out_diff=diff, max_lse_diff=lse_diff)
+            for part in parts:
+                for name in versions:
+                    times[part][name].append(triton.testing.do_bench_cudagraph(
+                        calls[name][part], rep=50, return_mode="median"))
+        ms = {name: statistics.median(t) for name, t in times["both"].items()}
+        row = dict(batch=batch, heads=heads, length=length, splits=splits, ms=ms,
+                   times_ms=times["both"], ratio=ms["this"] / ms["prev"], max_out_diff=diff,
+                   max_lse_diff=lse_diff)
+        stages = {part: {name: statistics.median(t) for name, t in times[part].items()}
+                  for part in parts[1:]}
+        if stages:
+            row["stage_ms"] = stages
         rows.append(row)
         print(f"B={batch:4d} H={heads:4d} L={length:6d} splits={splits:3d}  prev "
               f"{ms['prev'] * 1e3:8.1f} us  this {ms['this'] * 1e3:8.1f} us  "
               f"this/prev {row['ratio']:.3f}  (rounds: "
-              + ", ".join(f"{a * 1e3:.1f}/{b * 1e3:.1f}" for a, b in zip(*times.values()))
-              + f")  max|out diff| {diff:.1e}", flush=True)
+              + ", ".join(f"{a * 1e3:.1f}/{b * 1e3:.1f}" for a, b in zip(*times["both"].values()))
+              + f")  max|out diff| {diff:.1e}"
+              + "".join(f"  {part} {t['prev'] * 1e3:.1f}/{t['this'] * 1e3:.1f} us"
+                        for part, t in stages.items()), flush=True)
         assert diff < 0.02 and lse_diff < 1e-3, "the two versions disagree"
         del problem, outs, calls
         torch.cuda.empty_cache()

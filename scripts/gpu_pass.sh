@@ -9,6 +9,9 @@
 #   scripts/gpu_pass.sh ab             both stages' device time, this version against the
 #                                      previous release in build/prev, at every sweep shape
 #                                      (carry build too)
+#   scripts/gpu_pass.sh ncu            Nsight Compute's full report of stage 1 at the target
+#                                      shapes and one-block shapes, and of stage 2 at B=1
+#                                      (hardware counters: Firecracker machines only)
 #   scripts/gpu_pass.sh bench-small    the sweep at B = 1, 4 (all H, L; L=65536 included)
 #   scripts/gpu_pass.sh bench-large    the sweep at B = 16, 64, 128
 #   scripts/gpu_pass.sh experiments    each stage's device time (scripts/stage_times.py),
@@ -74,9 +77,23 @@ for mode in "${@:-tests}"; do
             --out "$OUT/ab_kernels.json" 2>&1 | grep -v Warning | tee "$OUT/ab_kernels.log" \
             | tail -40
         ;;
+    ncu)
+        # The third launch of each kernel (the first two warm up), clocks left alone.
+        profile() {  # stage, shape
+            timeout 120 ncu --clock-control none --kernel-name "regex:mla_decode_$1\$" \
+                --launch-skip 2 --launch-count 1 --set full --print-units base \
+                python3 scripts/profile_stages.py "$2" > "$OUT/ncu-$1-$2.txt" 2>&1
+            grep -E "^  +(Duration|Registers Per|Achieved Occupancy|Memory Throughput|Compute \(SM\) Throughput) " \
+                "$OUT/ncu-$1-$2.txt" | sed "s/^/$1 $2: /"
+        }
+        for shape in 1x128x64 1x16x64 1x128x4096 16x128x4096 128x128x4096 128x16x16384; do
+            profile stage1 "$shape"
+        done
+        profile stage2 1x128x4096
+        ;;
     bench-small) bench_part small 1,4 ;;
     bench-large) bench_part large 16,64,128 ;;
-    *) echo "usage: scripts/gpu_pass.sh {tests|tests-a|tests-b|extras|steps|experiments|ab|bench-small|bench-large}..." >&2
+    *) echo "usage: scripts/gpu_pass.sh {tests|tests-a|tests-b|extras|steps|experiments|ab|ncu|bench-small|bench-large}..." >&2
        exit 2 ;;
     esac
 done

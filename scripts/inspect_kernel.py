@@ -4,7 +4,8 @@ For each configuration: registers, spills, shared memory; counts of the
 instructions that matter in the SASS (warpgroup MMA HGMMA, mma.sync HMMA, CTA
 barriers, local-memory spill traffic, async copies), the KV loop's instruction mix
 and its longest chain of dependent mma.sync, and in the PTX (cp.async / TMA loads,
-plain global loads); and whether the TTGIR pipelines the latent loads.
+plain global loads, and the warpgroup-MMA waits: a wait with 0 pending right after a
+dot means nothing overlaps it); and whether the TTGIR pipelines the latent loads.
     scripts/dev python scripts/inspect_kernel.py --heads 128 --block-n 64 --warps 8
 """
 
@@ -91,6 +92,10 @@ def longest_mma_chain(body):
     return max(depth.values(), default=0)
 
 
+WAIT_NONE = r"wgmma.wait_group.sync.aligned\s+0;"
+WAIT_SOME = r"wgmma.wait_group.sync.aligned\s+[1-9]"
+
+
 def report(compiled):
     ptx, ttgir = compiled.asm["ptx"], compiled.asm["ttgir"]
     count = lambda pat, text: len(re.findall(pat, text))  # noqa: E731
@@ -109,6 +114,8 @@ def report(compiled):
             f"wgmma={count(r'wgmma.mma_async', ptx)} mma.sync={count(r'mma.sync', ptx)} "
             f"cp.async={count(r'cp.async.cg|cp.async.ca', ptx)} tma={count(r'cp.async.bulk', ptx)} "
             f"ld.global={count(r'ld.global', ptx)} "
+            f"wgmma.wait_group: pending 0 x{count(WAIT_NONE, ptx)}, "
+            f"pending > 0 x{count(WAIT_SOME, ptx)} "
             f"ttgir_async_copy={count(r'async_copy_global_to_local', ttgir)}")
 
 

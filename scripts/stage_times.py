@@ -54,9 +54,9 @@ def make_problem(batch, heads, length, seed):
 
 def launchers(q, kv, table, lens, splits, module=kernels):
     """The two stages of ``module`` (``mla_jax.kernels`` or another version of it) on
-    NaN-poisoned outputs: ``(stage1, stage2, out, lse)``. ``stage2(**tiling)`` launches
-    stage 2 with ``launch_params``' tiling, or with the ``HEAD_BLOCK`` and ``COL_BLOCK``
-    given (its grid follows them)."""
+    NaN-poisoned outputs: ``(stage1, stage2, out, lse)``. ``stage2(num_warps, **tiling)``
+    launches stage 2 with ``launch_params``' tiling and warps, or with the ``num_warps``,
+    ``HEAD_BLOCK``, ``SPLIT_BLOCK`` and ``COL_BLOCK`` given (its grid follows them)."""
     batch, heads, _ = q.shape
     buf = torch.full((batch, heads, splits, LORA + 1), float("nan"), device="cuda")
     out = torch.full((batch, heads, LORA), float("nan"), device="cuda").bfloat16()
@@ -74,12 +74,12 @@ def launchers(q, kv, table, lens, splits, module=kernels):
             q, q, kv, table, lens, ns, kv_scale, buf, buf, num_warps=s1["num_warps"],
             num_stages=s1["num_stages"], **s1["constexprs"])
 
-    def stage2(**tiling):
+    def stage2(num_warps=s2["num_warps"], **tiling):
         constexprs = s2["constexprs"] | tiling
         grid = s2["grid"] if not tiling else (
             batch, triton.cdiv(heads, constexprs["HEAD_BLOCK"]), LORA // constexprs["COL_BLOCK"])
         module.mla_decode_stage2[grid](
-            buf, lens, ns, out, lse, num_warps=s2["num_warps"], num_stages=s2["num_stages"],
+            buf, lens, ns, out, lse, num_warps=num_warps, num_stages=s2["num_stages"],
             **constexprs)
 
     return stage1, stage2, out, lse

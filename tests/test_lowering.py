@@ -145,17 +145,23 @@ def test_stage1_sass_uses_the_expected_mma(heads, mma, tmp_path):
     assert counts[mma] > 0 and counts[other] == 0 and counts["LDGSTS"] > 0, out
 
 
-@pytest.mark.parametrize("splits, heads, want", [
-    (1, 128, (8, 1, 512)), (2, 16, (4, 2, 512)), (4, 16, (2, 4, 512)), (16, 128, (1, 16, 256)),
-    (64, 128, (1, 32, 128)), (1, 2, (2, 1, 512)), (3, 20, (2, 4, 512))])
-def test_stage2_tiling_few_splits_make_wide_programs(splits, heads, want):
-    """Few splits: whole rows of columns and several heads a program; many: the columns
-    spread over programs. Never more than STAGE2_TILE values a tile."""
+@pytest.mark.parametrize("batch, splits, heads, want", [
+    (128, 1, 128, (8, 1, 512)), (128, 2, 16, (4, 2, 512)), (64, 4, 16, (2, 4, 512)),
+    (16, 4, 128, (2, 4, 512)), (4, 16, 128, (1, 8, 512)), (1, 64, 128, (1, 16, 256)),
+    (1, 16, 16, (1, 16, 128)), (1, 128, 16, (1, 32, 128)), (128, 1, 2, (1, 1, 512)),
+    (64, 3, 20, (2, 4, 512)), (1, 1, 1, (1, 1, 128))])
+def test_stage2_tiling_columns_then_splits_then_heads(batch, splits, heads, want):
+    """Whole rows of columns while the batch's (row, head) pairs alone make enough
+    programs, narrower blocks (down to MIN_COL_BLOCK) where they do not; splits fill the
+    tile, then heads while the programs stay STAGE2_PROGRAMS. Never more than
+    STAGE2_TILE values a tile."""
     from mla_jax import kernels
 
-    tiles = kernels.stage2_tiling(splits, heads, 512)
+    tiles = kernels.stage2_tiling(splits, heads, 512, batch)
     assert (tiles["HEAD_BLOCK"], tiles["SPLIT_BLOCK"], tiles["COL_BLOCK"]) == want
     assert tiles["HEAD_BLOCK"] * tiles["SPLIT_BLOCK"] * tiles["COL_BLOCK"] <= kernels.STAGE2_TILE
+    programs = batch * -(-heads // tiles["HEAD_BLOCK"]) * (512 // tiles["COL_BLOCK"])
+    assert programs >= kernels.STAGE2_PROGRAMS or tiles["HEAD_BLOCK"] == 1
 
 
 @pytest.mark.parametrize("heads, lora, want", [(16, 512, 4), (16, 32, 2), (16, 16, 1),

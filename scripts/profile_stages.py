@@ -1,0 +1,40 @@
+"""Launch both stages at one shape a few times, for a profiler to read (no timing here).
+
+    ncu --clock-control none --kernel-name regex:mla_decode_stage1 --launch-skip 2 \
+        --launch-count 1 --set full python3 scripts/profile_stages.py 1x128x4096   # GPU
+
+The default split policy unless ``--splits`` is given; ``scripts/gpu_pass.sh ncu`` runs
+it at the target shapes and a one-block shape.
+"""
+
+import argparse
+
+import torch
+from stage_times import launchers, make_problem
+from sweep_configs import SM, parse_shapes
+
+from mla_jax.splits import occupancy_kv_splits
+from mla_jax.vllm_kernel import ensure_triton_cache_dir
+
+LAUNCHES = 3
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("shape", type=parse_shapes, help="one BxHxL")
+    parser.add_argument("--splits", type=int, help="default: the occupancy policy's")
+    args = parser.parse_args()
+    (batch, heads, length), = args.shape
+    ensure_triton_cache_dir()
+    splits = args.splits or occupancy_kv_splits(batch, heads, length, SM)
+    stage1, stage2, out, _ = launchers(*make_problem(batch, heads, length, 0), splits)
+    for _ in range(LAUNCHES):
+        stage1()
+        stage2()
+    torch.cuda.synchronize()
+    assert not out.isnan().any(), "unwritten output"
+    print(f"B={batch} H={heads} L={length} splits={splits}: {LAUNCHES} launches of each stage")
+
+
+if __name__ == "__main__":
+    main()
