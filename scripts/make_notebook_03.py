@@ -43,7 +43,9 @@ parts (B ≤ 4, then B ≥ 16), each measuring its own ceilings.
 This sweep (run 26, kernel version 7) dispatches ten runs of K calls back to back per
 sync, which puts the JAX times within 6% of CUDA-graph device time at the large shapes
 (`docs/perf_notes.md`, session 4). Shapes that take 10–20 µs a call still vary by up to
-±30% from run to run (session 5).
+±30% from run to run (session 5). The shipped kernels are version 8, which changes only
+stage 2's tiling, at 12 shapes with B ≤ 16: in device time it is up to 3.6% faster there
+and the same elsewhere (session 6).
 
 Every cell but the last only reads JSON and draws, so the notebook runs anywhere; the last
 re-measures a few shapes when a CUDA GPU is present.
@@ -205,7 +207,8 @@ plot_time_vs_len(results, f"device time per call, {machine['device']}")
   0.4–6.7 µs. The occupancy path sits at 10–34 µs, the other JAX paths at 15–54 µs,
   vLLM's kernel (CUDA graph) at 52–79 µs. At B=1, H=128, L=4k the two stages take
   23.2 µs of device time (run 24), each of the 128 stage-1 programs handling one 64-token
-  block and writing 131 KB of partials.
+  block and writing 131 KB of partials; one such 64-head program costs about 13 µs even
+  alone (run 30), so that is stage 1's floor there whatever the split count.
 - The XLA paths (`xla`, `dense`) gather the rows into a dense copy before their einsums;
   at H=16, B ≥ 64, L ≥ 4k they reach 15–28 % of the floor.
 """),
