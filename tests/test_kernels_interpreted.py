@@ -73,6 +73,21 @@ def test_many_splits_merge_in_blocks(pool, num_splits):
           dtype=np.float32)
 
 
+def test_stage2_head_blocks(pool):
+    """A large batch with few splits: stage 2 merges several heads a program, the last
+    block of heads partly past H (20 heads in blocks of 16), empty rows among them."""
+    rng = np.random.default_rng()
+    batch, heads, splits = 128, 20, 3
+    tiles = kernels.stage2_tiling(splits, heads, TINY[0], batch)
+    assert tiles["HEAD_BLOCK"] > 1 and heads % tiles["HEAD_BLOCK"], tiles
+    lens = rng.integers(1, 65, batch)
+    lens[::17] = 0
+    case = random_case(rng, batch=batch, heads=heads, dims=TINY, page_size=16, pages_per_seq=4,
+                       seq_lens=lens)
+    check(pool, case, num_splits=splits, grid_splits=splits, buffer_rows=batch + 2,
+          dtype=np.float32)
+
+
 def test_random_batches(pool):
     rng = np.random.default_rng()
     for _ in range(4):
