@@ -129,10 +129,12 @@ def main():
     p.add_argument("--block-n", type=int)
     p.add_argument("--warps", type=int)
     p.add_argument("--stages", type=int)
+    p.add_argument("--chunks", type=int, help="LORA_CHUNKS")
     p.add_argument("--dump", help="write the TTGIR to this file")
     a = p.parse_args()
     config = {k: v for k, v in dict(BLOCK_H=a.block_h, BLOCK_N=a.block_n, num_warps=a.warps,
-                                    num_stages=a.stages).items() if v is not None}
+                                    num_stages=a.stages, LORA_CHUNKS=a.chunks).items()
+              if v is not None}
     compiled = compile_stage1(a.heads, a.page, a.dtype, a.kv_dtype or a.dtype, config)
     print(kernels.stage1_config(a.heads) | config, report(compiled))
     if a.dump:
