@@ -107,8 +107,11 @@ def main():
         q, kv, table, lens = make_problem(batch, heads, length, seed)
         splits = occupancy_kv_splits(batch, heads, length, SM)
         stage1, stage2, out, lse = launchers(q, kv, table, lens, splits)
-        # Version 6's stage 2 for comparison: one head and 128 columns a program.
-        stage2_v6 = functools.partial(stage2, HEAD_BLOCK=1, COL_BLOCK=min(128, LORA))
+        # Version 6's stage 2 tiling for comparison: one head and 128 columns a program,
+        # up to MAX_SPLIT_BLOCK splits an iteration.
+        stage2_v6 = functools.partial(
+            stage2, HEAD_BLOCK=1, COL_BLOCK=min(128, LORA),
+            SPLIT_BLOCK=min(kernels.MAX_SPLIT_BLOCK, triton.next_power_of_2(splits)))
         stage1(), stage2_v6()
         out_v6 = out.clone()
         stage2()

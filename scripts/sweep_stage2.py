@@ -60,7 +60,7 @@ def main():
         prev_stage1, prev_stage2, prev_out, _ = launchers(*problem, splits, module=prev)
         prev_stage1()
         timed = {"default": stage2, "v6": prev_stage2}
-        tilings = {"default": kernels.stage2_tiling(splits, heads, LORA), "v6": {}}
+        tilings = {"default": kernels.stage2_tiling(splits, heads, LORA, batch), "v6": {}}
         for tiling in candidates(splits, heads):
             name = "h{HEAD_BLOCK}s{SPLIT_BLOCK}c{COL_BLOCK}w{num_warps}".format(**tiling)
             timed[name] = (lambda t: lambda: stage2(**t))(tiling)
