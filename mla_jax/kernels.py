@@ -262,17 +262,18 @@ def stage2_tiling(grid_splits: int, num_heads: int, kv_lora_rank: int,
     iteration beat 128 at 32 (4.8 against 5.2 us), and with 512 pairs, 16 splits, whole
     rows at 8 splits beat 256 columns at 16 (4.0 against 4.5 us).
     """
+    def programs(head_block, col_block):
+        return batch * triton.cdiv(num_heads, head_block) * (kv_lora_rank // col_block)
+
     col_block = kv_lora_rank
-    while (col_block > MIN_COL_BLOCK
-           and batch * num_heads * (kv_lora_rank // col_block) < STAGE2_PROGRAMS):
+    while col_block > MIN_COL_BLOCK and programs(1, col_block) < STAGE2_PROGRAMS:
         col_block //= 2
     split_block = min(MAX_SPLIT_BLOCK, triton.next_power_of_2(grid_splits),
                       max(1, STAGE2_TILE // col_block))
     head_block = 1
     while (2 * head_block <= triton.next_power_of_2(num_heads)
            and 2 * head_block * split_block * col_block <= STAGE2_TILE
-           and batch * triton.cdiv(num_heads, 2 * head_block) * (kv_lora_rank // col_block)
-           >= STAGE2_PROGRAMS):
+           and programs(2 * head_block, col_block) >= STAGE2_PROGRAMS):
         head_block *= 2
     return {"HEAD_BLOCK": head_block, "SPLIT_BLOCK": split_block, "COL_BLOCK": col_block}
 
