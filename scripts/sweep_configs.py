@@ -40,13 +40,10 @@ CONFIGS = {
     # as many programs need 4x fewer splits, so 4x fewer partials at small batches
     # (run 22: at B=1, L=4k the 64-head tiles' 64 splits write 16.8 MB of partials
     # for 4.7 MB of KV). Run 24: they win only while the batch holds about 4096 tokens.
-    # 32-head tiles (session 6, not yet measured): mma.sync, as 16-head tiles, but each
-    # latent tile serves 32 heads; with 4 latent chunks the sm_90 build takes 166-169
-    # registers and no spills (64-head tiles: 255 and 136 B), longest mma chain 10.
+    # 32-head tiles (mma.sync, 4 latent chunks) lost to one of these two at every
+    # shape of run 39 (B = 1, 4, 16, 128), so they are not swept.
     128: [dict(BLOCK_H=64, BLOCK_N=64, num_warps=8, num_stages=2, LORA_CHUNKS=1),
-          dict(BLOCK_H=16, BLOCK_N=32, num_warps=4, num_stages=3, LORA_CHUNKS=4),
-          dict(BLOCK_H=32, BLOCK_N=64, num_warps=8, num_stages=2, LORA_CHUNKS=4),
-          dict(BLOCK_H=32, BLOCK_N=32, num_warps=8, num_stages=3, LORA_CHUNKS=4)],
+          dict(BLOCK_H=16, BLOCK_N=32, num_warps=4, num_stages=3, LORA_CHUNKS=4)],
 }
 
 
