@@ -84,6 +84,15 @@ def time_decode(decode, calls, inputs, buf, *, repeats=REPEATS, runs=bench.RUNS_
     return float(np.median(times)), out
 
 
+def shape_inputs(batch, heads, length):
+    """The bench's inputs for one shape, and its K calls a run (from the brief's floor)."""
+    inputs = bench.make_inputs(jax.random.key(0), batch, heads, length, PAGE)
+    floor = bench_report.floor_ms(bench_report.kv_bytes(batch, length),
+                                  bench_report.attention_flops(batch, heads, length),
+                                  copy_tbps=4.22, matmul_tflops=790)
+    return inputs, bench.calls_for(floor)
+
+
 def direct(splits, config):
     """The triton decode at a fixed split count and stage-1 configuration."""
     def decode(q, kv, bt, sl, buf):
@@ -101,11 +110,7 @@ def main():
     args = parser.parse_args()
     results = []
     for batch, heads, length in args.shapes:
-        inputs = bench.make_inputs(jax.random.key(0), batch, heads, length, PAGE)
-        floor = bench_report.floor_ms(bench_report.kv_bytes(batch, length),
-                                      bench_report.attention_flops(batch, heads, length),
-                                      copy_tbps=4.22, matmul_tflops=790)
-        calls = bench.calls_for(floor)
+        inputs, calls = shape_inputs(batch, heads, length)
         occ = occupancy_kv_splits(batch, heads, length, SM)
         # (name, splits, config, buffer): None splits is mla_decode with its defaults;
         # a "reserved" buffer is reserve_logits_buffer's (sized for batch 1), else exact.
