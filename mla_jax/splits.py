@@ -17,8 +17,9 @@ from jax import lax
 from mla_jax.tiling import head_tiles, programs_per_sm
 
 Policy = Literal["vllm", "occupancy"]
-# Every entry point's default: it beat vLLM's rule at 30 of 34 shapes of the H200
-# sweep (docs/benchmarks.md). Reserve and decode with the same policy.
+# Every entry point's default: it beat vLLM's rule at 32 of 34 shapes of the H200
+# sweep, and both pick the same count at the other two (docs/benchmarks.md, run 38).
+# Reserve and decode with the same policy.
 DEFAULT_POLICY: Policy = "occupancy"
 
 # vLLM's rule: one split per this many KV tokens of the longest sequence ...
