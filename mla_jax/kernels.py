@@ -277,6 +277,7 @@ def stage2_tiling(grid_splits: int, num_heads: int, kv_lora_rank: int,
         head_block *= 2
     return {"HEAD_BLOCK": head_block, "SPLIT_BLOCK": split_block, "COL_BLOCK": col_block}
 
+
 def stage1_config(num_heads: int) -> dict[str, int]:
     """Tile sizes and launch options of stage 1 for ``num_heads`` query heads.
 

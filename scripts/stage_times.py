@@ -7,7 +7,8 @@ default split policy, an exact-size buffer) and times, each with
 ``triton.testing.do_bench_cudagraph`` (median): stage 1 alone, stage 2 alone (and
 version 6's stage 2, one head and 128 columns a program), both.
 It reports each stage's rate against its own bytes (stage 1: the latent rows;
-stage 2: the buffer it reads and the output it writes) and checks the output against the dense torch reference.
+stage 2: the buffer it reads and the output it writes) and checks the output against
+the dense torch reference.
 
 Then it times the same two stages through JAX (``triton_backend.decode``, same
 arrays through DLPack, same buffer shape; ``sweep_configs.direct`` and

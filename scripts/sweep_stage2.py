@@ -17,14 +17,13 @@ import torch
 import triton
 import triton.testing
 from ab_kernels import load_kernels
-from stage_times import launchers, make_problem
+from stage_times import LORA, launchers, make_problem
 from sweep_configs import SM, shapes_parser
 
 from mla_jax import kernels
 from mla_jax.splits import occupancy_kv_splits
 from mla_jax.vllm_kernel import ensure_triton_cache_dir
 
-LORA = 512
 # Small batches, where the split count (so stage 2's share) is largest.
 SHAPES = [(1, 128, 4096), (1, 128, 1024), (4, 128, 4096), (1, 16, 16384), (1, 16, 4096),
           (4, 16, 4096), (1, 16, 1024), (16, 16, 1024), (64, 16, 4096)]
