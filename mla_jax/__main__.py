@@ -1,5 +1,5 @@
 import sys
 
-from mla_jax.cli import main
+from mla_jax.tools.cli import main
 
 sys.exit(main())

@@ -59,7 +59,8 @@ def decode(
     """
     batch, num_heads = q_nope.shape[:2]
     stage1, stage2 = kernels.launch_params(
-        batch=batch, num_heads=num_heads, page_size=kv_cache.shape[1],
+        batch=batch, num_heads=num_heads, num_pages=kv_cache.shape[0],
+        page_size=kv_cache.shape[1], pages_per_seq=block_table.shape[1],
         kv_lora_rank=kv_lora_rank, rope_dim=rope_dim, scale=scale, grid_splits=grid_splits,
         q_nope_strides=_strides(q_nope), q_pe_strides=_strides(q_pe), qp_offset=qp_offset,
         kv_strides=_strides(kv_cache), block_table_strides=_strides(block_table),

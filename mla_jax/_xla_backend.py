@@ -43,15 +43,16 @@ def _stage1_static(q, kv_cache, block_table, seq_lens, kv_scale, *, k, scale, kv
     rows = kv_cache[pages, tokens % page_size].astype(q.dtype)  # [B, k, W, D]
     logits = _dot_f32("bhd,bswd->bhsw", q, rows) * (scale * kv_scale)
     logits = jnp.where(live[:, None], logits, -jnp.inf)
-    m = jnp.max(logits, axis=-1)
-    m_safe = jnp.where(jnp.isfinite(m), m, 0.0)
-    p = jnp.exp(logits - m_safe[..., None])
+    # Emptiness comes from the token count, never from the values: a NaN or inf in a
+    # live row must give a NaN lse, not the -inf that marks an empty split.
+    nonempty = jnp.any(live, axis=-1)[:, None]  # [B, 1, k]
+    m = jnp.where(nonempty, jnp.max(logits, axis=-1), 0.0)
+    p = jnp.exp(logits - m[..., None])
     denom = jnp.sum(p, axis=-1)
     acc = _dot_f32("bhsw,bswd->bhsd", p.astype(rows.dtype), rows[..., :kv_lora_rank])
-    nonempty = denom > 0
-    part = jnp.where(nonempty[..., None],
-                     acc * (kv_scale / jnp.where(nonempty, denom, 1.0))[..., None], 0.0)
-    lse = jnp.where(nonempty, m_safe + jnp.log(jnp.where(nonempty, denom, 1.0)), -jnp.inf)
+    one = jnp.where(nonempty, denom, 1.0)
+    part = jnp.where(nonempty[..., None], acc * (kv_scale / one)[..., None], 0.0)
+    lse = jnp.where(nonempty, m + jnp.log(one), -jnp.inf)
     return jnp.concatenate([part, lse[..., None]], axis=-1)
 
 
@@ -76,6 +77,10 @@ def decode(q, kv_cache, block_table, seq_lens, num_splits, grid_splits, kv_scale
         time); otherwise the count is read from ``num_splits``.
     """
     batch = q.shape[0]
+    # The kernels' bounds: lengths within the block table's row, pages within the pool.
+    capacity = block_table.shape[1] * kv_cache.shape[1]
+    seq_lens = jnp.clip(seq_lens, 0, capacity)
+    block_table = jnp.clip(block_table, 0, kv_cache.shape[0] - 1)
     stage1 = lambda k: lambda buf: lax.dynamic_update_slice(  # noqa: E731
         buf, _stage1_static(q, kv_cache, block_table, seq_lens, kv_scale[0], k=k,
                             scale=scale, kv_lora_rank=kv_lora_rank), (0, 0, 0, 0))
@@ -92,13 +97,12 @@ def decode(q, kv_cache, block_table, seq_lens, num_splits, grid_splits, kv_scale
     live = (seq_lens + jnp.maximum(per_split, 1) - 1) // jnp.maximum(per_split, 1)
     mask = jnp.arange(grid_splits)[None, None, :] < live[:, None, None]
     part_lse = jnp.where(mask, parts[..., kv_lora_rank], -jnp.inf)
-    m = jnp.max(part_lse, axis=-1)
-    m_safe = jnp.where(jnp.isfinite(m), m, 0.0)
-    w = jnp.where(mask, jnp.exp(part_lse - m_safe[..., None]), 0.0)
-    denom = jnp.sum(w, axis=-1)
+    nonempty = (seq_lens > 0)[:, None]
+    m = jnp.where(nonempty, jnp.max(part_lse, axis=-1), 0.0)
+    w = jnp.where(mask, jnp.exp(part_lse - m[..., None]), 0.0)
+    one = jnp.where(nonempty, jnp.sum(w, axis=-1), 1.0)
     acc = jnp.einsum("bhs,bhsd->bhd", w, jnp.where(mask[..., None], parts[..., :kv_lora_rank], 0.0),
                      precision=lax.Precision.HIGHEST)
-    nonempty = (seq_lens > 0)[:, None]
-    out = jnp.where(nonempty[..., None], acc / jnp.where(nonempty, denom, 1.0)[..., None], 0.0)
-    lse = jnp.where(nonempty, m_safe + jnp.log(jnp.where(nonempty, denom, 1.0)), -jnp.inf)
+    out = jnp.where(nonempty[..., None], acc / one[..., None], 0.0)
+    lse = jnp.where(nonempty, m + jnp.log(one), -jnp.inf)
     return out.astype(q.dtype), lse, buffer

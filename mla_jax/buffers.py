@@ -1,20 +1,65 @@
-"""Reserving the split-KV logits buffer once, at the worst case.
+"""The split-KV logits buffer: reserved once, at the worst case, then threaded.
 
 The buffer is stage 1's scratch: per (sequence, head, split) a partial output of
 ``kv_lora_rank`` floats followed by its log-sum-exp. It is reserved once for
 ``max_num_seqs`` sequences of up to ``max_model_len`` tokens and threaded through
 every decode step; a step with fewer sequences or splits uses a corner of it.
+
+``LogitsBuffer`` carries the settings it was reserved with (split policy, SM count,
+latent sizes) next to its one array, so a step cannot plan its splits with other
+settings than the reservation did: the step reads them from the buffer.
 """
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 
-from mla_jax.checks import check_positive
-from mla_jax.splits import DEFAULT_POLICY, Policy, reserved_splits
+from mla_jax._checks import check_positive
+from mla_jax.splits import DEFAULT_POLICY, Policy, check_policy, reserved_splits
 
 LOGITS_DTYPE = jnp.float32
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class LogitsBuffer:
+    """The reserved logits buffer and the settings it was reserved with.
+
+    A pytree whose only leaf is ``data``, float32 ``[max_num_seqs, num_heads,
+    max_splits, kv_lora_rank + 1]``; the other fields are static (part of the
+    tree structure, so a jitted step specialises on them). ``mla_decode`` donates
+    the buffer and returns a new ``LogitsBuffer`` holding the same memory.
+    """
+
+    data: jax.Array
+    kv_lora_rank: int = dataclasses.field(metadata={"static": True})
+    rope_dim: int = dataclasses.field(metadata={"static": True})
+    policy: Policy = dataclasses.field(metadata={"static": True})
+    sm_count: int = dataclasses.field(metadata={"static": True})
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.data.shape)
+
+    @property
+    def max_num_seqs(self) -> int:
+        return self.data.shape[0]
+
+    @property
+    def num_heads(self) -> int:
+        return self.data.shape[1]
+
+    @property
+    def max_splits(self) -> int:
+        return self.data.shape[2]
+
+    def describe(self) -> str:
+        """The buffer as error messages name it."""
+        return (f"LogitsBuffer{list(self.data.shape)} (kv_lora_rank={self.kv_lora_rank}, "
+                f"rope_dim={self.rope_dim}, policy={self.policy!r}, sm_count={self.sm_count})")
 
 
 def gpu_sm_count(device: jax.Device | None = None) -> int:
@@ -42,32 +87,62 @@ def logits_buffer_shape(
     return (max_num_seqs, num_heads, max_splits, kv_lora_rank + 1)
 
 
+def plan_logits_buffer(
+    max_num_seqs: int,
+    num_heads: int,
+    max_model_len: int,
+    *,
+    kv_lora_rank: int,
+    rope_dim: int,
+    sm_count: int,
+    policy: Policy,
+) -> tuple[tuple[int, int, int, int], dict]:
+    """The shape of a reservation and its static settings, after checking them."""
+    check_positive(max_num_seqs=max_num_seqs, num_heads=num_heads, max_model_len=max_model_len,
+                   kv_lora_rank=kv_lora_rank, rope_dim=rope_dim, sm_count=sm_count)
+    check_policy(policy)
+    splits = reserved_splits(policy, num_heads=num_heads, max_model_len=max_model_len,
+                             sm_count=sm_count)
+    shape = logits_buffer_shape(max_num_seqs, num_heads, splits, kv_lora_rank)
+    return shape, dict(kv_lora_rank=kv_lora_rank, rope_dim=rope_dim, policy=policy,
+                       sm_count=sm_count)
+
+
 def reserve_logits_buffer(
     max_num_seqs: int,
     num_heads: int,
     max_model_len: int,
     *,
     kv_lora_rank: int = 512,
+    rope_dim: int = 64,
     sm_count: int | None = None,
     device: jax.Device | jax.sharding.Sharding | None = None,
     policy: Policy = DEFAULT_POLICY,
-) -> jax.Array:
+) -> LogitsBuffer:
     """Reserves the float32 logits buffer for the worst case, once.
 
+    Args:
+      max_num_seqs: the most sequences a step will decode.
+      num_heads: query heads.
+      max_model_len: the longest sequence a step will see.
+      kv_lora_rank, rope_dim: the cache's latent sizes (a cache row is
+        ``kv_lora_rank + rope_dim`` wide); a step with another cache width raises.
+      sm_count: the GPU's multiprocessor count the split rule plans for; ``None``
+        asks the GPU (``device``, else the first one).
+      device: where to place the buffer (a device or a sharding).
+      policy: the split rule (``mla_jax.splits.kv_splits``).
+
     Returns:
-      float32 ``[max_num_seqs, num_heads, max_splits, kv_lora_rank + 1]`` where
-      ``max_splits`` is the most splits ``policy`` asks for at any batch and length
-      in range (for ``"vllm"``: ``num_kv_splits(max_model_len, sm_count)``). Its
-      contents are scratch: every decode step overwrites the part it reads. Thread
-      the buffer that ``mla_decode`` returns into the next step (use the same
-      ``policy`` and ``sm_count`` there); the one passed in is donated.
+      A ``LogitsBuffer`` whose ``data`` is float32 ``[max_num_seqs, num_heads,
+      max_splits, kv_lora_rank + 1]``, ``max_splits`` being the most splits
+      ``policy`` asks for at any batch and length in range. Its contents are
+      scratch (NaN until a step writes them). Thread the buffer ``mla_decode``
+      returns into the next step; the one passed in is donated.
     """
-    check_positive(max_num_seqs=max_num_seqs, num_heads=num_heads, max_model_len=max_model_len,
-                   kv_lora_rank=kv_lora_rank)
     if sm_count is None:
         sm_count = gpu_sm_count(device if isinstance(device, jax.Device) else None)
-    splits = reserved_splits(policy, num_heads=num_heads, max_model_len=max_model_len,
-                             sm_count=sm_count)
-    shape = logits_buffer_shape(max_num_seqs, num_heads, splits, kv_lora_rank)
+    shape, settings = plan_logits_buffer(
+        max_num_seqs, num_heads, max_model_len, kv_lora_rank=kv_lora_rank, rope_dim=rope_dim,
+        sm_count=sm_count, policy=policy)
     # NaN, not zeros: a read of a slot no kernel wrote shows up at once.
-    return jnp.full(shape, jnp.nan, LOGITS_DTYPE, device=device)
+    return LogitsBuffer(jnp.full(shape, jnp.nan, LOGITS_DTYPE, device=device), **settings)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from mla_jax.checks import check_block_table, check_positive, check_row_vector, shape_error
+from mla_jax._checks import check_block_table, check_positive, check_row_vector, shape_error
 
 
 def append_latent(

@@ -1,7 +1,7 @@
 """Triton kernels of the two-stage split-KV MLA decode.
 
 No JAX here: the Triton interpreter loads this module alone (tests drive it with
-torch CPU tensors), and ``mla_jax.triton_backend`` calls the same kernels through
+torch CPU tensors), and ``mla_jax._triton_backend`` calls the same kernels through
 jax-triton. Both drivers take the launch parameters from ``launch_params``.
 
 Stage 1, one program per (row, head tile, split): an online softmax over the
@@ -23,7 +23,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from mla_jax.tiling import head_tile
+from mla_jax._tiling import head_tile
 
 _LOG2E = tl.constexpr(1.4426950408889634)
 _LN2 = tl.constexpr(0.6931471805599453)
@@ -45,6 +45,12 @@ def _split_range(seq_len, num_splits, split):
     start = per_split * split
     end = tl.minimum(start + per_split, seq_len)
     return start, end
+
+
+@triton.jit
+def _clamp_page(page, NUM_PAGES: tl.constexpr):
+    """A page index inside the cache, whatever the block table holds."""
+    return tl.minimum(tl.maximum(page, 0), NUM_PAGES - 1)
 
 
 @triton.jit
@@ -98,7 +104,8 @@ def mla_decode_stage1(
     buf_in_ptr,  # noqa: ARG001 -- aliased to buf_ptr; jax-triton passes both
     buf_ptr,
     SM_SCALE: tl.constexpr,
-    NUM_HEADS: tl.constexpr, PAGE_SIZE: tl.constexpr,
+    NUM_HEADS: tl.constexpr, PAGE_SIZE: tl.constexpr, NUM_PAGES: tl.constexpr,
+    CAPACITY: tl.constexpr,
     LORA: tl.constexpr, ROPE: tl.constexpr,
     stride_qn_b: tl.constexpr, stride_qn_h: tl.constexpr,
     stride_qp_b: tl.constexpr, stride_qp_h: tl.constexpr, QP_OFFSET: tl.constexpr,
@@ -116,7 +123,8 @@ def mla_decode_stage1(
     num_splits = tl.load(num_splits_ptr)
     if split >= num_splits:
         return
-    seq_len = tl.load(seq_lens_ptr + row)
+    # Clamped to the block table's row, so no split reads past it.
+    seq_len = tl.minimum(tl.maximum(tl.load(seq_lens_ptr + row), 0), CAPACITY)
     start, end = _split_range(seq_len, num_splits, split)
     if end <= start:
         return  # stage 2 skips empty splits; nothing to write.
@@ -158,7 +166,7 @@ def mla_decode_stage1(
         # with the split's edge blocks peeled out of the loop ran fewer instructions
         # but 5-25% slower on the H200 (run 18), the peeled code costing registers.
         first = start - start % BLOCK_N
-        page = tl.load(bt_row + first // PAGE_SIZE)
+        page = _clamp_page(tl.load(bt_row + first // PAGE_SIZE), NUM_PAGES)
         for n0 in range(first, end, BLOCK_N):
             tokens = n0 + offs
             tok_mask = (tokens >= start) & (tokens < end)
@@ -167,14 +175,15 @@ def mla_decode_stage1(
                                 tok_mask[:, None], CHUNK, LORA_CHUNKS, q_nope[0].dtype)
             k_pe = tl.load(block + offs[:, None] * stride_kv_row + LORA + d_rope[None, :],
                            mask=tok_mask[:, None], other=0.0).to(q_nope[0].dtype)
-            page = tl.load(bt_row + (n0 + BLOCK_N) // PAGE_SIZE, mask=n0 + BLOCK_N < end,
-                           other=0)
+            page = _clamp_page(tl.load(bt_row + (n0 + BLOCK_N) // PAGE_SIZE,
+                                       mask=n0 + BLOCK_N < end, other=0), NUM_PAGES)
             m_i, l_i, acc = _attend(q_nope, q_pe, kv_c, k_pe, tok_mask, m_i, l_i, acc,
                                     qk_scale, DOT_PRECISION, LORA_CHUNKS)
     else:
         # Pages shorter than a block: a page index per token.
         tokens = start + offs
-        pages = tl.load(bt_row + tokens // PAGE_SIZE, mask=tokens < end, other=0)
+        pages = _clamp_page(tl.load(bt_row + tokens // PAGE_SIZE, mask=tokens < end, other=0),
+                            NUM_PAGES)
         for n0 in range(start, end, BLOCK_N):
             tokens = n0 + offs
             tok_mask = tokens < end
@@ -184,7 +193,8 @@ def mla_decode_stage1(
             k_pe = tl.load(kv_ptr + row_off[:, None] + LORA + d_rope[None, :],
                            mask=tok_mask[:, None], other=0.0).to(q_nope[0].dtype)
             next_tokens = tokens + BLOCK_N
-            pages = tl.load(bt_row + next_tokens // PAGE_SIZE, mask=next_tokens < end, other=0)
+            pages = _clamp_page(tl.load(bt_row + next_tokens // PAGE_SIZE,
+                                        mask=next_tokens < end, other=0), NUM_PAGES)
             m_i, l_i, acc = _attend(q_nope, q_pe, kv_c, k_pe, tok_mask, m_i, l_i, acc,
                                     qk_scale, DOT_PRECISION, LORA_CHUNKS)
 
@@ -201,7 +211,7 @@ def mla_decode_stage1(
 def mla_decode_stage2(
     buf_ptr, seq_lens_ptr, num_splits_ptr,
     out_ptr, lse_ptr,
-    NUM_HEADS: tl.constexpr, LORA: tl.constexpr,
+    NUM_HEADS: tl.constexpr, LORA: tl.constexpr, CAPACITY: tl.constexpr,
     stride_buf_b: tl.constexpr, stride_buf_h: tl.constexpr, stride_buf_s: tl.constexpr,
     HEAD_BLOCK: tl.constexpr, SPLIT_BLOCK: tl.constexpr, COL_BLOCK: tl.constexpr,
 ):
@@ -210,7 +220,7 @@ def mla_decode_stage2(
     col_block = tl.program_id(2)
     head_ok = heads < NUM_HEADS
     num_splits = tl.load(num_splits_ptr)
-    seq_len = tl.load(seq_lens_ptr + row)
+    seq_len = tl.minimum(tl.maximum(tl.load(seq_lens_ptr + row), 0), CAPACITY)  # as stage 1
     cols = col_block * COL_BLOCK + tl.arange(0, COL_BLOCK)
     # Splits [0, cdiv(seq_len, per_split)) are exactly the non-empty ones.
     per_split = tl.maximum((seq_len + num_splits - 1) // num_splits, 1)
@@ -302,7 +312,9 @@ def launch_params(
     *,
     batch: int,
     num_heads: int,
+    num_pages: int,
     page_size: int,
+    pages_per_seq: int,
     kv_lora_rank: int,
     rope_dim: int,
     scale: float,
@@ -332,6 +344,7 @@ def launch_params(
         "num_stages": cfg["num_stages"],
         "constexprs": dict(
             SM_SCALE=float(scale), NUM_HEADS=num_heads, PAGE_SIZE=page_size,
+            NUM_PAGES=num_pages, CAPACITY=pages_per_seq * page_size,
             LORA=kv_lora_rank, ROPE=rope_dim,
             stride_qn_b=q_nope_strides[0], stride_qn_h=q_nope_strides[1],
             stride_qp_b=q_pe_strides[0], stride_qp_h=q_pe_strides[1], QP_OFFSET=qp_offset,
@@ -350,6 +363,7 @@ def launch_params(
                  kv_lora_rank // tiles["COL_BLOCK"]),
         "num_warps": 4,
         "num_stages": 1,
-        "constexprs": dict(NUM_HEADS=num_heads, LORA=kv_lora_rank, **buf, **tiles),
+        "constexprs": dict(NUM_HEADS=num_heads, LORA=kv_lora_rank,
+                           CAPACITY=pages_per_seq * page_size, **buf, **tiles),
     }
     return stage1, stage2

@@ -16,9 +16,9 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from mla_jax.buffers import LogitsBuffer
 from mla_jax.cache import append_latent
 from mla_jax.decode import Backend, mla_decode
-from mla_jax.splits import DEFAULT_POLICY, Policy
 
 
 @dataclasses.dataclass(frozen=True)
@@ -151,12 +151,10 @@ def mla_decode_layer(
     kv_cache: jax.Array,
     block_table: jax.Array,
     positions: jax.Array,
-    logits_buffer: jax.Array,
+    logits_buffer: LogitsBuffer,
     *,
     backend: Backend = "auto",
-    sm_count: int | None = None,
-    policy: Policy = DEFAULT_POLICY,
-) -> tuple[jax.Array, jax.Array, jax.Array]:
+) -> tuple[jax.Array, jax.Array, LogitsBuffer]:
     """One decode step of the absorbed MLA layer.
 
     Args:
@@ -166,10 +164,10 @@ def mla_decode_layer(
       block_table: int32 ``[B, pages_per_seq]``.
       positions: int32 ``[B]``, the new token's index; tokens ``[0, positions)``
         are already cached, and this step's row is appended at ``positions``.
-      logits_buffer: from ``reserve_logits_buffer(..., kv_lora_rank=config.kv_lora_rank)``;
-        donated by ``mla_decode`` when this runs outside ``jit``.
-      backend, sm_count, policy: passed to ``mla_decode`` (the policy the buffer
-        was reserved with).
+      logits_buffer: from ``reserve_logits_buffer(..., kv_lora_rank=config.kv_lora_rank,
+        rope_dim=config.qk_rope_head_dim)``; donated by ``mla_decode`` when this runs
+        outside ``jit``.
+      backend: passed to ``mla_decode``.
 
     Returns:
       ``y [B, hidden]`` in x's dtype, the cache with the new rows, the logits buffer.
@@ -183,7 +181,7 @@ def mla_decode_layer(
     out, _, logits_buffer = mla_decode(
         (q_latent.astype(kv_cache.dtype), q_pe.astype(kv_cache.dtype)), kv_cache,
         block_table, positions + 1, logits_buffer, scale=config.softmax_scale,
-        max_seq_len=None, sm_count=sm_count, policy=policy, backend=backend)
+        max_seq_len=None, backend=backend)
     v = jnp.einsum("bhc,chv->bhv", out.astype(x.dtype), params.w_uv)
     return jnp.einsum("bhv,hvd->bd", v, params.wo), kv_cache, logits_buffer
 

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from mla_jax.buffers import reserve_logits_buffer
+from mla_jax.buffers import LogitsBuffer, reserve_logits_buffer
 from mla_jax.cache import new_block_table
 from mla_jax.decode import Backend
 from mla_jax.layer import MLAConfig, MLAParams, mla_decode_layer
@@ -29,7 +29,7 @@ class DecodeState(NamedTuple):
 
     kv_caches: tuple[jax.Array, ...]  # per layer [num_pages, page_size, latent_dim]
     block_table: jax.Array            # int32 [B, pages_per_seq], shared by the layers
-    logits_buffer: jax.Array          # shared: each layer's decode writes before it reads
+    logits_buffer: LogitsBuffer       # shared: each layer's decode writes before it reads
     positions: jax.Array              # int32 [B], the next token's index
 
 
@@ -60,7 +60,8 @@ def init_decode_state(
       max_len: capacity per sequence; the prompt plus every decoded token must fit.
       prompt_lens: ``[num_seqs]`` ints in ``[0, max_len)``.
       dtype: the caches' dtype (the attention dtype).
-      policy: the split rule the logits buffer is reserved for; decode with the same.
+      sm_count, policy: what the logits buffer is reserved with (the steps read
+        both from the buffer).
     """
     if not isinstance(num_layers, int) or num_layers < 1:
         raise ValueError(f"num_layers must be a positive int, got {num_layers!r}")
@@ -77,6 +78,7 @@ def init_decode_state(
         block_table=block_table,
         logits_buffer=reserve_logits_buffer(num_seqs, config.num_heads, max_len,
                                             kv_lora_rank=config.kv_lora_rank,
+                                            rope_dim=config.qk_rope_head_dim,
                                             sm_count=sm_count, policy=policy),
         positions=jnp.asarray(lens, jnp.int32),
     )
@@ -89,8 +91,6 @@ def decode_step(
     state: DecodeState,
     *,
     backend: Backend = "auto",
-    sm_count: int | None = None,
-    policy: Policy = DEFAULT_POLICY,
 ) -> tuple[jax.Array, DecodeState]:
     """One token through every layer: ``h += mla_layer(rms(h))``.
 
@@ -107,16 +107,14 @@ def decode_step(
     for params, cache in zip(params_list, state.kv_caches):
         attn, cache, buffer = mla_decode_layer(
             params, config, _rms_normalise(h, config.rms_norm_eps), cache,
-            state.block_table, state.positions, buffer, backend=backend, sm_count=sm_count,
-            policy=policy)
+            state.block_table, state.positions, buffer, backend=backend)
         h = h + attn
         caches.append(cache)
     return h, DecodeState(tuple(caches), state.block_table, buffer, state.positions + 1)
 
 
 @functools.partial(jax.jit,
-                   static_argnames=("config", "num_steps", "backend", "sm_count", "policy",
-                                    "unroll"),
+                   static_argnames=("config", "num_steps", "backend", "unroll"),
                    donate_argnames=("state",))
 def decode_loop(
     params_list: Sequence[MLAParams],
@@ -126,8 +124,6 @@ def decode_loop(
     num_steps: int,
     *,
     backend: Backend = "auto",
-    sm_count: int | None = None,
-    policy: Policy = DEFAULT_POLICY,
     unroll: int = 1,
 ) -> tuple[jax.Array, DecodeState]:
     """``num_steps`` decode steps in one ``lax.scan``; ``state`` is donated.
@@ -150,8 +146,7 @@ def decode_loop(
     """
     def body(carry, _):
         x, state = carry
-        y, state = decode_step(params_list, config, x, state, backend=backend,
-                               sm_count=sm_count, policy=policy)
+        y, state = decode_step(params_list, config, x, state, backend=backend)
         return (_rms_normalise(y, config.rms_norm_eps), state), y
 
     (_, state), outputs = lax.scan(body, (x0, state), length=num_steps, unroll=unroll)

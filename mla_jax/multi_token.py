@@ -53,7 +53,7 @@ def mla_decode_tokens(
       causal: token t sees the prefix and query tokens 0..t; else all ``seq_lens``.
       query_lens: int32 ``[B]`` query tokens per request (``<= T``); the rest are
         padding rows. Default: ``T`` each.
-      decode_kwargs: ``scale``, ``max_seq_len``, ``sm_count``, ... of ``mla_decode``
+      decode_kwargs: ``scale``, ``max_seq_len``, ``backend``, ... of ``mla_decode``
         (``max_seq_len`` bounds every token's length, as for one token).
 
     Returns:

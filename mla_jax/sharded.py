@@ -33,11 +33,13 @@ import jax.numpy as jnp
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from mla_jax.buffers import LOGITS_DTYPE, gpu_sm_count, logits_buffer_shape
+from mla_jax._checks import check_positive
+from mla_jax.buffers import (LOGITS_DTYPE, LogitsBuffer, gpu_sm_count, logits_buffer_shape,
+                             plan_logits_buffer)
 from mla_jax.cache import append_latent
-from mla_jax.checks import check_positive
-from mla_jax.decode import Backend, mla_decode, resolve_backend, split_max_seq_len
-from mla_jax.splits import DEFAULT_POLICY, Policy, reserved_splits
+from mla_jax.decode import (Backend, check_buffer, check_scale, mla_decode, resolve_backend,
+                            split_max_seq_len, split_query)
+from mla_jax.splits import DEFAULT_POLICY, Policy
 
 Scheme = Literal["heads", "batch"]
 
@@ -90,9 +92,10 @@ def reserve_sharded_logits_buffer(
     max_model_len: int,
     *,
     kv_lora_rank: int = 512,
+    rope_dim: int = 64,
     sm_count: int | None = None,
     policy: Policy = DEFAULT_POLICY,
-) -> jax.Array:
+) -> LogitsBuffer:
     """The logits buffer for ``sharded_mla_decode``, reserved once and placed sharded.
 
     Each device's shard has the shape ``reserve_logits_buffer`` gives for its shard:
@@ -101,43 +104,46 @@ def reserve_sharded_logits_buffer(
     ``"batch"``: ``[max_num_seqs / n, num_heads, S, kv_lora_rank + 1]``.
 
     Returns:
-      float32 ``[max_num_seqs, num_heads, S, kv_lora_rank + 1]`` (NaN: scratch) with
-      a ``NamedSharding`` on ``axis`` (heads: dim 1; batch: dim 0).
+      A ``LogitsBuffer`` whose ``data`` is float32 ``[max_num_seqs, num_heads, S,
+      kv_lora_rank + 1]`` (NaN: scratch) with a ``NamedSharding`` on ``axis`` (heads:
+      dim 1; batch: dim 0).
     """
     n = _axis_size(mesh, axis, scheme)
-    check_positive(max_num_seqs=max_num_seqs, num_heads=num_heads, max_model_len=max_model_len,
-                   kv_lora_rank=kv_lora_rank)
+    check_positive(max_num_seqs=max_num_seqs, num_heads=num_heads)
     if scheme == "heads":
         _check_divisible(scheme, axis, n, num_heads=(num_heads, "heads"))
     else:
         _check_divisible(scheme, axis, n, max_num_seqs=(max_num_seqs, "rows"))
     local_heads = num_heads // n if scheme == "heads" else num_heads
-    splits = reserved_splits(policy, num_heads=local_heads, max_model_len=max_model_len,
-                             sm_count=_sm_count(mesh, sm_count))
-    shape = logits_buffer_shape(max_num_seqs, num_heads, splits, kv_lora_rank)
+    # The split axis is planned for one shard's heads; the rows and heads are global.
+    local_shape, settings = plan_logits_buffer(
+        max_num_seqs, local_heads, max_model_len, kv_lora_rank=kv_lora_rank, rope_dim=rope_dim,
+        sm_count=_sm_count(mesh, sm_count), policy=policy)
+    shape = logits_buffer_shape(max_num_seqs, num_heads, local_shape[2], kv_lora_rank)
     sharding = NamedSharding(mesh, partition_specs(axis, scheme)["logits_buffer"])
     # Filled on the devices, shard by shard: no host copy, and it works on a
     # multi-host mesh. NaN, as in reserve_logits_buffer: unwritten reads show up.
-    return jax.jit(lambda: jnp.full(shape, jnp.nan, LOGITS_DTYPE), out_shardings=sharding)()
+    data = jax.jit(lambda: jnp.full(shape, jnp.nan, LOGITS_DTYPE), out_shardings=sharding)()
+    return LogitsBuffer(data, **settings)
 
 
 @functools.partial(
     jax.jit,
-    static_argnames=("mesh", "axis", "scheme", "scale", "static_max_seq_len", "sm_count",
-                     "policy", "batch_invariant", "backend", "compute_capability"),
+    static_argnames=("mesh", "axis", "scheme", "scale", "static_max_seq_len",
+                     "batch_invariant", "backend", "compute_capability"),
     donate_argnames=("logits_buffer",),
 )
 def _sharded_step(q, kv_cache, block_table, seq_lens, logits_buffer, dynamic_max_seq_len,
-                  k_scale, *, mesh, axis, scheme, scale, static_max_seq_len, sm_count, policy,
-                  batch_invariant, backend, compute_capability):
+                  k_scale, *, mesh, axis, scheme, scale, static_max_seq_len, batch_invariant,
+                  backend, compute_capability):
     n = _axis_size(mesh, axis, scheme)
     q_first = q[0] if isinstance(q, tuple) else q
     if scheme == "heads":
         _check_divisible(scheme, axis, n, q=(q_first.shape[1], "heads"),
-                         logits_buffer=(logits_buffer.shape[1], "heads"))
+                         logits_buffer=(logits_buffer.data.shape[1], "heads"))
     else:
         _check_divisible(scheme, axis, n, q=(q_first.shape[0], "batch"),
-                         logits_buffer=(logits_buffer.shape[0], "rows"),
+                         logits_buffer=(logits_buffer.data.shape[0], "rows"),
                          kv_cache=(kv_cache.shape[0], "pages"))
     specs = partition_specs(axis, scheme)
     q_spec = (specs["q"], specs["q"]) if isinstance(q, tuple) else specs["q"]
@@ -153,8 +159,8 @@ def _sharded_step(q, kv_cache, block_table, seq_lens, logits_buffer, dynamic_max
     def shard(q, kv_cache, block_table, seq_lens, logits_buffer, *values):
         kwargs = {"max_seq_len": static_max_seq_len, **dict(zip(scalars, values))}
         return mla_decode(
-            q, kv_cache, block_table, seq_lens, logits_buffer, scale=scale, sm_count=sm_count,
-            policy=policy, batch_invariant=batch_invariant, backend=backend,
+            q, kv_cache, block_table, seq_lens, logits_buffer, scale=scale,
+            batch_invariant=batch_invariant, backend=backend,
             compute_capability=compute_capability, **kwargs)
 
     out_specs = (specs["out"], specs["lse"], specs["logits_buffer"])
@@ -169,17 +175,15 @@ def sharded_mla_decode(
     kv_cache: jax.Array,
     block_table: jax.Array,
     seq_lens: jax.Array,
-    logits_buffer: jax.Array,
+    logits_buffer: LogitsBuffer,
     *,
     scale: float,
     max_seq_len: int | jax.Array | None = None,
-    sm_count: int | None = None,
-    policy: Policy = DEFAULT_POLICY,
     batch_invariant: bool = False,
     k_scale: float | jax.Array | None = None,
     backend: Backend = "auto",
     compute_capability: int | None = None,
-) -> tuple[jax.Array, jax.Array, jax.Array]:
+) -> tuple[jax.Array, jax.Array, LogitsBuffer]:
     """One MLA decode step sharded over ``mesh`` axis ``axis``; the buffer is donated.
 
     Args (global shapes; ``n`` = the axis size; see the module docstring):
@@ -190,11 +194,10 @@ def sharded_mla_decode(
       block_table: int32 ``[B, pages_per_seq]``; for ``"batch"`` the entries are
         local to the pool of the device holding the row.
       seq_lens: int32 ``[B]``.
-      logits_buffer: from ``reserve_sharded_logits_buffer`` with the same mesh,
-        axis, scheme, ``sm_count`` and ``policy``; donated.
-      scale, policy, batch_invariant, k_scale, backend, compute_capability: as
+      logits_buffer: from ``reserve_sharded_logits_buffer`` with the same mesh, axis
+        and scheme; donated. Its split policy and SM count plan each shard's splits.
+      scale, batch_invariant, k_scale, backend, compute_capability: as
         ``mla_decode`` (``k_scale`` is replicated to every shard).
-      sm_count: as ``mla_decode``; ``None`` reads this process's first mesh GPU.
       max_seq_len: a Python int (static split count, the global maximum), an int32
         scalar (replicated) or ``None``: each shard takes its own longest length.
 
@@ -202,14 +205,15 @@ def sharded_mla_decode(
       ``out [B, H, kv_lora_rank]``, ``lse`` float32 ``[B, H]`` (both sharded like
       ``q``), and the logits buffer to thread into the next step.
     """
-    q = tuple(q) if isinstance(q, (tuple, list)) else q
+    q_nope, q_pe = split_query(q)
+    q = q_nope if q_pe is None else (q_nope, q_pe)
+    check_buffer(logits_buffer)
     static, dynamic = split_max_seq_len(max_seq_len)
     return _sharded_step(
         q, kv_cache, block_table, seq_lens, logits_buffer, dynamic,
         None if k_scale is None else jnp.asarray(k_scale, jnp.float32), mesh=mesh, axis=axis,
-        scheme=scheme, scale=float(scale), static_max_seq_len=static,
-        sm_count=_sm_count(mesh, sm_count),
-        policy=policy, batch_invariant=bool(batch_invariant),
+        scheme=scheme, scale=check_scale(scale), static_max_seq_len=static,
+        batch_invariant=bool(batch_invariant),
         backend=resolve_backend(backend, compute_capability),
         compute_capability=compute_capability)
 

@@ -8,13 +8,14 @@ vLLM's rule (length only) and an occupancy rule that also looks at the batch.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, get_args
 
 import jax
 import jax.numpy as jnp
 from jax import lax
 
-from mla_jax.tiling import head_tiles, programs_per_sm
+from mla_jax._checks import check_positive
+from mla_jax._tiling import head_tiles, programs_per_sm
 
 Policy = Literal["vllm", "occupancy"]
 # Every entry point's default: it beat vLLM's rule at 32 of 34 shapes of the H200
@@ -53,9 +54,10 @@ def prev_pow2(x: int) -> int:
     return 1 << (x.bit_length() - 1)
 
 
-def _check_sm_count(sm_count):
-    if not isinstance(sm_count, int) or sm_count < 1:
-        raise ValueError(f"sm_count must be a positive Python int, got {sm_count!r}")
+def check_policy(policy: str) -> None:
+    """``policy`` must name a split rule."""
+    if policy not in get_args(Policy):
+        raise ValueError(f"policy must be one of {get_args(Policy)}, got {policy!r}")
 
 
 def _as_length(max_seq_len):
@@ -82,7 +84,7 @@ def num_kv_splits(max_seq_len: int | jax.Array, sm_count: int) -> int | jax.Arra
       A Python int for an int input, otherwise an int32 scalar array; both give
       the same value for the same input.
     """
-    _check_sm_count(sm_count)
+    check_positive(sm_count=sm_count)
     cap = MAX_SPLITS_PER_SM * sm_count
     n = _as_length(max_seq_len)
     if isinstance(n, int):
@@ -101,9 +103,8 @@ def occupancy_kv_splits(batch: int, num_heads: int, max_seq_len: int | jax.Array
     A power of two, non-increasing in ``batch`` and non-decreasing in ``max_seq_len``,
     so the value at ``batch = 1, max_model_len`` covers every smaller problem.
     """
-    _check_sm_count(sm_count)
-    if not isinstance(batch, int) or batch < 1 or not isinstance(num_heads, int) or num_heads < 1:
-        raise ValueError(f"batch and num_heads must be positive ints, got {batch!r}, {num_heads!r}")
+    check_positive(sm_count=sm_count)
+    check_positive(batch=batch, num_heads=num_heads)
     resident = programs_per_sm(num_heads) * sm_count
     wave = prev_pow2(max(1, resident // (batch * head_tiles(num_heads))))
     cap = min(wave, MAX_SPLITS_PER_SM * sm_count, MAX_OCCUPANCY_SPLITS)
@@ -120,11 +121,10 @@ def kv_splits(policy: Policy, *, batch: int, num_heads: int, max_seq_len: int | 
     ``"vllm"``: vLLM's rule (``num_kv_splits``), for bitwise parity with its kernel.
     ``"occupancy"``: ``occupancy_kv_splits``, which also looks at the batch.
     """
+    check_policy(policy)
     if policy == "vllm":
         return num_kv_splits(max_seq_len, sm_count)
-    if policy == "occupancy":
-        return occupancy_kv_splits(batch, num_heads, max_seq_len, sm_count)
-    raise ValueError(f"policy must be 'vllm' or 'occupancy', got {policy!r}")
+    return occupancy_kv_splits(batch, num_heads, max_seq_len, sm_count)
 
 
 def reserved_splits(policy: Policy, *, num_heads: int, max_model_len: int, sm_count: int) -> int:

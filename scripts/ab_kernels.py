@@ -12,7 +12,7 @@ alternating within each shape, and it checks that their outputs agree.
     python3 scripts/ab_kernels.py --prev mla_jax/kernels.py --this build/next/kernels.py
 
 The previous ``kernels.py`` is loaded from its file, so it shares this checkout's
-``mla_jax.tiling`` (unchanged since version 5) and its launch parameters come from its
+``mla_jax._tiling`` (unchanged since version 5) and its launch parameters come from its
 own ``launch_params``.
 """
 
@@ -25,9 +25,10 @@ import triton.testing
 from stage_times import launchers, make_problem
 from sweep_configs import SM, shapes_parser
 
-from mla_jax import bench, kernels
+from mla_jax import kernels
+from mla_jax.tools import bench
 from mla_jax.splits import occupancy_kv_splits
-from mla_jax.vllm_kernel import ensure_triton_cache_dir
+from mla_jax.tools.vllm_kernel import ensure_triton_cache_dir
 
 ROUNDS = 3  # each round times the previous version, then this one
 

@@ -25,7 +25,8 @@ from mla_jax import kernels
 
 def compile_stage1(heads, page, dtype, kv_dtype, config):
     stage1, _ = kernels.launch_params(
-        batch=128, num_heads=heads, page_size=page, kv_lora_rank=512, rope_dim=64, scale=0.1,
+        batch=128, num_heads=heads, num_pages=128 * 256, page_size=page, pages_per_seq=256,
+        kv_lora_rank=512, rope_dim=64, scale=0.1,
         grid_splits=4, q_nope_strides=(heads * 576, 576, 1), q_pe_strides=(heads * 576, 576, 1),
         qp_offset=512, kv_strides=(page * 576, 576, 1), block_table_strides=(256, 1),
         buffer_strides=(heads * 4 * 513, 4 * 513, 513, 1), float32_inputs=False, config=config)

@@ -63,7 +63,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.colors import LogNorm, Normalize
 
-from mla_jax import bench_report
+from mla_jax.tools import bench_report
 from mla_jax.splits import occupancy_kv_splits
 
 results = json.loads(Path("../docs/benchmarks/results.json").read_text())
@@ -363,9 +363,9 @@ plot_heatmaps(results, [occ], "speedup_vs_vllm_rule",
     ("md", r"""
 ## Re-measure on this machine
 
-With a CUDA GPU visible to JAX, this runs a small live sweep through `mla_jax.bench.main`
+With a CUDA GPU visible to JAX, this runs a small live sweep through `mla_jax.tools.bench.main`
 (B ∈ {1, 64}, H ∈ {16, 128}, L ∈ {4k, 16k}; our two Triton paths, and vLLM's kernel side by
-side when `mla_jax.vllm_kernel.load()` finds its file, see `docs/vllm_kernel.md`) into a
+side when `mla_jax.tools.vllm_kernel.load()` finds its file, see `docs/vllm_kernel.md`) into a
 temporary folder, and draws it like the committed run. Elsewhere it says it skipped.
 """),
     ("code", r"""
@@ -374,7 +374,7 @@ import tempfile
 import jax
 
 if any(d.platform == "gpu" for d in jax.devices()):
-    from mla_jax import bench
+    from mla_jax.tools import bench
 
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "live"

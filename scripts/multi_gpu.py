@@ -19,7 +19,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding
 
-from mla_jax import bench, mla_decode, reserve_logits_buffer
+from mla_jax import mla_decode, reserve_logits_buffer
+from mla_jax.tools import bench
 from mla_jax.cache import new_block_table
 from mla_jax.sharded import partition_specs, reserve_sharded_logits_buffer, sharded_mla_decode
 
@@ -57,7 +58,7 @@ def run_case(scheme, shape, n, data, single_out, backend):
 
     def step(q, kv, bt, sl, buf):
         return sharded_mla_decode(mesh, "x", scheme, q, kv, bt, sl, buf, scale=SCALE,
-                                  max_seq_len=length, sm_count=SM, backend=backend)
+                                  max_seq_len=length, backend=backend)
 
     # The bench's timing: CALLS unrolled steps in one jit threading the donated buffer.
     loop = bench.decode_loop(step, CALLS, perturb_table=False)
@@ -71,7 +72,7 @@ def run_case(scheme, shape, n, data, single_out, backend):
         def body(buf, t):
             lens = jnp.minimum(sl - SCAN_STEPS + t, sl)
             out, _, buf = sharded_mla_decode(mesh, "x", scheme, q, kv, bt, lens, buf,
-                                             scale=SCALE, sm_count=SM, backend=backend)
+                                             scale=SCALE, backend=backend)
             return buf, out[0, 0, 0]
         return jax.lax.scan(body, buf, jnp.arange(SCAN_STEPS))
     scan = jax.jit(scan, donate_argnums=4)
@@ -98,7 +99,7 @@ def main():
     for scheme, (batch, heads, length) in cases.items():
         data = problem(batch, heads, length, counts[-1])
         buf = reserve_logits_buffer(batch, heads, length, sm_count=SM)
-        single, _, _ = mla_decode(*data, buf, scale=SCALE, max_seq_len=length, sm_count=SM,
+        single, _, _ = mla_decode(*data, buf, scale=SCALE, max_seq_len=length,
                                   backend=backend)
         single = np.asarray(single, np.float32)
         for n in counts:

@@ -14,7 +14,7 @@ from stage_times import launchers, make_problem
 from sweep_configs import SM, parse_shapes
 
 from mla_jax.splits import occupancy_kv_splits
-from mla_jax.vllm_kernel import ensure_triton_cache_dir
+from mla_jax.tools.vllm_kernel import ensure_triton_cache_dir
 
 LAUNCHES = 3
 

@@ -22,6 +22,7 @@ what the harness adds.
 """
 
 import functools
+import inspect
 import json
 
 import jax
@@ -30,10 +31,11 @@ import torch
 import triton.testing
 from sweep_configs import PAGE, SCALE, SM, direct, shapes_parser, time_decode
 
-from mla_jax import bench, bench_report, kernels
+from mla_jax import kernels
+from mla_jax.tools import bench, bench_report
 from mla_jax.splits import occupancy_kv_splits
 from mla_jax.torch_ref import mla_decode_dense_torch
-from mla_jax.vllm_kernel import ensure_triton_cache_dir
+from mla_jax.tools.vllm_kernel import ensure_triton_cache_dir
 
 LORA, ROPE = 512, 64
 # The issue's target shapes.
@@ -64,8 +66,11 @@ def launchers(q, kv, table, lens, splits, module=kernels):
     lse = torch.full((batch, heads), float("nan"), device="cuda")
     ns = torch.tensor([splits], dtype=torch.int32, device="cuda")
     kv_scale = torch.ones(1, device="cuda")
+    # Versions before the clamped indices take no pool or table sizes.
+    sizes = (dict(num_pages=kv.shape[0], pages_per_seq=table.shape[1])
+             if "num_pages" in inspect.signature(module.launch_params).parameters else {})
     s1, s2 = module.launch_params(
-        batch=batch, num_heads=heads, page_size=PAGE, kv_lora_rank=LORA, rope_dim=ROPE,
+        **sizes, batch=batch, num_heads=heads, page_size=PAGE, kv_lora_rank=LORA, rope_dim=ROPE,
         scale=SCALE, grid_splits=splits, q_nope_strides=q.stride(), q_pe_strides=q.stride(),
         qp_offset=LORA, kv_strides=kv.stride(), block_table_strides=table.stride(),
         buffer_strides=buf.stride(), float32_inputs=False)

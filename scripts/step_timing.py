@@ -96,7 +96,7 @@ def time_batch(batch: int, cfg: dict, *, sm_count: int, steps: int, repeats: int
     q = jax.random.normal(key_q, (batch, heads, lora + cfg["rope_dim"]), dtype)
     args = (q, kv, bt, jnp.full((batch,), seq_len, jnp.int32))
     policy = DEFAULT_POLICY
-    buf = reserve_logits_buffer(batch, heads, seq_len, kv_lora_rank=lora, sm_count=sm_count,
+    buf = reserve_logits_buffer(batch, heads, seq_len, kv_lora_rank=lora, rope_dim=cfg["rope_dim"], sm_count=sm_count,
                                 policy=policy)
     splits = kv_splits(policy, batch=batch, num_heads=heads, max_seq_len=seq_len,
                        sm_count=sm_count)

@@ -18,7 +18,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from mla_jax import bench, bench_report, triton_backend
+from mla_jax.tools import bench, bench_report
+from mla_jax import _triton_backend as triton_backend
 from mla_jax.buffers import reserve_logits_buffer
 from mla_jax.decode import mla_decode
 from mla_jax.splits import num_kv_splits, occupancy_kv_splits
@@ -128,7 +129,7 @@ def main():
                        jnp.zeros((batch, heads, splits, 513), jnp.float32))
                 if splits is None:
                     decode = lambda q, kv, bt, sl, buf: mla_decode(  # noqa: E731
-                        q, kv, bt, sl, buf, scale=SCALE, max_seq_len=length, sm_count=SM)
+                        q, kv, bt, sl, buf, scale=SCALE, max_seq_len=length)
                 else:
                     decode = direct(splits, config)
                 ms, out = time_decode(decode, calls, inputs, buf)

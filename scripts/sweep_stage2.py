@@ -22,7 +22,7 @@ from sweep_configs import SM, shapes_parser
 
 from mla_jax import kernels
 from mla_jax.splits import occupancy_kv_splits
-from mla_jax.vllm_kernel import ensure_triton_cache_dir
+from mla_jax.tools.vllm_kernel import ensure_triton_cache_dir
 
 # Small batches, where the split count (so stage 2's share) is largest.
 SHAPES = [(1, 128, 4096), (1, 128, 1024), (4, 128, 4096), (1, 16, 16384), (1, 16, 4096),

@@ -45,3 +45,18 @@ def random_case(rng: np.random.Generator, *, batch: int, heads: int, dims=TINY,
 def tolerance(dtype) -> float:
     """Max abs error allowed on outputs of O(1): the output's own rounding dominates."""
     return {np.float32: 2e-5, np.float16: 4e-3}[np.dtype(dtype).type]
+
+
+def buffer_spec(rows: int, heads: int, splits: int, *, dims=DEEPSEEK, policy: str = "vllm",
+                sm_count: int = 132):
+    """An abstract ``LogitsBuffer`` (its array a ``ShapeDtypeStruct``) for tracing and
+    lowering without allocating."""
+    import jax
+    import jax.numpy as jnp
+
+    import mla_jax
+
+    lora, rope = dims
+    return mla_jax.LogitsBuffer(jax.ShapeDtypeStruct((rows, heads, splits, lora + 1), jnp.float32),
+                                kv_lora_rank=lora, rope_dim=rope, policy=policy,
+                                sm_count=sm_count)

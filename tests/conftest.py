@@ -1,10 +1,5 @@
-import os
-import sys
-
 import numpy as np
 import pytest
-
-sys.path.insert(0, os.path.dirname(__file__))  # the shared helpers: cases, interpreted
 
 
 def pytest_configure(config):

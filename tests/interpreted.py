@@ -59,7 +59,8 @@ def run(q: np.ndarray, kv_cache: np.ndarray, block_table: np.ndarray, seq_lens: 
     out_t = torch.full((batch, heads, lora), float("nan"), dtype=q_t.dtype)
     lse_t = torch.full((batch, heads), float("nan"), dtype=torch.float32)
     stage1, stage2 = kernels.launch_params(
-        batch=batch, num_heads=heads, page_size=kv_cache.shape[1], kv_lora_rank=lora,
+        batch=batch, num_heads=heads, num_pages=kv_cache.shape[0], page_size=kv_cache.shape[1],
+        pages_per_seq=block_table.shape[1], kv_lora_rank=lora,
         rope_dim=q.shape[2] - lora, scale=scale, grid_splits=grid_splits or num_splits,
         q_nope_strides=q_t.stride(), q_pe_strides=q_t.stride(), qp_offset=lora,
         kv_strides=kv_t.stride(), block_table_strides=bt_t.stride(),

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import mla_jax
-from cases import TINY, random_case
+from tests.cases import TINY, random_case
 from mla_jax.reference import mla_decode_reference_np
 
 SM = 4
@@ -14,11 +14,11 @@ SM = 4
 
 def decode(case, rows, **kw):
     """Decode ``rows`` of ``case`` as one batch (in that order)."""
-    buf = mla_jax.reserve_logits_buffer(8, case.q.shape[1], 4096, kv_lora_rank=TINY[0],
+    buf = mla_jax.reserve_logits_buffer(8, case.q.shape[1], 4096, kv_lora_rank=TINY[0], rope_dim=TINY[1],
                                         sm_count=SM)
     out, lse, _ = mla_jax.mla_decode(
         jnp.asarray(case.q[rows]), jnp.asarray(case.kv_cache), jnp.asarray(case.block_table[rows]),
-        jnp.asarray(case.seq_lens[rows]), buf, scale=case.scale, sm_count=SM, backend="xla",
+        jnp.asarray(case.seq_lens[rows]), buf, scale=case.scale, backend="xla",
         batch_invariant=True, **kw)
     return np.asarray(out), np.asarray(lse)
 
@@ -51,11 +51,11 @@ def test_xla_backend_on_a_gpu_refuses_batch_invariance(monkeypatch):
     monkeypatch.setattr(decode_module.jax, "default_backend", lambda: "gpu")
     case = random_case(np.random.default_rng(), batch=2, heads=4, dims=TINY, page_size=16,
                        pages_per_seq=4)
-    buf = mla_jax.reserve_logits_buffer(2, 4, 64, kv_lora_rank=TINY[0], sm_count=SM)
+    buf = mla_jax.reserve_logits_buffer(2, 4, 64, kv_lora_rank=TINY[0], rope_dim=TINY[1], sm_count=SM)
 
     @jax.jit
     def step(q, kv, bt, sl, buf):  # traced: the platform is the default backend's
-        return mla_jax.mla_decode(q, kv, bt, sl, buf, scale=case.scale, sm_count=SM,
+        return mla_jax.mla_decode(q, kv, bt, sl, buf, scale=case.scale,
                                   backend="xla", batch_invariant=True)
 
     with pytest.raises(ValueError, match="use backend='triton'"):

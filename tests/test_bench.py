@@ -6,7 +6,7 @@ import re
 import jax
 import pytest
 
-from mla_jax import bench, bench_report
+from mla_jax.tools import bench, bench_report
 
 
 @pytest.fixture(scope="module")
@@ -168,8 +168,7 @@ def gathers_in_loop(path, perturb):
         from mla_jax import mla_decode, reserve_logits_buffer
 
         def decode(q, kv, bt, sl, buf):
-            return mla_decode(q, kv, bt, sl, buf, scale=0.1, max_seq_len=256,
-                              sm_count=132, backend="xla")
+            return mla_decode(q, kv, bt, sl, buf, scale=0.1, max_seq_len=256, backend="xla")
         buf = reserve_logits_buffer(2, 16, 256, sm_count=132)
     hlo = bench.decode_loop(decode, 3, perturb_table=perturb).lower(
         *inputs, buf).compile().as_text()

@@ -7,9 +7,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from mla_jax import compare as cmp
-from mla_jax import vllm_kernel
-from mla_jax.problem import make_problem
+from mla_jax.tools import compare as cmp
+from mla_jax.tools import vllm_kernel
+from mla_jax.tools.problem import make_problem
 
 # Small enough for a CPU; 1100 tokens give 2 KV splits.
 SMALL = ["--batch", "3", "--heads", "8", "--max-len", "1100", "--seed", "4"]

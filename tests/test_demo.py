@@ -9,7 +9,7 @@ from pathlib import Path
 import jax
 import pytest
 
-from mla_jax import demo
+from mla_jax.tools import demo
 
 # Tiny and short; the longest prompt goes 1085 -> 1092 tokens, across 1088, where the
 # occupancy policy (at batch <= 4 of 4 heads) goes from 16 to 32 splits.

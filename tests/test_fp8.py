@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import mla_jax
-from cases import TINY, random_case
+from tests.cases import TINY, random_case, buffer_spec
 from mla_jax.cache import quantize_fp8
 from mla_jax.reference import mla_decode_reference_np
 
@@ -38,11 +38,10 @@ def test_xla_fp8_matches_reference_on_the_dequantised_cache(dtype, max_seq_len):
     rng = np.random.default_rng()
     case, kv8, scale, dequant = fp8_case(rng, batch=4, heads=5, dims=TINY, page_size=16,
                                          pages_per_seq=100, seq_lens=[0, 1, 777, 1500])
-    buf = mla_jax.reserve_logits_buffer(4, 5, 1600, kv_lora_rank=TINY[0], sm_count=SM)
+    buf = mla_jax.reserve_logits_buffer(4, 5, 1600, kv_lora_rank=TINY[0], rope_dim=TINY[1], sm_count=SM)
     out, lse, _ = mla_jax.mla_decode(
         jnp.asarray(case.q, dtype), kv8, jnp.asarray(case.block_table),
-        jnp.asarray(case.seq_lens), buf, scale=case.scale, max_seq_len=max_seq_len,
-        sm_count=SM, backend="xla", k_scale=scale)
+        jnp.asarray(case.seq_lens), buf, scale=case.scale, max_seq_len=max_seq_len, backend="xla", k_scale=scale)
     q_used = np.asarray(jnp.asarray(case.q, dtype).astype(jnp.float32))
     ref_out, ref_lse = mla_decode_reference_np(q_used, dequant, case.block_table, case.seq_lens,
                                                scale=case.scale, kv_lora_rank=TINY[0])
@@ -54,13 +53,12 @@ def test_xla_fp8_matches_reference_on_the_dequantised_cache(dtype, max_seq_len):
 def test_fp8_needs_k_scale_and_q_dtype_is_checked():
     rng = np.random.default_rng()
     case, kv8, scale, _ = fp8_case(rng, batch=2, heads=4, dims=TINY, page_size=16, pages_per_seq=4)
-    buf = mla_jax.reserve_logits_buffer(2, 4, 64, kv_lora_rank=TINY[0], sm_count=SM)
+    buf = mla_jax.reserve_logits_buffer(2, 4, 64, kv_lora_rank=TINY[0], rope_dim=TINY[1], sm_count=SM)
     args = (jnp.asarray(case.q), kv8, jnp.asarray(case.block_table), jnp.asarray(case.seq_lens))
     with pytest.raises(ValueError, match="kv_cache is float8_e4m3fn: pass k_scale"):
-        mla_jax.mla_decode(*args, buf, scale=0.1, sm_count=SM, backend="xla")
+        mla_jax.mla_decode(*args, buf, scale=0.1, backend="xla")
     with pytest.raises(ValueError, match="kv_cache dtype: got float8_e5m2"):
-        mla_jax.mla_decode(args[0], kv8.astype(jnp.float8_e5m2), *args[2:], buf, scale=0.1,
-                           sm_count=SM, backend="xla", k_scale=scale)
+        mla_jax.mla_decode(args[0], kv8.astype(jnp.float8_e5m2), *args[2:], buf, scale=0.1, backend="xla", k_scale=scale)
 
 
 @pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
@@ -69,12 +67,11 @@ def test_fp8_kernels_compile_for_sm90(dtype):
 
     spec = jax.ShapeDtypeStruct
     args = (spec((4, 128, 576), dtype), spec((64, 64, 576), jnp.float8_e4m3fn),
-            spec((4, 16), jnp.int32), spec((4,), jnp.int32), spec((4, 128, 2, 513), jnp.float32),
+            spec((4, 16), jnp.int32), spec((4,), jnp.int32), buffer_spec(4, 128, 2),
             spec((), jnp.float32))
 
     def step(q, kv, bt, sl, buf, k_scale):
-        return mla_jax.mla_decode(q, kv, bt, sl, buf, scale=0.1, max_seq_len=1024, sm_count=132,
-                                  policy="vllm", k_scale=k_scale, backend="triton",
+        return mla_jax.mla_decode(q, kv, bt, sl, buf, scale=0.1, max_seq_len=1024, k_scale=k_scale, backend="triton",
                                   compute_capability=90)
 
     text = export.export(jax.jit(step, donate_argnums=4), platforms=["cuda"], disabled_checks=[

@@ -27,8 +27,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import mla_jax
-from cases import DEEPSEEK, Case, tolerance
-from interpreted import interpreter_pool, run
+from tests.cases import DEEPSEEK, Case, tolerance
+from tests.interpreted import interpreter_pool, run
 from mla_jax.reference import mla_decode_reference_np
 
 # Per profile: xla examples, and interpreter examples of CASES_PER_CALL problems each.
@@ -155,12 +155,13 @@ def test_xla_backend(data):
         st.sampled_from([s.capacity, MAX_MODEL_LEN])), label="max_seq_len")
     lora = s.dims[0]
     buffer = mla_jax.reserve_logits_buffer(s.batch + xs.extra_rows, s.heads, MAX_MODEL_LEN,
-                                           kv_lora_rank=lora, sm_count=SM, policy=xs.policy)
+                                           kv_lora_rank=lora, rope_dim=s.dims[1], sm_count=SM,
+                                           policy=xs.policy)
     q = jnp.asarray(case.q)
     out, lse, _ = mla_jax.mla_decode(
         (q[..., :lora], q[..., lora:]) if xs.pair else q,
         *(jnp.asarray(a) for a in case[1:4]), buffer, scale=case.scale,
-        max_seq_len=max_seq_len, sm_count=SM, policy=xs.policy, backend="xla")
+        max_seq_len=max_seq_len, backend="xla")
     assert_matches_reference(case, out, lse)
 
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import mla_jax
-from cases import DEEPSEEK, TINY, edge_lengths, random_case
+from tests.cases import DEEPSEEK, TINY, edge_lengths, random_case
 from mla_jax import kernels
 from mla_jax.decode import _decode_step
 from mla_jax.reference import mla_decode_reference_np
@@ -45,7 +45,7 @@ def test_triton_matches_reference(dtype, dims, heads, page_size, max_seq_len):
     case = random_case(rng, batch=len(lens), heads=heads, dims=dims, page_size=page_size,
                        pages_per_seq=pages, seq_lens=rng.permutation(lens))
     args, rounded = on_device(case, dtype)
-    buffer = mla_jax.reserve_logits_buffer(len(lens) + 3, heads, 8192, kv_lora_rank=dims[0])
+    buffer = mla_jax.reserve_logits_buffer(len(lens) + 3, heads, 8192, kv_lora_rank=dims[0], rope_dim=dims[1])
     length = 4200 if max_seq_len == "static" else None
     out, lse, buffer = mla_jax.mla_decode(*args, buffer, scale=case.scale, max_seq_len=length,
                                           backend="triton")
@@ -105,8 +105,7 @@ def test_triton_and_xla_partials_agree():
     bufs = {}
     for backend in ("triton", "xla"):
         buf = mla_jax.reserve_logits_buffer(8, 16, 2560, policy="vllm")
-        _, _, buf = mla_jax.mla_decode(*args, buf, scale=case.scale, max_seq_len=2560,
-                                       policy="vllm", backend=backend)
+        _, _, buf = mla_jax.mla_decode(*args, buf, scale=case.scale, max_seq_len=2560, backend=backend)
         bufs[backend] = np.asarray(buf)
     for b, n in enumerate(case.seq_lens):
         per = -(-int(n) // splits)
@@ -122,11 +121,11 @@ def test_buffer_stays_in_place_for_100_steps():
     case = random_case(rng, batch=8, heads=128, dims=DEEPSEEK, page_size=64, pages_per_seq=64)
     args, rounded = on_device(case, jnp.bfloat16)
     buf = mla_jax.reserve_logits_buffer(16, 128, 4096)
-    pointer = buf.unsafe_buffer_pointer()
+    pointer = buf.data.unsafe_buffer_pointer()
     for step in range(100):
         out, lse, buf = mla_jax.mla_decode(*args, buf, scale=case.scale, max_seq_len=4096,
                                            backend="triton")
-        assert buf.unsafe_buffer_pointer() == pointer, step
+        assert buf.data.unsafe_buffer_pointer() == pointer, step
     assert_close(out, lse, rounded, jnp.bfloat16)
 
 
@@ -175,8 +174,7 @@ def test_occupancy_policy_matches_reference(heads):
     buf = mla_jax.reserve_logits_buffer(4, heads, 4096, policy="occupancy")
     assert buf.shape[2] == 64  # one split per 64 tokens at batch 1
     for length in (4096, None):
-        out, lse, buf = mla_jax.mla_decode(*args, buf, scale=case.scale, max_seq_len=length,
-                                           policy="occupancy", backend="triton")
+        out, lse, buf = mla_jax.mla_decode(*args, buf, scale=case.scale, max_seq_len=length, backend="triton")
         assert_close(out, lse, rounded, jnp.bfloat16)
 
 

@@ -10,7 +10,7 @@ import torch
 
 from mla_jax import mla_decode, reserve_logits_buffer
 from mla_jax.interop import to_jax, to_torch
-from mla_jax.problem import make_problem
+from mla_jax.tools.problem import make_problem
 
 DTYPES = [("float32", torch.float32), ("bfloat16", torch.bfloat16), ("float16", torch.float16),
           ("int32", torch.int32), ("int8", torch.int8), ("uint8", torch.uint8),
@@ -120,24 +120,24 @@ def test_torch_view_of_logits_buffer_blocks_donation():
     p = make_problem(batch=2, num_heads=4, seq_lens=[40, 0], page_size=16, dtype="float32",
                      kv_lora_rank=32, rope_dim=16, seed=5).as_jax()
     step = lambda buf: mla_decode(p.q, p.kv_cache, p.block_table, p.seq_lens, buf,  # noqa: E731
-                                  scale=p.scale, max_seq_len=40, sm_count=4, backend="xla")[2]
-    buf = reserve_logits_buffer(2, 4, 64, kv_lora_rank=32, sm_count=4)
-    ptr = pointer(buf)
-    view = to_torch(buf)
-    if buf.devices().pop().platform == "gpu":
+                                  scale=p.scale, max_seq_len=40, backend="xla")[2]
+    buf = reserve_logits_buffer(2, 4, 64, kv_lora_rank=32, rope_dim=16, sm_count=4)
+    ptr = pointer(buf.data)
+    view = to_torch(buf.data)
+    if buf.data.devices().pop().platform == "gpu":
         # The GPU client refuses outright instead of copying.
         with pytest.raises(Exception, match="Donation requested for buffer with external reference"):
             step(buf)
         del view
         new = step(buf)
-        assert buf.is_deleted() and pointer(new) == ptr
+        assert buf.data.is_deleted() and pointer(new.data) == ptr
         return
     new = step(buf)  # XLA:CPU cannot donate while the tensor holds the buffer: a new one
-    assert not buf.is_deleted() and pointer(new) != ptr
+    assert not buf.data.is_deleted() and pointer(new.data) != ptr
     del view
-    new_ptr = pointer(new)
+    new_ptr = pointer(new.data)
     newer = step(new)  # nothing holds it now: updated in place
-    assert new.is_deleted() and pointer(newer) == new_ptr
+    assert new.data.is_deleted() and pointer(newer.data) == new_ptr
 
 
 @pytest.mark.gpu

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from cases import DEEPSEEK, TINY, edge_lengths, random_case, tolerance
-from interpreted import interpreter_pool, run
+from tests.cases import DEEPSEEK, TINY, edge_lengths, random_case, tolerance
+from tests.interpreted import interpreter_pool, run
 from mla_jax import kernels
 from mla_jax.reference import mla_decode_reference_np
 

@@ -6,13 +6,14 @@ import numpy as np
 import pytest
 
 from mla_jax.buffers import reserve_logits_buffer
+from tests.cases import buffer_spec
 from mla_jax.cache import new_paged_cache
 from mla_jax.layer import (PRESETS, MLAConfig, apply_rope, init_params, mla_decode_layer,
                            naive_mla_attention)
 
 SM = 132
 TINY = PRESETS["tiny"]
-jitted_layer = jax.jit(mla_decode_layer, static_argnames=("config", "backend", "sm_count"),
+jitted_layer = jax.jit(mla_decode_layer, static_argnames=("config", "backend"),
                        donate_argnames=("kv_cache", "logits_buffer"))
 naive = jax.jit(naive_mla_attention, static_argnames=("config",))
 
@@ -33,10 +34,10 @@ def test_presets_and_checks():
         MLAConfig(64, 0, 32, 32, 16, 16, 16)
     params = init_params(TINY, jax.random.key(0))
     cache, table = new_paged_cache(2, 32, 16, TINY.latent_dim, key=jax.random.key(1))
-    buffer = reserve_logits_buffer(2, TINY.num_heads, 32, kv_lora_rank=32, sm_count=SM)
+    buffer = reserve_logits_buffer(2, TINY.num_heads, 32, kv_lora_rank=32, rope_dim=16, sm_count=SM)
     with pytest.raises(ValueError, match=r"x: got \[2, 32\], needed \[B, 64\]"):
         mla_decode_layer(params, TINY, jnp.ones((2, 32)), cache, table,
-                         jnp.zeros(2, jnp.int32), buffer, backend="xla", sm_count=SM)
+                         jnp.zeros(2, jnp.int32), buffer, backend="xla")
 
 
 def test_rope_keeps_only_relative_position():
@@ -57,7 +58,7 @@ def test_absorbed_matches_naive(page_size, use_jit):
     batch, max_len = 3, 48
     cache, table = new_paged_cache(batch, max_len, page_size, TINY.latent_dim,
                                    key=jax.random.key(seed + 10))
-    buffer = reserve_logits_buffer(batch, TINY.num_heads, max_len, kv_lora_rank=32, sm_count=SM)
+    buffer = reserve_logits_buffer(batch, TINY.num_heads, max_len, kv_lora_rank=32, rope_dim=16, sm_count=SM)
     history = _dense(cache, table)  # rows past each prompt are random, never read
     positions = jnp.asarray([0, 5, 37], jnp.int32)
     layer = jitted_layer if use_jit else mla_decode_layer
@@ -80,7 +81,7 @@ def test_absorbed_matches_naive(page_size, use_jit):
 def test_bfloat16_cache_close_to_float32_naive():
     params = init_params(TINY, jax.random.key(5), jnp.bfloat16)
     cache, table = new_paged_cache(2, 64, 16, TINY.latent_dim, jnp.bfloat16, key=jax.random.key(6))
-    buffer = reserve_logits_buffer(2, TINY.num_heads, 64, kv_lora_rank=32, sm_count=SM)
+    buffer = reserve_logits_buffer(2, TINY.num_heads, 64, kv_lora_rank=32, rope_dim=16, sm_count=SM)
     positions = jnp.asarray([20, 50], jnp.int32)
     x = jax.random.normal(jax.random.key(7), (2, TINY.hidden_size), jnp.bfloat16)
     want, _ = naive(params, TINY, x, jnp.asarray(_dense(cache, table)), positions)
@@ -98,13 +99,12 @@ def test_deepseek_v3_shapes():
     assert params.wq_b.shape == (1536, 128, 192) and params.wo.shape == (128, 128, 7168)
     batch, pages, page_size = 2, 8, 64
     y, cache, buffer = jax.eval_shape(
-        lambda p, x, c, t, pos, b: mla_decode_layer(p, v3, x, c, t, pos, b, backend="xla",
-                                                    sm_count=SM),
+        lambda p, x, c, t, pos, b: mla_decode_layer(p, v3, x, c, t, pos, b, backend="xla"),
         params, jax.ShapeDtypeStruct((batch, 7168), jnp.bfloat16),
         jax.ShapeDtypeStruct((pages * batch, page_size, 576), jnp.bfloat16),
         jax.ShapeDtypeStruct((batch, pages), jnp.int32),
         jax.ShapeDtypeStruct((batch,), jnp.int32),
-        jax.ShapeDtypeStruct((batch, 128, 2, 513), jnp.float32))
+        buffer_spec(batch, 128, 2))
     assert (y.shape, y.dtype) == ((batch, 7168), jnp.bfloat16)
     assert cache.shape == (pages * batch, page_size, 576)
-    assert buffer.shape == (batch, 128, 2, 513)
+    assert buffer.data.shape == (batch, 128, 2, 513)

@@ -56,8 +56,7 @@ def test_one_compilation_across_split_counts():
         first, last = max(prompt_lens) + 1, max(prompt_lens) + STEPS
         assert num_kv_splits(first, SM) < num_kv_splits(last, SM)  # the scan crosses a boundary
 
-        outputs, state = decode_loop(params_list, TINY, x0, state, STEPS, backend="xla",
-                                     sm_count=SM, policy="vllm")
+        outputs, state = decode_loop(params_list, TINY, x0, state, STEPS, backend="xla")
         want = _python_loop(params_list, x0, histories, np.asarray(prompt_lens, np.int32))
         assert outputs.shape == (STEPS, 2, TINY.hidden_size)
         for step in range(STEPS):
@@ -69,7 +68,7 @@ def test_one_compilation_across_split_counts():
         np.testing.assert_array_equal(state.positions, np.asarray(prompt_lens) + STEPS)
         # The last step wrote exactly its run-time split count of buffer slots; the
         # rest keep the reservation's NaN.
-        written = ~np.isnan(np.asarray(state.logits_buffer)).all(axis=(0, 1, 3))
+        written = ~np.isnan(np.asarray(state.logits_buffer.data)).all(axis=(0, 1, 3))
         assert written.sum() == num_kv_splits(last, SM) and written[:written.sum()].all()
     assert decode_loop._cache_size() == size_before + 1
 
@@ -82,13 +81,13 @@ def test_state_updated_in_place():
 
     def pointers(s):
         return [c.unsafe_buffer_pointer() for c in s.kv_caches] + [
-            s.logits_buffer.unsafe_buffer_pointer()]
+            s.logits_buffer.data.unsafe_buffer_pointer()]
 
     before = pointers(state)
     for call in range(3):
         old = state
-        outputs, state = decode_loop(params_list, TINY, x, state, 4, backend="xla", sm_count=SM)
-        assert all(c.is_deleted() for c in old.kv_caches) and old.logits_buffer.is_deleted()
+        outputs, state = decode_loop(params_list, TINY, x, state, 4, backend="xla")
+        assert all(c.is_deleted() for c in old.kv_caches) and old.logits_buffer.data.is_deleted()
         assert pointers(state) == before, f"call {call}"
         assert np.isfinite(np.asarray(outputs)).all()
         x = outputs[-1]
@@ -112,8 +111,7 @@ def test_unrolled_scan_gives_the_same_steps():
     for unroll in (1, 3):  # 3 does not divide the 8 steps: a remainder trip too
         state = init_decode_state(TINY, LAYERS, 2, 300, PAGE, sm_count=SM,
                                   key=jax.random.key(6), prompt_lens=[40, 250])
-        outputs, state = decode_loop(params_list, TINY, x, state, STEPS, backend="xla",
-                                     sm_count=SM, unroll=unroll)
+        outputs, state = decode_loop(params_list, TINY, x, state, STEPS, backend="xla", unroll=unroll)
         results.append((np.asarray(outputs), [np.asarray(c) for c in state.kv_caches]))
     (out1, caches1), (out3, caches3) = results
     np.testing.assert_allclose(out3, out1, rtol=1e-5, atol=1e-5)

@@ -14,6 +14,7 @@ import pytest
 from jax import export
 
 import mla_jax
+from tests.cases import buffer_spec
 
 DISABLED = [export.DisabledSafetyCheck.custom_call("triton_kernel_call")]
 
@@ -24,11 +25,10 @@ def lowered_text(dtype, *, heads, max_seq_len, pair=False, batch=4, rows=8):
     q = ((spec((batch, heads, lora), dtype), spec((batch, heads, rope), dtype)) if pair
          else spec((batch, heads, lora + rope), dtype))
     args = (q, spec((batch * pages, page, lora + rope), dtype), spec((batch, pages), jnp.int32),
-            spec((batch,), jnp.int32), spec((rows, heads, 16, lora + 1), jnp.float32))
+            spec((batch,), jnp.int32), buffer_spec(rows, heads, 16))
 
     def step(q, kv, bt, sl, buf):
-        return mla_jax.mla_decode(q, kv, bt, sl, buf, scale=0.1, max_seq_len=max_seq_len,
-                                  sm_count=132, policy="vllm", backend="triton", compute_capability=90)
+        return mla_jax.mla_decode(q, kv, bt, sl, buf, scale=0.1, max_seq_len=max_seq_len, backend="triton", compute_capability=90)
 
     exported = export.export(jax.jit(step, donate_argnums=4), platforms=["cuda"],
                              disabled_checks=DISABLED)(*args)
@@ -81,15 +81,13 @@ def test_runtime_split_count_and_query_pair_lower():
 
 
 def test_decode_step_donates_the_buffer():
-    from mla_jax.decode import _decode_step
-
     spec = jax.ShapeDtypeStruct
-    traced = _decode_step.trace(
-        spec((2, 16, 576), jnp.bfloat16), None, spec((8, 64, 576), jnp.bfloat16),
-        spec((2, 4), jnp.int32), spec((2,), jnp.int32), spec((2, 16, 2, 513), jnp.float32),
-        None, None,
-        scale=0.1, static_max_seq_len=256, sm_count=132, policy="vllm", batch_invariant=False,
-        backend="triton", compute_capability=90)
+    step = jax.jit(lambda q, kv, bt, sl, buf: mla_jax.mla_decode(
+        q, kv, bt, sl, buf, scale=0.1, max_seq_len=256, backend="triton",
+        compute_capability=90), donate_argnums=4)
+    traced = step.trace(
+        spec((2, 16, 576), jnp.bfloat16), spec((8, 64, 576), jnp.bfloat16),
+        spec((2, 4), jnp.int32), spec((2,), jnp.int32), buffer_spec(2, 16, 2))
     text = traced.lower(lowering_platforms=("cuda",)).as_text()
     main = next(l for l in text.splitlines() if "func.func public @main" in l)
     assert re.search(r"tensor<2x16x2x513xf32> \{[^}]*tf.aliasing_output = 2", main)
@@ -101,7 +99,7 @@ def test_decode_step_donates_the_buffer():
 def test_runtime_split_grid_is_the_batch_bound(monkeypatch, policy, batch, heads, want):
     """A step whose length is known only at run time launches the most splits its
     batch can ask for (``splits.max_kv_splits``), not the buffer's whole split axis."""
-    from mla_jax import triton_backend
+    from mla_jax import _triton_backend as triton_backend
 
     grids = []
     decode = triton_backend.decode
@@ -113,9 +111,9 @@ def test_runtime_split_grid_is_the_batch_bound(monkeypatch, policy, batch, heads
     monkeypatch.setattr(triton_backend, "decode", recording)
     spec = jax.ShapeDtypeStruct
     # Reserved splits: vLLM's rule at L=8192, or more than occupancy ever asks for.
-    buf = spec((batch, heads, {"vllm": 16, "occupancy": 256}[policy], 513), jnp.float32)
+    buf = buffer_spec(batch, heads, {"vllm": 16, "occupancy": 256}[policy], policy=policy)
     jax.jit(lambda q, kv, bt, sl, b: mla_jax.mla_decode(
-        q, kv, bt, sl, b, scale=0.1, sm_count=132, policy=policy, backend="triton",
+        q, kv, bt, sl, b, scale=0.1, backend="triton",
         compute_capability=90)).trace(
         spec((batch, heads, 576), jnp.bfloat16), spec((batch * 4, 64, 576), jnp.bfloat16),
         spec((batch, 4), jnp.int32), spec((batch,), jnp.int32), buf)
@@ -172,7 +170,7 @@ def test_latent_chunks_by_tile_and_rank(heads, lora, want):
     from mla_jax import kernels
 
     stage1, _ = kernels.launch_params(
-        batch=2, num_heads=heads, page_size=64, kv_lora_rank=lora, rope_dim=16, scale=0.1,
+        batch=2, num_heads=heads, num_pages=8, page_size=64, pages_per_seq=4, kv_lora_rank=lora, rope_dim=16, scale=0.1,
         grid_splits=2, q_nope_strides=(heads * (lora + 16), lora + 16, 1),
         q_pe_strides=(heads * (lora + 16), lora + 16, 1), qp_offset=lora,
         kv_strides=(64 * (lora + 16), lora + 16, 1), block_table_strides=(4, 1),

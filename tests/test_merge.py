@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import mla_jax
-from cases import TINY, random_case, tolerance
+from tests.cases import TINY, random_case, tolerance
 from mla_jax.merge import merge_attention_states
 from mla_jax.reference import mla_decode_reference_np
 
@@ -32,9 +32,10 @@ def shard(case, tokens):
 
 def decode(case):
     buffer = mla_jax.reserve_logits_buffer(case.q.shape[0], case.q.shape[1], 4096,
-                                           kv_lora_rank=case.kv_lora_rank, sm_count=SM)
+                                           kv_lora_rank=case.kv_lora_rank,
+                                           rope_dim=case.q.shape[2] - case.kv_lora_rank, sm_count=SM)
     out, lse, _ = mla_jax.mla_decode(*(jnp.asarray(a) for a in case[:4]), buffer,
-                                     scale=case.scale, sm_count=SM, backend="xla")
+                                     scale=case.scale, backend="xla")
     return out, lse
 
 

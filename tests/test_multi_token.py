@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import mla_jax
-from cases import TINY, random_case
+from tests.cases import TINY, random_case, buffer_spec
 from mla_jax.multi_token import mla_decode_tokens, token_lengths
 from mla_jax.reference import mla_decode_reference_np
 
@@ -32,12 +32,12 @@ def test_every_token_matches_reference(causal, max_seq_len):
                        seq_lens=[1100, 3, 0, int(rng.integers(1, 1120))])
     q = rng.standard_normal((batch, tokens, heads, sum(TINY))).astype(np.float32)
     query_lens = np.array([3, 3, 3, 2], np.int32)
-    buf = mla_jax.reserve_logits_buffer(batch * tokens, heads, 1120, kv_lora_rank=TINY[0],
+    buf = mla_jax.reserve_logits_buffer(batch * tokens, heads, 1120, kv_lora_rank=TINY[0], rope_dim=TINY[1],
                                         sm_count=SM)
     out, lse, buf = mla_decode_tokens(
         jnp.asarray(q), jnp.asarray(case.kv_cache), jnp.asarray(case.block_table),
         jnp.asarray(case.seq_lens), buf, causal=causal, query_lens=jnp.asarray(query_lens),
-        scale=case.scale, sm_count=SM, backend="xla",
+        scale=case.scale, backend="xla",
         max_seq_len=1100 if max_seq_len else None)
     assert out.shape == (batch, tokens, heads, TINY[0]) and lse.shape == (batch, tokens, heads)
     lens = np.asarray(token_lengths(jnp.asarray(case.seq_lens), tokens, causal=causal,
@@ -55,17 +55,16 @@ def test_query_pair_and_shape_errors():
     rng = np.random.default_rng()
     case = random_case(rng, batch=2, heads=4, dims=TINY, page_size=16, pages_per_seq=4)
     q = jnp.asarray(rng.standard_normal((2, 2, 4, sum(TINY))), jnp.float32)
-    buf = mla_jax.reserve_logits_buffer(4, 4, 64, kv_lora_rank=TINY[0], sm_count=SM)
+    buf = mla_jax.reserve_logits_buffer(4, 4, 64, kv_lora_rank=TINY[0], rope_dim=TINY[1], sm_count=SM)
     args = (jnp.asarray(case.kv_cache), jnp.asarray(case.block_table), jnp.asarray(case.seq_lens))
-    out1, _, buf = mla_decode_tokens(q, *args, buf, scale=0.3, sm_count=SM, backend="xla")
+    out1, _, buf = mla_decode_tokens(q, *args, buf, scale=0.3, backend="xla")
     out2, _, buf = mla_decode_tokens((q[..., :TINY[0]], q[..., TINY[0]:]), *args, buf,
-                                     scale=0.3, sm_count=SM, backend="xla")
+                                     scale=0.3, backend="xla")
     np.testing.assert_allclose(np.asarray(out1), np.asarray(out2), atol=1e-6)
     with pytest.raises(ValueError, match=r"q: got \[2, 4, 48\], needed \[B, T, H, D\]"):
-        mla_decode_tokens(q[:, 0], *args, buf, scale=0.3, sm_count=SM, backend="xla")
+        mla_decode_tokens(q[:, 0], *args, buf, scale=0.3, backend="xla")
     with pytest.raises(ValueError, match="reserve with max_num_seqs >= 6"):
-        mla_decode_tokens(jnp.concatenate([q, q[:, :1]], axis=1), *args, buf, scale=0.3,
-                          sm_count=SM, backend="xla")
+        mla_decode_tokens(jnp.concatenate([q, q[:, :1]], axis=1), *args, buf, scale=0.3, backend="xla")
 
 
 def test_triton_path_lowers_for_cuda():
@@ -73,11 +72,10 @@ def test_triton_path_lowers_for_cuda():
 
     spec = jax.ShapeDtypeStruct
     args = (spec((4, 2, 16, 576), jnp.bfloat16), spec((64, 64, 576), jnp.bfloat16),
-            spec((4, 16), jnp.int32), spec((4,), jnp.int32), spec((8, 16, 2, 513), jnp.float32))
+            spec((4, 16), jnp.int32), spec((4,), jnp.int32), buffer_spec(8, 16, 2))
 
     def step(q, kv, bt, sl, buf):
-        return mla_decode_tokens(q, kv, bt, sl, buf, scale=0.1, max_seq_len=1024, sm_count=132,
-                                 policy="vllm", backend="triton", compute_capability=90)
+        return mla_decode_tokens(q, kv, bt, sl, buf, scale=0.1, max_seq_len=1024, backend="triton", compute_capability=90)
 
     text = export.export(jax.jit(step, donate_argnums=4), platforms=["cuda"], disabled_checks=[
         export.DisabledSafetyCheck.custom_call("triton_kernel_call")])(*args).mlir_module()
@@ -102,11 +100,11 @@ def test_fuzz_multi_token_rows(data):
     table = case.block_table.copy()
     table[1] = table[0]  # two requests reading the same pages is valid
     q = rng.standard_normal((batch, tokens, heads, sum(TINY))).astype(np.float32)
-    buf = mla_jax.reserve_logits_buffer(batch * tokens, heads, capacity, kv_lora_rank=TINY[0],
+    buf = mla_jax.reserve_logits_buffer(batch * tokens, heads, capacity, kv_lora_rank=TINY[0], rope_dim=TINY[1],
                                         sm_count=SM)
     out, lse, _ = mla_decode_tokens(
         jnp.asarray(q), jnp.asarray(case.kv_cache), jnp.asarray(table), jnp.asarray(seq_lens),
-        buf, causal=causal, query_lens=jnp.asarray(query_lens), scale=case.scale, sm_count=SM,
+        buf, causal=causal, query_lens=jnp.asarray(query_lens), scale=case.scale,
         backend="xla")
     lens = np.asarray(token_lengths(jnp.asarray(seq_lens), tokens, causal=causal,
                                     query_lens=jnp.asarray(query_lens)))

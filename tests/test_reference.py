@@ -2,7 +2,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from cases import DEEPSEEK, TINY, edge_lengths, random_case
+from tests.cases import DEEPSEEK, TINY, edge_lengths, random_case
 from mla_jax.reference import mla_decode_reference, mla_decode_reference_np
 
 

@@ -72,6 +72,7 @@ def _err(a, b) -> float:
 
 
 def _spec(x) -> str:
+    x = getattr(x, "data", x)  # a LogitsBuffer's array
     return str(tuple(x.sharding.spec))
 
 
@@ -95,37 +96,37 @@ def _check_against_unsharded(rng):
             schemes = ("batch",) if kind == "traced" else SCHEMES
             want_out, want_lse, _ = mla_jax.mla_decode(
                 q, kv, global_, lens, mla_jax.reserve_logits_buffer(
-                    BATCH, HEADS, CAPACITY, kv_lora_rank=LORA, sm_count=SM),
-                scale=0.1, max_seq_len=lengths[kind], sm_count=SM, backend="xla")
+                    BATCH, HEADS, CAPACITY, kv_lora_rank=LORA, rope_dim=ROPE, sm_count=SM),
+                scale=0.1, max_seq_len=lengths[kind], backend="xla")
             for scheme in schemes:
                 buf = reserve_sharded_logits_buffer(mesh, "x", scheme, BATCH, HEADS, CAPACITY,
-                                                    kv_lora_rank=LORA, sm_count=SM)
+                                                    kv_lora_rank=LORA, rope_dim=ROPE, sm_count=SM)
                 out, lse, new_buf = sharded_mla_decode(
                     mesh, "x", scheme, q, kv, local if scheme == "batch" else global_, lens, buf,
-                    scale=0.1, max_seq_len=lengths[kind], sm_count=SM, backend="xla")
+                    scale=0.1, max_seq_len=lengths[kind], backend="xla")
                 results[f"{scheme}/{n}/{kind}"] = dict(
                     out=_err(out, want_out), lse=_err(lse, want_lse),
                     bitwise=bool(np.array_equal(out, want_out) and np.array_equal(lse, want_lse)),
                     specs=[_spec(out), _spec(lse), _spec(new_buf)],
-                    donated=buf.is_deleted(), same_buffer_shape=new_buf.shape == buf.shape)
+                    donated=buf.data.is_deleted(), same_buffer_shape=new_buf.shape == buf.shape)
     # A 2 x 4 mesh: the schemes split over "x"; the other axis holds replicas.
     mesh = Mesh(np.array(jax.devices()).reshape(2, 4), ("r", "x"))
     local, global_ = _tables(rng, 4, kv)
     want_out, want_lse, _ = mla_jax.mla_decode(
         q, kv, global_, lens, mla_jax.reserve_logits_buffer(
-            BATCH, HEADS, CAPACITY, kv_lora_rank=LORA, sm_count=SM),
-        scale=0.1, max_seq_len=lengths["static"], sm_count=SM, backend="xla")
+            BATCH, HEADS, CAPACITY, kv_lora_rank=LORA, rope_dim=ROPE, sm_count=SM),
+        scale=0.1, max_seq_len=lengths["static"], backend="xla")
     for scheme in SCHEMES:
         buf = reserve_sharded_logits_buffer(mesh, "x", scheme, BATCH, HEADS, CAPACITY,
-                                            kv_lora_rank=LORA, sm_count=SM)
+                                            kv_lora_rank=LORA, rope_dim=ROPE, sm_count=SM)
         out, lse, new_buf = sharded_mla_decode(
             mesh, "x", scheme, q, kv, local if scheme == "batch" else global_, lens, buf,
-            scale=0.1, max_seq_len=lengths["static"], sm_count=SM, backend="xla")
+            scale=0.1, max_seq_len=lengths["static"], backend="xla")
         results[f"{scheme}/2x4/static"] = dict(
             out=_err(out, want_out), lse=_err(lse, want_lse),
             bitwise=bool(np.array_equal(out, want_out) and np.array_equal(lse, want_lse)),
             specs=[_spec(out), _spec(lse), _spec(new_buf)],
-            donated=buf.is_deleted(), same_buffer_shape=new_buf.shape == buf.shape)
+            donated=buf.data.is_deleted(), same_buffer_shape=new_buf.shape == buf.shape)
     return results
 
 
@@ -146,12 +147,11 @@ def _check_per_shard_occupancy(rng):
     results = {}
     for scheme in SCHEMES:
         buf = reserve_sharded_logits_buffer(mesh, "x", scheme, BATCH, heads, CAPACITY,
-                                            kv_lora_rank=LORA, sm_count=SM_OCCUPANCY,
+                                            kv_lora_rank=LORA, rope_dim=ROPE, sm_count=SM_OCCUPANCY,
                                             policy="occupancy")
         table, splits = local if scheme == "batch" else global_, buf.shape[2]
         out, lse, _ = sharded_mla_decode(mesh, "x", scheme, q, kv, table, lens, buf, scale=0.1,
-                                         max_seq_len=length, sm_count=SM_OCCUPANCY,
-                                         policy="occupancy", backend="xla")
+                                         max_seq_len=length, backend="xla")
         errs = []
         for i in range(n):
             if scheme == "heads":
@@ -161,16 +161,15 @@ def _check_per_shard_occupancy(rng):
                 pool = np.split(kv, n)[i]
             shard_q = q[rows, cols]
             shard_buf = mla_jax.reserve_logits_buffer(
-                *shard_q.shape[:2], CAPACITY, kv_lora_rank=LORA, sm_count=SM_OCCUPANCY,
+                *shard_q.shape[:2], CAPACITY, kv_lora_rank=LORA, rope_dim=ROPE, sm_count=SM_OCCUPANCY,
                 policy="occupancy")
             want_out, want_lse, _ = mla_jax.mla_decode(
-                shard_q, pool, table[rows], lens[rows], shard_buf, scale=0.1, max_seq_len=length,
-                sm_count=SM_OCCUPANCY, policy="occupancy", backend="xla")
+                shard_q, pool, table[rows], lens[rows], shard_buf, scale=0.1, max_seq_len=length, backend="xla")
             errs += [_err(np.asarray(out)[rows, cols], want_out),
                      _err(np.asarray(lse)[rows, cols], want_lse)]
         results[scheme] = dict(err=max(errs), splits=splits)
     results["unsharded_splits"] = mla_jax.reserve_logits_buffer(
-        BATCH, heads, CAPACITY, kv_lora_rank=LORA, sm_count=SM_OCCUPANCY,
+        BATCH, heads, CAPACITY, kv_lora_rank=LORA, rope_dim=ROPE, sm_count=SM_OCCUPANCY,
         policy="occupancy").shape[2]
     return results
 
@@ -189,14 +188,14 @@ def _check_buffer_shapes():
         for scheme in SCHEMES:
             for policy in ("vllm", "occupancy"):
                 buf = reserve_sharded_logits_buffer(mesh, "x", scheme, 16, 128, 16384,
-                                                    kv_lora_rank=LORA, sm_count=SM_OCCUPANCY,
+                                                    kv_lora_rank=LORA, rope_dim=ROPE, sm_count=SM_OCCUPANCY,
                                                     policy=policy)
                 rows, heads = (16, 128 // n) if scheme == "heads" else (16 // n, 128)
-                one = mla_jax.reserve_logits_buffer(rows, heads, 16384, kv_lora_rank=LORA,
+                one = mla_jax.reserve_logits_buffer(rows, heads, 16384, kv_lora_rank=LORA, rope_dim=ROPE,
                                                     sm_count=SM_OCCUPANCY, policy=policy)
                 results[f"{scheme}/{n}/{policy}"] = dict(
-                    shards=sorted({tuple(s.data.shape) for s in buf.addressable_shards}),
-                    devices=len(buf.addressable_shards), expected=list(one.shape),
+                    shards=sorted({tuple(s.data.shape) for s in buf.data.addressable_shards}),
+                    devices=len(buf.data.addressable_shards), expected=list(one.shape),
                     global_=list(buf.shape), spec=_spec(buf),
                     nan=bool(np.isnan(np.asarray(buf)).all()))
     return results
@@ -236,18 +235,18 @@ def _check_scan(rng, steps=4, n=8):
     q, kv, lens = _problem(rng, max_len=CAPACITY - steps)
     mesh = Mesh(np.array(jax.devices()[:n]), ("x",))
     local, global_ = _tables(rng, n, kv)
-    plain = make_loop(lambda *a: mla_jax.mla_decode(*a, scale=0.1, sm_count=SM, backend="xla"),
+    plain = make_loop(lambda *a: mla_jax.mla_decode(*a, scale=0.1, backend="xla"),
                       append_latent)
     want = plain(q, jnp.asarray(kv), global_, lens, mla_jax.reserve_logits_buffer(
-        BATCH, HEADS, CAPACITY, kv_lora_rank=LORA, sm_count=SM))
+        BATCH, HEADS, CAPACITY, kv_lora_rank=LORA, rope_dim=ROPE, sm_count=SM))
     results = {}
     for scheme in SCHEMES:
         loop = make_loop(
-            lambda *a, s=scheme: sharded_mla_decode(mesh, "x", s, *a, scale=0.1, sm_count=SM,
+            lambda *a, s=scheme: sharded_mla_decode(mesh, "x", s, *a, scale=0.1,
                                                     backend="xla"),
             lambda *a, s=scheme: sharded_append_latent(mesh, "x", s, *a))
         buf = reserve_sharded_logits_buffer(mesh, "x", scheme, BATCH, HEADS, CAPACITY,
-                                            kv_lora_rank=LORA, sm_count=SM)
+                                            kv_lora_rank=LORA, rope_dim=ROPE, sm_count=SM)
         cache = jax.device_put(kv, NamedSharding(mesh, partition_specs("x", scheme)["kv_cache"]))
         args = (q, cache, local if scheme == "batch" else global_, lens, buf)
         compiled = loop.lower(*args).compile()
@@ -256,7 +255,7 @@ def _check_scan(rng, steps=4, n=8):
         aliases = re.search(r"input_output_alias=\{([^\n]*)\}\s*,? ?entry", text)
         results[scheme] = dict(
             out=_err(got[0], want[0]), lse=_err(got[1], want[1]), kv=_err(got[2], want[2]),
-            donated=[cache.is_deleted(), buf.is_deleted()],
+            donated=[cache.is_deleted(), buf.data.is_deleted()],
             buffer_spec=_spec(got[3]), cache_spec=_spec(got[2]),
             aliases=aliases.group(1) if aliases else text[:2000],
             collectives=sorted(set(re.findall(
@@ -275,8 +274,9 @@ def _check_cuda_lowering():
     from jax import export
     from jax.sharding import Mesh, NamedSharding
 
+    import mla_jax
     from mla_jax.sharded import partition_specs, sharded_mla_decode
-    from test_lowering import DISABLED, kernel_calls
+    from tests.test_lowering import DISABLED, kernel_calls
 
     mesh = Mesh(np.array(jax.devices()), ("x",))
     batch, heads, lora, rope, page, pages = 16, 128, 512, 64, 64, 8
@@ -293,11 +293,13 @@ def _check_cuda_lowering():
                 spec((batch * pages, page, lora + rope), jnp.bfloat16, "kv_cache"),
                 spec((batch, pages), jnp.int32, "block_table"),
                 spec((batch,), jnp.int32, "seq_lens"),
-                spec((batch, heads, 16, lora + 1), jnp.float32, "logits_buffer"))
+                mla_jax.LogitsBuffer(
+                    spec((batch, heads, 16, lora + 1), jnp.float32, "logits_buffer"),
+                    kv_lora_rank=lora, rope_dim=rope, policy="vllm", sm_count=132))
 
         def step(q, kv, bt, sl, buf, length=length, scheme=scheme):
             return sharded_mla_decode(mesh, "x", scheme, q, kv, bt, sl, buf, scale=0.1,
-                                      max_seq_len=length, sm_count=132, backend="triton",
+                                      max_seq_len=length, backend="triton",
                                       compute_capability=90)
 
         exported = export.export(jax.jit(step, donate_argnums=4), platforms=["cuda"],
@@ -346,7 +348,7 @@ def _check_errors():
             mesh, axis, scheme, zeros(batch, heads, LORA + ROPE),
             zeros(8 * batch, PAGE, LORA + ROPE), zeros(batch, 4, dtype=jnp.int32),
             zeros(batch, dtype=jnp.int32),
-            zeros(batch, heads, 2, LORA + 1), scale=0.1, sm_count=SM, backend="xla")
+            zeros(batch, heads, 2, LORA + 1), scale=0.1, backend="xla")
 
     cases = {
         "heads": lambda: decode("heads", 8, 12),
@@ -360,9 +362,9 @@ def _check_errors():
         "too_long": lambda: sharded_mla_decode(
             mesh, "x", "heads", zeros(8, 16, LORA + ROPE), zeros(8, PAGE, LORA + ROPE),
             zeros(8, 4, dtype=jnp.int32), zeros(8, dtype=jnp.int32),
-            reserve_sharded_logits_buffer(mesh, "x", "heads", 8, 16, 512, kv_lora_rank=LORA,
+            reserve_sharded_logits_buffer(mesh, "x", "heads", 8, 16, 512, kv_lora_rank=LORA, rope_dim=ROPE,
                                           sm_count=SM, policy="vllm"),
-            scale=0.1, max_seq_len=4096, sm_count=SM, policy="vllm", backend="xla"),
+            scale=0.1, max_seq_len=4096, backend="xla"),
         "sm_count": lambda: reserve_sharded_logits_buffer(mesh, "x", "heads", 8, 16, 4096),
     }
     results = {}
@@ -416,7 +418,8 @@ def child():
     """Runs the groups in parallel child processes; returns (seed, merged results)."""
     seed = int(np.random.default_rng().integers(2**31))
     flags = os.environ.get("XLA_FLAGS", "")
-    env = dict(os.environ, JAX_PLATFORMS="cpu",
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=root,
                XLA_FLAGS=f"{flags} --xla_force_host_platform_device_count={DEVICES}".strip())
     procs = [subprocess.Popen([sys.executable, __file__, str(seed), *names], env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -551,7 +554,7 @@ def test_fp8_and_batch_invariant_pass_through_on_one_device(scheme):
     from jax.sharding import Mesh
 
     import mla_jax
-    from cases import TINY, random_case
+    from tests.cases import TINY, random_case
     from mla_jax.cache import quantize_fp8
     from mla_jax.sharded import reserve_sharded_logits_buffer, sharded_mla_decode
 
@@ -561,12 +564,12 @@ def test_fp8_and_batch_invariant_pass_through_on_one_device(scheme):
     kv8, k_scale = quantize_fp8(jnp.asarray(case.kv_cache))
     args = (jnp.asarray(case.q), kv8, jnp.asarray(case.block_table), jnp.asarray(case.seq_lens))
     # "auto": triton on a GPU, where the xla backend refuses batch_invariant.
-    kw = dict(scale=case.scale, sm_count=4, backend="auto", k_scale=k_scale, batch_invariant=True)
+    kw = dict(scale=case.scale, backend="auto", k_scale=k_scale, batch_invariant=True)
     mesh = Mesh(np.array(jax.devices()[:1]), ("x",))
-    buf = reserve_sharded_logits_buffer(mesh, "x", scheme, 2, 4, 128, kv_lora_rank=TINY[0],
+    buf = reserve_sharded_logits_buffer(mesh, "x", scheme, 2, 4, 128, kv_lora_rank=TINY[0], rope_dim=TINY[1],
                                         sm_count=4)
     out, lse, _ = sharded_mla_decode(mesh, "x", scheme, *args, buf, **kw)
-    ref_buf = mla_jax.reserve_logits_buffer(2, 4, 128, kv_lora_rank=TINY[0], sm_count=4)
+    ref_buf = mla_jax.reserve_logits_buffer(2, 4, 128, kv_lora_rank=TINY[0], rope_dim=TINY[1], sm_count=4)
     want_out, want_lse, _ = mla_jax.mla_decode(*args, ref_buf, **kw)
     np.testing.assert_array_equal(np.asarray(out), np.asarray(want_out))
     np.testing.assert_array_equal(np.asarray(lse), np.asarray(want_lse))

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from mla_jax import mla_decode, reserve_logits_buffer
-from mla_jax.problem import make_problem
+from mla_jax.tools.problem import make_problem
 from mla_jax.reference import mla_decode_reference_np
 from mla_jax.splits import num_kv_splits
 from mla_jax.torch_ref import (
@@ -81,8 +81,7 @@ def test_stage1_partials_match_jax_xla_buffer(dtype, rtol):
     buf = reserve_logits_buffer(8, 16, 4096, sm_count=SM_COUNT, policy="vllm")
     _, _, buf = mla_decode(jnp.asarray(p.q), jnp.asarray(p.kv_cache),
                            jnp.asarray(p.block_table), jnp.asarray(p.seq_lens), buf,
-                           scale=p.scale, max_seq_len=p.max_seq_len, sm_count=SM_COUNT,
-                           policy="vllm", backend="xla")
+                           scale=p.scale, max_seq_len=p.max_seq_len, backend="xla")
     k = num_kv_splits(p.max_seq_len, SM_COUNT)
     partials = split_kv_stage1(*torch_inputs(p), scale=p.scale, kv_lora_rank=p.kv_lora_rank,
                                num_kv_splits=k).numpy()
@@ -113,6 +112,6 @@ def test_stage2_never_reads_dead_slots():
 
 
 def test_import_mla_jax_does_not_import_torch():
-    code = ("import sys, mla_jax, mla_jax.compare, mla_jax.problem; "
+    code = ("import sys, mla_jax, mla_jax.tools.compare, mla_jax.tools.problem; "
             "assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from cases import DEEPSEEK, random_case
-from mla_jax import vllm_kernel
+from tests.cases import DEEPSEEK, random_case
+from mla_jax.tools import vllm_kernel
 from mla_jax.reference import mla_decode_reference_np
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -20,7 +20,7 @@ REAL_FILE = Path(os.environ.get(vllm_kernel.ENV_VAR)
                  or ROOT / ".vllm" / "triton_decode_attention.py")
 needs_real_file = pytest.mark.skipif(
     not REAL_FILE.is_file(), reason=f"no copy of vLLM's kernel at {REAL_FILE} (see "
-    "mla_jax/vllm_kernel.py for how to get it)")
+    "mla_jax/tools/vllm_kernel.py for how to get it)")
 
 # A miniature of the real file: its vllm imports, a Triton kernel, the entry point.
 FAKE_KERNEL = '''
@@ -153,9 +153,9 @@ def test_torch_stand_in_matches_the_reference():
 INTERPRETED = textwrap.dedent('''
     import sys
     import numpy as np, torch
-    sys.path.insert(0, {tests!r})
-    from cases import DEEPSEEK, random_case
-    from mla_jax import vllm_kernel
+    sys.path.insert(0, {root!r})
+    from tests.cases import DEEPSEEK, random_case
+    from mla_jax.tools import vllm_kernel
     from mla_jax.reference import mla_decode_reference_np
 
     case = random_case(np.random.default_rng(1), batch=3, heads=16, dims=DEEPSEEK,
@@ -176,7 +176,7 @@ INTERPRETED = textwrap.dedent('''
 def test_real_kernel_in_the_interpreter_matches_the_reference():
     """vLLM's own kernel (float32, Triton interpreter) through vllm_decode: the
     arguments mean to it what they mean to the reference."""
-    script = INTERPRETED.format(tests=str(ROOT / "tests"), path=str(REAL_FILE))
+    script = INTERPRETED.format(root=str(ROOT), path=str(REAL_FILE))
     env = {**os.environ, "TRITON_INTERPRET": "1"}  # before triton defines any kernel
     result = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
                             text=True, timeout=300, check=False)

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 import mla_jax
-from cases import DEEPSEEK, TINY, edge_lengths, random_case, tolerance
-from interpreted import interpreter_pool, run
+from tests.cases import DEEPSEEK, TINY, edge_lengths, random_case, tolerance
+from tests.interpreted import interpreter_pool, run
 from mla_jax.reference import mla_decode_reference_np
 
 SM = 4  # a small SM count makes the cap (2 * SM = 8 splits) reachable at small lengths
@@ -15,7 +15,7 @@ SM = 4  # a small SM count makes the cap (2 * SM = 8 splits) reachable at small 
 
 def decode(case, buffer, **kw):
     q, kv, bt, sl = (jnp.asarray(a) for a in case[:4])
-    return mla_jax.mla_decode(q, kv, bt, sl, buffer, scale=case.scale, sm_count=SM,
+    return mla_jax.mla_decode(q, kv, bt, sl, buffer, scale=case.scale,
                               backend="xla", **kw)
 
 
@@ -38,7 +38,7 @@ def test_edge_lengths(dtype, page_size, max_seq_len):
                        page_size=page_size, pages_per_seq=pages, dtype=dtype,
                        seq_lens=rng.permutation(lens))
     buffer = mla_jax.reserve_logits_buffer(len(lens) + 2, case.q.shape[1], 8192,
-                                           kv_lora_rank=TINY[0], sm_count=SM)
+                                           kv_lora_rank=TINY[0], rope_dim=TINY[1], sm_count=SM)
     length = int(case.seq_lens.max())
     arg = {"static": length, "traced": jnp.int32(length), "none": None}[max_seq_len]
     out, lse, buffer = decode(case, buffer, max_seq_len=arg)
@@ -62,10 +62,10 @@ def test_partials_match_interpreted_kernels():
                        seq_lens=[0, 1, 600, 1700, 2400])
     splits = mla_jax.num_kv_splits(2400, SM)
     assert splits == 4
-    buffer = mla_jax.reserve_logits_buffer(8, 6, 8192, kv_lora_rank=TINY[0], sm_count=SM,
+    buffer = mla_jax.reserve_logits_buffer(8, 6, 8192, kv_lora_rank=TINY[0], rope_dim=TINY[1], sm_count=SM,
                                            policy="vllm")
     poisoned = np.full(buffer.shape, np.nan, np.float32)
-    _, _, xla_buf = decode(case, buffer, max_seq_len=2400, policy="vllm")
+    _, _, xla_buf = decode(case, buffer, max_seq_len=2400)
     with interpreter_pool(1) as pool:
         _, _, kern_buf = pool.apply(run, (*case[:4], poisoned),
                                     dict(scale=case.scale, num_splits=splits))
@@ -85,12 +85,11 @@ def test_one_compilation_across_split_counts():
     rng = np.random.default_rng()
     case = random_case(rng, batch=2, heads=4, dims=TINY, page_size=32, pages_per_seq=160)
     q, kv, bt = (jnp.asarray(a) for a in case[:3])
-    buffer = mla_jax.reserve_logits_buffer(2, 4, 5120, kv_lora_rank=TINY[0], sm_count=SM)
+    buffer = mla_jax.reserve_logits_buffer(2, 4, 5120, kv_lora_rank=TINY[0], rope_dim=TINY[1], sm_count=SM)
 
     @jax.jit
     def step(seq_lens, buffer):
-        return mla_jax.mla_decode(q, kv, bt, seq_lens, buffer, scale=case.scale,
-                                  sm_count=SM, backend="xla")
+        return mla_jax.mla_decode(q, kv, bt, seq_lens, buffer, scale=case.scale, backend="xla")
 
     for n in [5, 700, 1100, 2100, 4200, 5100]:
         seq_lens = np.array([n, max(0, n - 300)], np.int32)

@@ -2,7 +2,7 @@
 
 Paths per shape (``bench_report.PATH_LABELS``): our Triton kernels and our XLA
 backend through ``mla_decode``, plain JAX gather+einsum, and vLLM's Triton
-``decode_attention_fwd`` (when ``mla_jax.vllm_kernel.load()`` finds its source).
+``decode_attention_fwd`` (when ``mla_jax.tools.vllm_kernel.load()`` finds its source).
 Device time per call, without host dispatch:
 
 - JAX paths: K chained calls in one jitted ``lax.fori_loop``, timed around
@@ -41,8 +41,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from mla_jax import bench_report, vllm_kernel
-from mla_jax.bench_report import PATH_LABELS
+from mla_jax.tools import bench_report, vllm_kernel
+from mla_jax.tools.bench_report import PATH_LABELS
 from mla_jax.buffers import reserve_logits_buffer
 from mla_jax.cache import new_paged_cache, quantize_fp8
 from mla_jax.decode import mla_decode
@@ -274,8 +274,7 @@ def run_jax_path(settings: Settings, path: str, inputs: tuple, calls: int):
     else:
         def decode(q, kv, bt, sl, buf):
             return mla_decode(q, kv, bt, sl, buf, scale=SCALE, max_seq_len=seq_len,
-                              sm_count=settings.sm_count, policy=policy, k_scale=k_scale,
-                              backend=backend, compute_capability=90 if lower_only else None)
+                              k_scale=k_scale, backend=backend, compute_capability=90 if lower_only else None)
         buf = reserve_logits_buffer(q.shape[0], q.shape[1], seq_len,
                                     sm_count=settings.sm_count, policy=policy)
     loop = decode_loop(decode, calls, perturb_table=backend != "triton")

@@ -2,7 +2,7 @@
 
 Pure Python (matplotlib for the plots), no JAX: ``python -m mla_jax bench
 --report-only results.json`` re-renders a finished run anywhere. ``results`` is the
-dict ``mla_jax.bench`` writes as ``results.json``:
+dict ``mla_jax.tools.bench`` writes as ``results.json``:
 
     {"what", "machine": {...}, "config": {...}, "paths": {key: label},
      "ceilings": {"copy_tbps", "matmul_tflops", "jax_loop_step_ms", ...},

@@ -10,9 +10,9 @@ import importlib
 import sys
 
 COMMANDS = {
-    "demo": ("mla_jax.demo", "a jit-compiled decode loop with the facts about its buffer"),
-    "compare": ("mla_jax.compare", "every available path on one random problem, as a table"),
-    "bench": ("mla_jax.bench", "the H200 benchmark sweep against vLLM and XLA"),
+    "demo": ("mla_jax.tools.demo", "a jit-compiled decode loop with the facts about its buffer"),
+    "compare": ("mla_jax.tools.compare", "every available path on one random problem, as a table"),
+    "bench": ("mla_jax.tools.bench", "the H200 benchmark sweep against vLLM and XLA"),
 }
 
 

@@ -30,7 +30,7 @@ import numpy as np
 from mla_jax import reference
 from mla_jax.buffers import gpu_sm_count, reserve_logits_buffer
 from mla_jax.decode import mla_decode
-from mla_jax.problem import Problem, make_problem
+from mla_jax.tools.problem import Problem, make_problem
 from mla_jax.splits import num_kv_splits
 
 PATHS = ("jax-triton", "jax-xla", "jax-reference", "torch-dense", "torch-split-kv", "vllm",
@@ -104,12 +104,12 @@ def _jax_decode(backend: str) -> Callable[..., PathOutput]:
         batch, heads, _ = p.q.shape
         # vLLM's split rule, so every split-KV path here splits alike.
         buf = reserve_logits_buffer(batch, heads, max(1, p.max_seq_len),
-                                    kv_lora_rank=p.kv_lora_rank, sm_count=sm_count,
+                                    kv_lora_rank=p.kv_lora_rank,
+                                    rope_dim=p.q.shape[2] - p.kv_lora_rank, sm_count=sm_count,
                                     policy="vllm")
         try:
             out, lse, _ = mla_decode(pj.q, pj.kv_cache, pj.block_table, pj.seq_lens, buf,
-                                     scale=scale, max_seq_len=p.max_seq_len,
-                                     sm_count=sm_count, policy="vllm", backend=backend)
+                                     scale=scale, max_seq_len=p.max_seq_len, backend=backend)
         except ImportError as e:  # jax-triton missing on a GPU machine
             raise Unavailable(str(e)) from e
         return PathOutput(np.asarray(out), np.asarray(lse), num_kv_splits(p.max_seq_len, sm_count))
@@ -159,9 +159,9 @@ def _vllm(p: Problem, pj: Problem, *, scale: float, sm_count: int, vllm_kernel: 
           **_) -> PathOutput:
     args = _torch_args(pj)
     try:
-        from mla_jax import vllm_kernel as vk
+        from mla_jax.tools import vllm_kernel as vk
     except ImportError as e:
-        raise Unavailable(f"cannot import mla_jax.vllm_kernel: {e}") from e
+        raise Unavailable(f"cannot import mla_jax.tools.vllm_kernel: {e}") from e
     if vllm_kernel is None or isinstance(vllm_kernel, (str, os.PathLike)):
         import torch
 

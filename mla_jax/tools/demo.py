@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from mla_jax.compare import H200_SM_COUNT, TOLERANCE, default_sm_count
+from mla_jax.tools.compare import H200_SM_COUNT, TOLERANCE, default_sm_count
 from mla_jax.decode import mla_decode, resolve_backend
 from mla_jax.layer import PRESETS, MLAConfig, MLAParams, init_params
 from mla_jax.loop import DecodeState, decode_loop, init_decode_state
@@ -81,7 +81,7 @@ def _prompt_lens(batch: int, longest: int, seed: int) -> np.ndarray:
 
 
 def _pointers(state: DecodeState) -> list[int]:
-    return [state.logits_buffer.unsafe_buffer_pointer()] + [
+    return [state.logits_buffer.data.unsafe_buffer_pointer()] + [
         c.unsafe_buffer_pointer() for c in state.kv_caches]
 
 
@@ -116,20 +116,21 @@ def _next_input(outputs: jax.Array, eps: float) -> jax.Array:
 
 def decode_chunks(params: list[MLAParams], config: MLAConfig, x: jax.Array,
                   state: DecodeState, *, chunk: int, chunks: int, backend: str,
-                  sm_count: int, policy: Policy, label: str) -> Run:
+                  label: str) -> Run:
     """``chunks`` calls of ``decode_loop`` of ``chunk`` steps each (one executable),
     a progress line after each; ``state`` is donated."""
+    buffer = state.logits_buffer
+
     def splits(length: int) -> int:  # what the step computes inside the graph
-        return kv_splits(policy, batch=x.shape[0], num_heads=config.num_heads,
-                         max_seq_len=length, sm_count=sm_count)
+        return kv_splits(buffer.policy, batch=x.shape[0], num_heads=config.num_heads,
+                         max_seq_len=length, sm_count=buffer.sm_count)
 
     longest = int(np.asarray(state.positions).max())
     first_splits = splits(longest + 1)
     width = len(str(chunk * chunks))
     start = time.perf_counter()
     for i in range(1, chunks + 1):
-        outputs, state = decode_loop(params, config, x, state, chunk, backend=backend,
-                                     sm_count=sm_count, policy=policy)
+        outputs, state = decode_loop(params, config, x, state, chunk, backend=backend)
         x = _next_input(outputs, config.rms_norm_eps)
         longest = int(np.asarray(state.positions).max())  # waits for the chunk
         print(f"  {label} step {i * chunk:>{width}}/{chunk * chunks}  longest sequence "
@@ -140,8 +141,8 @@ def decode_chunks(params: list[MLAParams], config: MLAConfig, x: jax.Array,
                bool(np.isfinite(np.asarray(outputs.astype(jnp.float32))).all()))
 
 
-def attention_error(state: DecodeState, config: MLAConfig, *, backend: str, sm_count: int,
-                    policy: Policy, key: jax.Array) -> float:
+def attention_error(state: DecodeState, config: MLAConfig, *, backend: str,
+                    key: jax.Array) -> float:
     """Largest ``||a - b|| / ||b||`` over layers of one ``mla_decode`` on each final cache
     (random query, ``seq_lens`` = the final positions) against the dense reference.
 
@@ -153,8 +154,7 @@ def attention_error(state: DecodeState, config: MLAConfig, *, backend: str, sm_c
     buffer, worst = state.logits_buffer, 0.0
     for cache in state.kv_caches:
         out, _, buffer = mla_decode(q, cache, state.block_table, state.positions, buffer,
-                                    scale=config.softmax_scale, sm_count=sm_count,
-                                    policy=policy, backend=backend)
+                                    scale=config.softmax_scale, backend=backend)
         ref, _ = reference(q, cache, state.block_table, state.positions,
                            scale=config.softmax_scale, kv_lora_rank=config.kv_lora_rank)
         a, b = (np.asarray(v.astype(jnp.float32), np.float64) for v in (out, ref))
@@ -165,8 +165,6 @@ def attention_error(state: DecodeState, config: MLAConfig, *, backend: str, sm_c
 def _check_machine(backend: str, dtype: str) -> str | None:
     """Why this machine cannot run the demo as asked, or None."""
     platform = jax.default_backend()
-    if backend == "triton" and platform != "gpu":
-        return f"--backend triton needs a CUDA GPU (JAX sees {platform}); use --backend xla"
     if backend == "xla" and platform == "cpu" and dtype == "bfloat16":
         return ("XLA:CPU has no bfloat16 x bfloat16 = float32 dot, which the xla backend "
                 "needs; use --dtype float32 or float16 here")
@@ -175,7 +173,11 @@ def _check_machine(backend: str, dtype: str) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
-    backend = resolve_backend(args.backend, None)
+    try:
+        backend = resolve_backend(args.backend, None)
+    except ValueError as e:
+        print(f"demo: {e}", file=sys.stderr)
+        return 2
     problem = _check_machine(backend, args.dtype)
     try:
         sm_count = default_sm_count() if args.sm_count is None else args.sm_count
@@ -203,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
         key=keys[1], prompt_lens=tuple(prompts.tolist()), dtype=dtype, policy=args.policy)
     x = jax.random.normal(keys[2], (args.batch, config.hidden_size), dtype)
     decode = functools.partial(decode_chunks, params, config, x, chunk=chunk, chunks=chunks,
-                               backend=backend, sm_count=sm_count, policy=args.policy)
+                               backend=backend)
 
     device = jax.devices()[0]
     sm_note = "" if args.sm_count is not None or device.platform == "gpu" else (
@@ -232,14 +234,13 @@ def main(argv: list[str] | None = None) -> int:
     crossed = "one executable across it" if run.last_splits != run.first_splits else (
         "no boundary crossed: raise --steps or --prompt-len")
     print(f"split count: {run.first_splits} -> {run.last_splits} ({crossed})")
-    print(f"logits buffer: {_mib(run.state.logits_buffer)}, reserved once for {max_len} "
+    print(f"logits buffer: {_mib(run.state.logits_buffer.data)}, reserved once for {max_len} "
           f"tokens; kv caches: {args.layers} x {_mib(run.state.kv_caches[0])}")
     print(f"pointer unchanged: {'yes' if unchanged else 'NO'} (logits buffer and "
           f"{args.layers} caches, before vs after the timed run)")
     print(f"compilations: {compilations} (decode_loop, over both runs' {2 * chunks} calls)")
 
-    error = attention_error(run.state, config, backend=backend, sm_count=sm_count,
-                            policy=args.policy, key=keys[3])
+    error = attention_error(run.state, config, backend=backend, key=keys[3])
     tolerance = TOLERANCE[args.dtype]
     passed = error <= tolerance and run.finite
     print(f"attention error: {error:.2e} max rel err over {args.layers} layers (mla_decode "

@@ -64,7 +64,7 @@ def patch_source(source: str) -> str:
     left = re.findall(r"^\s*(?:import vllm|from vllm)\b.*$", patched, re.MULTILINE)
     if unknown or left:
         raise ValueError("vLLM kernel file has vllm imports without a stand-in in "
-                         f"mla_jax.vllm_kernel: {unknown + left}")
+                         f"mla_jax.tools.vllm_kernel: {unknown + left}")
     return patched
 
 

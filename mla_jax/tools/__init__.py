@@ -1,0 +1,3 @@
+"""Tools built on mla-jax's public API: the benchmark and its report, the comparison
+with PyTorch and vLLM, the demo, the loader of vLLM's kernel and the command line
+(``python -m mla_jax demo|compare|bench``). The library never imports them."""
