@@ -30,7 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from mla_jax.buffers import LOGITS_DTYPE, gpu_sm_count, reserve_logits_buffer
+from mla_jax.buffers import LOGITS_DTYPE, LogitsBuffer, gpu_sm_count, reserve_logits_buffer
 from mla_jax.cache import new_paged_cache
 from mla_jax.decode import mla_decode
 from mla_jax.splits import DEFAULT_POLICY, kv_splits
@@ -46,18 +46,22 @@ VARIANTS = {"a": "host loop, donated buffer", "b": "host loop, buffer allocated 
             "c": "lax.scan, donated buffer", "d": f"lax.scan, unroll={SCAN_UNROLL}"}
 
 
-def make_variants(shape: tuple[int, int, int, int], **decode_kw) -> dict[str, Callable]:
+def make_variants(reserved: LogitsBuffer, **decode_kw) -> dict[str, Callable]:
     """Each variant runs ``steps`` decode steps and returns the last ``out``.
 
     The large arrays are jit arguments, never closed over: a closed-over cache would
     be embedded in the executable as a constant.
     """
+    shape = reserved.shape
+    settings = dict(kv_lora_rank=reserved.kv_lora_rank, rope_dim=reserved.rope_dim,
+                    policy=reserved.policy, sm_count=reserved.sm_count)
     # The static options are bound here for all three, so no call hashes them.
     decode = jax.jit(functools.partial(mla_decode, **decode_kw), donate_argnums=4)
 
     @jax.jit
     def step_internal(q, kv, bt, sl):
-        out, _, _ = mla_decode(q, kv, bt, sl, jnp.empty(shape, LOGITS_DTYPE), **decode_kw)
+        buf = LogitsBuffer(jnp.empty(shape, LOGITS_DTYPE), **settings)
+        out, _, _ = mla_decode(q, kv, bt, sl, buf, **decode_kw)
         return out
 
     @functools.partial(jax.jit, static_argnames=("steps", "unroll"), donate_argnames="buf")
@@ -102,13 +106,13 @@ def time_batch(batch: int, cfg: dict, *, sm_count: int, steps: int, repeats: int
                        sm_count=sm_count)
     # (b) allocates inside its step what (a) and (c) reserve once: the same shape.
     variants = make_variants(
-        buf.shape, scale=(128 + cfg["rope_dim"]) ** -0.5, max_seq_len=seq_len,
-        sm_count=sm_count, policy=policy, backend=cfg["backend"])
+        buf, scale=(128 + cfg["rope_dim"]) ** -0.5, max_seq_len=seq_len,
+        backend=cfg["backend"])
     kv_bytes = batch * seq_len * (lora + cfg["rope_dim"]) * dtype.itemsize
     rows, outs = [], {}
     for name, run in variants.items():
         out, buf = jax.block_until_ready(run(args, buf, steps))  # compile and warm up
-        pointer, times = buf.unsafe_buffer_pointer(), []
+        pointer, times = buf.data.unsafe_buffer_pointer(), []
         for _ in range(repeats):
             start = time.perf_counter()
             out, buf = jax.block_until_ready(run(args, buf, steps))
@@ -121,7 +125,7 @@ def time_batch(batch: int, cfg: dict, *, sm_count: int, steps: int, repeats: int
             "kv_tb_per_s": kv_bytes / (median * 1e-6) / 1e12, "num_splits": splits,
             # (b) never sees the reserved buffer, so only (a) and (c) can move it.
             "buffer_pointer_unchanged": (None if name == "b"
-                                         else buf.unsafe_buffer_pointer() == pointer),
+                                         else buf.data.unsafe_buffer_pointer() == pointer),
             # Same inputs every step, so every variant must end on (a)'s output.
             "max_abs_diff_vs_a": float(np.abs(outs[name] - outs["a"]).max()),
         })

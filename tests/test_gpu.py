@@ -106,7 +106,7 @@ def test_triton_and_xla_partials_agree():
     for backend in ("triton", "xla"):
         buf = mla_jax.reserve_logits_buffer(8, 16, 2560, policy="vllm")
         _, _, buf = mla_jax.mla_decode(*args, buf, scale=case.scale, max_seq_len=2560, backend=backend)
-        bufs[backend] = np.asarray(buf)
+        bufs[backend] = np.asarray(buf.data)
     for b, n in enumerate(case.seq_lens):
         per = -(-int(n) // splits)
         for s in range(splits):

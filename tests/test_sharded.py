@@ -197,7 +197,7 @@ def _check_buffer_shapes():
                     shards=sorted({tuple(s.data.shape) for s in buf.data.addressable_shards}),
                     devices=len(buf.data.addressable_shards), expected=list(one.shape),
                     global_=list(buf.shape), spec=_spec(buf),
-                    nan=bool(np.isnan(np.asarray(buf)).all()))
+                    nan=bool(np.isnan(np.asarray(buf.data)).all()))
     return results
 
 
@@ -336,6 +336,8 @@ def _check_cuda_lowering():
 def _check_errors():
     import jax
     import jax.numpy as jnp
+
+    import mla_jax
     from jax.sharding import Mesh
 
     from mla_jax.sharded import reserve_sharded_logits_buffer, sharded_mla_decode
@@ -348,7 +350,9 @@ def _check_errors():
             mesh, axis, scheme, zeros(batch, heads, LORA + ROPE),
             zeros(8 * batch, PAGE, LORA + ROPE), zeros(batch, 4, dtype=jnp.int32),
             zeros(batch, dtype=jnp.int32),
-            zeros(batch, heads, 2, LORA + 1), scale=0.1, backend="xla")
+            mla_jax.LogitsBuffer(zeros(batch, heads, 2, LORA + 1), kv_lora_rank=LORA,
+                                 rope_dim=ROPE, policy="vllm", sm_count=SM),
+            scale=0.1, backend="xla")
 
     cases = {
         "heads": lambda: decode("heads", 8, 12),

@@ -49,7 +49,7 @@ def test_reservation_covers_every_shorter_length(max_model_len, sm_count):
 
 def test_reserve_logits_buffer_shape_and_dtype():
     buf = mla_jax.reserve_logits_buffer(8, 16, 16384, sm_count=132, policy="vllm")
-    assert buf.shape == (8, 16, 32, 513) and buf.dtype == jnp.float32
+    assert buf.shape == (8, 16, 32, 513) and buf.data.dtype == jnp.float32
     buf = mla_jax.reserve_logits_buffer(2, 4, 1 << 20, kv_lora_rank=32, rope_dim=16, sm_count=4,
                                         policy="vllm")
     assert buf.shape == (2, 4, 8, 33)

@@ -88,7 +88,7 @@ def test_stage1_partials_match_jax_xla_buffer(dtype, rtol):
     assert partials.shape == (len(LENGTHS), 16, k, p.kv_lora_rank + 1)
     live = live_slots(p.seq_lens, k)
     assert live.sum() > len(LENGTHS)  # several rows really are split
-    jax_slots = np.asarray(buf)[:len(LENGTHS), :, :k].transpose(0, 2, 1, 3)[live]
+    jax_slots = np.asarray(buf.data)[:len(LENGTHS), :, :k].transpose(0, 2, 1, 3)[live]
     torch_slots = partials.transpose(0, 2, 1, 3)[live]  # [live slots, H, lora + 1]
     np.testing.assert_allclose(torch_slots[..., -1], jax_slots[..., -1], rtol=1e-6, atol=1e-5)
     np.testing.assert_allclose(torch_slots[..., :-1], jax_slots[..., :-1], rtol=rtol,
