@@ -47,25 +47,28 @@ def merge_attention_states(
     Returns:
       ``out [..., D]`` in ``out_a``'s dtype (computed in float32) and float32
       ``lse [...]``. Where both ranges are empty, ``out = 0`` and ``lse = -inf``;
-      where one is, the other passes through unchanged. Never NaN for finite
-      outputs; an empty range's ``out`` is ignored even if it is NaN.
+      where one is, the other passes through unchanged. An empty range's ``out`` is
+      ignored even if it is NaN; a NaN ``lse`` (a range whose inputs were not finite)
+      makes the merged ``out`` and ``lse`` NaN.
 
     Raises:
       ValueError: shapes or dtypes that do not match (at trace time).
     """
     _check(out_a, lse_a, out_b, lse_b)
-    m = jnp.maximum(lse_a, lse_b)
-    m_safe = jnp.where(jnp.isfinite(m), m, 0.0)  # both empty: m = -inf, avoid inf - inf
-    w_a = jnp.exp(lse_a - m_safe)
-    w_b = jnp.exp(lse_b - m_safe)
-    denom = w_a + w_b
-    nonempty = denom > 0
-    inv = 1.0 / jnp.where(nonempty, denom, 1.0)
+    # Emptiness is lse == -inf exactly; a NaN lse is a range whose inputs were not
+    # finite, and it must reach the result, never pass for an empty range.
+    empty_a, empty_b = lse_a == -jnp.inf, lse_b == -jnp.inf
+    both_empty = empty_a & empty_b
+    m = jnp.where(both_empty, 0.0, jnp.maximum(lse_a, lse_b))  # NaN-propagating max
+    w_a = jnp.exp(lse_a - m)
+    w_b = jnp.exp(lse_b - m)
+    denom = jnp.where(both_empty, 1.0, w_a + w_b)
 
-    def weighted(w: jax.Array, out: jax.Array) -> jax.Array:
+    def weighted(empty: jax.Array, w: jax.Array, out: jax.Array) -> jax.Array:
         # `where`, not a product, so an empty range's NaN or inf never reaches the sum.
-        return jnp.where((w > 0)[..., None], (w * inv)[..., None] * out.astype(jnp.float32), 0.0)
+        return jnp.where(empty[..., None], 0.0,
+                         (w / denom)[..., None] * out.astype(jnp.float32))
 
-    out = weighted(w_a, out_a) + weighted(w_b, out_b)
-    lse = jnp.where(nonempty, m_safe + jnp.log(jnp.where(nonempty, denom, 1.0)), -jnp.inf)
+    out = weighted(empty_a, w_a, out_a) + weighted(empty_b, w_b, out_b)
+    lse = jnp.where(both_empty, -jnp.inf, m + jnp.log(denom))
     return out.astype(out_a.dtype), lse

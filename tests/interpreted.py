@@ -31,14 +31,27 @@ def _interpret() -> None:
     os.environ["TRITON_INTERPRET"] = "1"
 
 
+def _inside_poison(t, pad: int, fill):
+    """``t`` as a view into the middle of a larger tensor filled with ``fill``: a read
+    up to ``pad`` elements before or after it lands in the poison, not in free memory."""
+    import torch
+
+    flat = torch.full((t.numel() + 2 * pad,), fill, dtype=t.dtype)
+    flat[pad:pad + t.numel()] = t.reshape(-1)
+    return flat[pad:pad + t.numel()].view(t.shape)
+
+
 def run(q: np.ndarray, kv_cache: np.ndarray, block_table: np.ndarray, seq_lens: np.ndarray,
         buffer: np.ndarray, *, scale: float, num_splits: int, grid_splits: int | None = None,
-        kv_scale: float = 1.0, config: dict | None = None):
+        kv_scale: float = 1.0, config: dict | None = None, poison: int = 0):
     """Both stages on numpy inputs (in a pool worker); returns numpy ``(out, lse, buffer)``.
 
     ``q`` is ``[B, H, lora + rope]``; ``buffer`` float32 ``[rows, H, splits, lora + 1]``
     keeps its contents where the kernel does not write. Outputs start as NaN.
     ``config`` overrides the stage-1 configuration ``kernels.stage1_config`` picks.
+    ``poison`` places the cache inside ``poison`` NaN pages on either side and the block
+    table inside ``poison`` rows of entries that point just past the pool, so a read
+    outside either array turns the output NaN (or wrong) instead of passing unseen.
     """
     import torch
 
@@ -53,6 +66,10 @@ def run(q: np.ndarray, kv_cache: np.ndarray, block_table: np.ndarray, seq_lens: 
     # numpy has no fp8: an ml_dtypes float8_e4m3fn cache crosses as its bytes.
     kv_t = (t(kv_cache.view(np.uint8)).view(torch.float8_e4m3fn)
             if kv_cache.dtype.name == "float8_e4m3fn" else t(kv_cache))
+    if poison:
+        page_elems = kv_t.shape[1] * kv_t.shape[2]
+        kv_t = _inside_poison(kv_t, poison * page_elems, float("nan"))
+        bt_t = _inside_poison(bt_t, poison * bt_t.shape[1], kv_t.shape[0])
     buf_t = t(buffer.copy())
     ns_t = torch.tensor([num_splits], dtype=torch.int32)
     scale_t = torch.tensor([kv_scale], dtype=torch.float32)
