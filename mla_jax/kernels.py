@@ -164,7 +164,8 @@ def mla_decode_stage1(
         # the tile is BLOCK_N contiguous rows at a scalar base, so the per-row address
         # arithmetic is loop-invariant. Every block is masked: unmasked interior blocks
         # with the split's edge blocks peeled out of the loop ran fewer instructions
-        # but 5-25% slower on the H200 (run 18), the peeled code costing registers.
+        # but 5-25% slower on the H200, the peeled code costing registers
+        # (docs/performance.md, "Latent loads").
         first = start - start % BLOCK_N
         page = _clamp_page(tl.load(bt_row + first // PAGE_SIZE), NUM_PAGES)
         for n0 in range(first, end, BLOCK_N):
@@ -266,9 +267,9 @@ def stage2_tiling(grid_splits: int, num_heads: int, kv_lora_rank: int,
     the batch's (row, head) pairs (at least ``MIN_COL_BLOCK``); then up to
     ``MAX_SPLIT_BLOCK`` splits fill the tile of ``STAGE2_TILE`` partial values (32
     registers a thread at 4 warps); then heads, while the programs stay that many.
-    Measured on the H200 (``scripts/sweep_stage2.py``, run 33): one program per
-    (row, head, 128 columns) made 65536 tiny programs at B=128, H=128, one split (52 us
-    to move 48 MB, run 22); with 128 pairs, 64 splits, 256 columns at 16 splits an
+    Measured on the H200 (``scripts/sweep_stage2.py``; docs/performance.md, "Stage 2's
+    tiling"): one program per (row, head, 128 columns) made 65536 tiny programs at
+    B=128, H=128, one split (52 us to move 48 MB); with 128 pairs, 64 splits, 256 columns at 16 splits an
     iteration beat 128 at 32 (4.8 against 5.2 us), and with 512 pairs, 16 splits, whole
     rows at 8 splits beat 256 columns at 16 (4.0 against 4.5 us).
     """
@@ -291,9 +292,9 @@ def stage2_tiling(grid_splits: int, num_heads: int, kv_lora_rank: int,
 def stage1_config(num_heads: int) -> dict[str, int]:
     """Tile sizes and launch options of stage 1 for ``num_heads`` query heads.
 
-    Heads are grouped (``tiling.head_tile``) so each latent tile loaded serves many
+    Heads are grouped (``_tiling.head_tile``) so each latent tile loaded serves many
     heads; 64-head tiles reach Hopper's warpgroup MMA. Measured on the H200
-    (docs/perf_notes.md, runs 7 and 13): 16-head tiles take 32-token blocks, 4 warps
+    (docs/performance.md, "Head tiles and stage-1 configurations"): 16-head tiles take 32-token blocks, 4 warps
     and 3 stages (the latent tiles double-buffered); wider tiles need 8 warps for
     their 64 x 512 accumulator and take 64-token blocks at 2 stages, at every batch.
     ``LORA_CHUNKS``: 16-head tiles split the latent dims in 4 (independent mma.sync
@@ -351,7 +352,8 @@ def launch_params(
             stride_kv_page=kv_strides[0], stride_kv_row=kv_strides[1],
             stride_bt_b=block_table_strides[0], **buf,
             BLOCK_H=cfg["BLOCK_H"], BLOCK_N=cfg["BLOCK_N"],
-            # Page by page where blocks fit in pages (7-15% faster on the H200, run 18).
+            # Page by page where blocks fit in pages: 7-15% faster on the H200
+            # (docs/performance.md, "Latent loads").
             PAGED_LOADS=page_size % cfg["BLOCK_N"] == 0,
             # A chunk is a dot's depth (QK) and width (PV): at least MIN_DOT.
             LORA_CHUNKS=min(cfg["LORA_CHUNKS"], max(1, kv_lora_rank // MIN_DOT)),

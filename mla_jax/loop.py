@@ -137,7 +137,8 @@ def decode_loop(
       x0: ``[B, hidden]``.
       unroll: steps per loop trip (``lax.scan``'s ``unroll``). On a GPU each trip of
         XLA's while loop waits on the host; at B=1, H=128, L=4096 on the H200 one step
-        took 28 us rolled and 22 us with ``unroll=8`` (scripts/step_timing.py, run 14),
+        took 28 us rolled and 22 us with ``unroll=8`` (``scripts/step_timing.py``;
+        docs/performance.md, "Small batches and the scan step"),
         for a longer compilation.
 
     Returns:

@@ -19,8 +19,8 @@ from mla_jax._tiling import head_tiles, programs_per_sm
 
 Policy = Literal["vllm", "occupancy"]
 # Every entry point's default: it beat vLLM's rule at 32 of 34 shapes of the H200
-# sweep, and both pick the same count at the other two (docs/benchmarks.md, run 38).
-# Reserve and decode with the same policy.
+# sweep, and both pick the same count at the other two (docs/benchmarks.md). The
+# reservation records its policy, and every step reads it from the buffer.
 DEFAULT_POLICY: Policy = "occupancy"
 
 # vLLM's rule: one split per this many KV tokens of the longest sequence ...
@@ -28,13 +28,14 @@ TOKENS_PER_SPLIT = 512
 # ... rounded up to a power of two and capped at this many splits per SM.
 MAX_SPLITS_PER_SM = 2
 # The occupancy policy: one wave of stage-1 programs (as many as fit on the SMs at
-# once, ``tiling.programs_per_sm``), but about no split shorter than this: below one
+# once, ``_tiling.programs_per_sm``), but about no split shorter than this: below one
 # 64-token block the split's fixed cost (loading q, writing a 2 KB partial per head,
-# merging it) outweighs more parallelism (H200, docs/perf_notes.md, runs 13-14).
+# merging it) outweighs more parallelism (H200; docs/performance.md, "Split rule").
 MIN_TOKENS_PER_SPLIT = 64
 # ... and at most this many, which bounds the reservation (it is sized at batch 1):
-# 256 splits were no faster at B=1, H=16, L=16384 (run 14); at L=65536 session 2's
-# 256 took 0.049 ms and 128 take 0.065 ms now, a trade taken for half the buffer.
+# 256 splits were no faster at B=1, H=16, L=16384; at L=65536, 256 splits took
+# 0.049 ms against 0.065 ms for 128, a trade taken for half the buffer
+# (docs/performance.md, "Split rule").
 MAX_OCCUPANCY_SPLITS = 128
 # A length past any cap of either rule (max_kv_splits).
 _UNBOUNDED_LEN = 1 << 40
