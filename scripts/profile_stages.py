@@ -3,7 +3,7 @@
     ncu --clock-control none --kernel-name regex:mla_decode_stage1 --launch-skip 2 \
         --launch-count 1 --set full python3 scripts/profile_stages.py 1x128x4096   # GPU
 
-The default split policy unless ``--splits`` is given; ``scripts/gpu_pass.sh ncu`` runs
+The default split policy unless ``--splits`` is given; ``scripts/gpu_checks.sh --out DIR ncu`` runs
 it at the target shapes and a one-block shape.
 """
 

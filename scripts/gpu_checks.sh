@@ -1,28 +1,32 @@
 #!/usr/bin/env bash
-# The GPU verification in a few device-tool calls (each under its 10 minutes), logs
-# under $OUT: commit them under docs/gpu/ and docs/benchmarks/.
-#   scripts/gpu_pass.sh tests          the test suite on the GPU (over 430 s on the H200)
-#   scripts/gpu_pass.sh tests-a        its files test_a* to test_l*, then tests-b the rest:
-#                                      two calls that each fit the 10-minute limit
-#   scripts/gpu_pass.sh extras         compare tables (with vLLM), the demo, fp8 bench
-#   scripts/gpu_pass.sh steps          step timing: donated buffer vs allocated vs scan
-#   scripts/gpu_pass.sh ab             both stages' device time, this version against the
-#                                      previous release in build/prev, at every sweep shape
-#                                      (carry build too)
-#   scripts/gpu_pass.sh ncu            Nsight Compute's full report of stage 1 at the target
-#                                      shapes and one-block shapes, and of stage 2 at B=1
-#                                      (hardware counters: Firecracker machines only)
-#   scripts/gpu_pass.sh bench-small    the sweep at B = 1, 4 (all H, L; L=65536 included)
-#   scripts/gpu_pass.sh bench-large    the sweep at B = 16, 64, 128
-#   scripts/gpu_pass.sh experiments    each stage's device time (scripts/stage_times.py),
-#                                      then the config sweep (scripts/sweep_configs.py)
-#                                      at the target shapes and a few small batches
-# Several modes run in order: `scripts/gpu_pass.sh tests extras`. Merge the two bench
-# parts with `python -m mla_jax bench --report-only small.json large.json`.
-# Carry .whl (jax-triton wheel) and .vllm (docs/vllm_kernel.md).
+# The GPU checks, on any machine with a CUDA GPU and this checkout importable (python3
+# with jax[cuda12], triton 3.6, jax-triton 0.3 and torch; MLA_JAX_VLLM_KERNEL pointing
+# at vLLM's kernel file for the vLLM columns, docs/vllm_kernel.md). Logs go under DIR:
+#   scripts/gpu_checks.sh --out DIR MODE [MODE ...]
+# Modes:
+#   tests              the test suite on the GPU (the interpreter and notebook tests are CI's)
+#   tests-a, tests-b   its files test_a* to test_l*, then the rest (two shorter runs)
+#   extras             compare tables (with vLLM), the triton demo, the fp8 bench
+#   steps              step timing: donated buffer vs allocated vs scan
+#   ab                 both stages' device time at every sweep shape, this checkout's kernels
+#                      against the previous release's in build/prev (scripts/ab_kernels.py)
+#   ncu                Nsight Compute's full report of stage 1 at the target shapes and
+#                      one-block shapes, and of stage 2 at B=1 (needs hardware counters)
+#   bench-small        the sweep at B = 1, 4 (all H, L; L=65536 included)
+#   bench-large        the sweep at B = 16, 64, 128
+#   experiments        each stage's device time, then the stage-1 config sweep
+#   deepseek           DeepSeek parity through triton and decode throughput
+# Merge the two bench parts with `python -m mla_jax bench --report-only small.json large.json`.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-source scripts/gpu_env.sh
+if [ "${1:-}" != "--out" ] || [ -z "${2:-}" ]; then
+    echo "usage: scripts/gpu_checks.sh --out DIR MODE [MODE ...]" >&2
+    exit 2
+fi
+OUT="$2"
+shift 2
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
 BENCH_BUDGET="${BENCH_BUDGET:-480}"
 bench_part() {  # name, batches
     timeout $((BENCH_BUDGET + 60)) python3 -m mla_jax bench --batch "$2" --repeats 3 \
@@ -31,7 +35,7 @@ bench_part() {  # name, batches
         | tee "$OUT/bench-$1.log" | tail -25
     rm -f "$OUT/bench-$1"/*.png  # at most 8 files come back; --report-only redraws them
 }
-for mode in "${@:-tests}"; do
+for mode in "$@"; do
     case "$mode" in
     tests|tests-a|tests-b)
         # The interpreter tests skip themselves (numpy >= 2.4 there); notebooks need nbclient;
@@ -91,9 +95,13 @@ for mode in "${@:-tests}"; do
         done
         profile stage2 1x128x4096
         ;;
+    deepseek)
+        timeout 300 python3 scripts/deepseek_gpu.py --out "$OUT/deepseek" 2>&1 \
+            | tee "$OUT/deepseek_gpu.log" | tail -30
+        ;;
     bench-small) bench_part small 1,4 ;;
     bench-large) bench_part large 16,64,128 ;;
-    *) echo "usage: scripts/gpu_pass.sh {tests|tests-a|tests-b|extras|steps|experiments|ab|ncu|bench-small|bench-large}..." >&2
+    *) echo "usage: scripts/gpu_checks.sh --out DIR {tests|tests-a|tests-b|extras|steps|experiments|ab|ncu|bench-small|bench-large|deepseek}..." >&2
        exit 2 ;;
     esac
 done
