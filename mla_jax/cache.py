@@ -97,6 +97,7 @@ def new_paged_cache(
     return kv_cache, block_table
 
 
+FP8_DTYPE = jnp.float8_e4m3fn  # vLLM's fp8 KV cache format on NVIDIA GPUs
 FP8_MAX = 448.0  # the largest finite float8_e4m3fn
 
 
@@ -116,4 +117,4 @@ def quantize_fp8(kv_cache: jax.Array, scale: float | jax.Array | None = None
     if scale is None:
         scale = jnp.maximum(jnp.max(jnp.abs(wide)), jnp.finfo(jnp.float32).tiny) / FP8_MAX
     scale = jnp.asarray(scale, jnp.float32)
-    return jnp.clip(wide / scale, -FP8_MAX, FP8_MAX).astype(jnp.float8_e4m3fn), scale
+    return jnp.clip(wide / scale, -FP8_MAX, FP8_MAX).astype(FP8_DTYPE), scale

@@ -26,12 +26,12 @@ import jax.numpy as jnp
 from mla_jax import _xla_backend as xla_backend
 from mla_jax._checks import check_block_table, check_row_vector, shape_error
 from mla_jax.buffers import LOGITS_DTYPE, LogitsBuffer
+from mla_jax.cache import FP8_DTYPE
 from mla_jax.splits import kv_splits, max_kv_splits
 from mla_jax.validate import validate_inputs
 
 Backend = Literal["auto", "triton", "xla"]
 QUERY_DTYPES = (jnp.bfloat16, jnp.float16, jnp.float32)
-FP8_KV_DTYPE = jnp.float8_e4m3fn  # vLLM's fp8 KV cache format on NVIDIA GPUs
 
 
 def _describe(x) -> str:
@@ -98,10 +98,10 @@ def _check_inputs(q_nope, q_pe, kv_cache, block_table, seq_lens, k_scale, buf: L
             raise shape_error("q_pe dtype", q_pe.dtype, f"q_nope's {q_nope.dtype}")
     if q_nope.dtype not in QUERY_DTYPES:
         raise shape_error("q dtype", q_nope.dtype, "bfloat16, float16 or float32")
-    if kv_cache.dtype not in (q_nope.dtype, FP8_KV_DTYPE):
+    if kv_cache.dtype not in (q_nope.dtype, FP8_DTYPE):
         raise shape_error("kv_cache dtype", kv_cache.dtype,
                           f"q's dtype {q_nope.dtype} or float8_e4m3fn (with k_scale)")
-    if kv_cache.dtype == FP8_KV_DTYPE and k_scale is None:
+    if kv_cache.dtype == FP8_DTYPE and k_scale is None:
         raise ValueError("kv_cache is float8_e4m3fn: pass k_scale, the float32 scale it was "
                          "quantised with (mla_jax.cache.quantize_fp8 returns it)")
     if k_scale is not None and jnp.size(k_scale) != 1:
@@ -139,12 +139,13 @@ def split_max_seq_len(max_seq_len: int | jax.Array | None) -> tuple[int | None, 
     if max_seq_len is None:
         return None, None
     check_array("max_seq_len", max_seq_len)
-    if jnp.shape(max_seq_len) != () or not jnp.issubdtype(max_seq_len.dtype, jnp.integer):
+    if jnp.ndim(max_seq_len) != 0 or not jnp.issubdtype(jnp.result_type(max_seq_len),
+                                                         jnp.integer):
         raise shape_error("max_seq_len", _describe(max_seq_len), "an int32 scalar")
     return None, jnp.asarray(max_seq_len, jnp.int32)
 
 
-def resolve_backend(backend: Backend, compute_capability: int | None) -> str:
+def resolve_backend(backend: Backend, compute_capability: int | None) -> Backend:
     """``"auto"``: the Triton kernels on a CUDA GPU (or when lowering for one), else XLA.
 
     ``"triton"`` needs a GPU or ``compute_capability`` (lowering for CUDA elsewhere).
@@ -313,10 +314,10 @@ def mla_decode(
     static, dynamic = split_max_seq_len(max_seq_len)
     if k_scale is not None and not isinstance(k_scale, numbers.Real):
         check_array("k_scale", k_scale)
-    backend = resolve_backend(backend, compute_capability)
+    resolved = resolve_backend(backend, compute_capability)
     if validate:
         validate_inputs(kv_cache, block_table, seq_lens)
-    if batch_invariant and backend == "xla" and _platform(q_nope) == "gpu":
+    if batch_invariant and resolved == "xla" and _platform(q_nope) == "gpu":
         raise ValueError(
             "batch_invariant=True with backend='xla' on a GPU: XLA:GPU chooses its dot "
             "algorithms by shape, so rows are not bitwise independent of the batch there; "
@@ -324,4 +325,4 @@ def mla_decode(
     return _decode_step(
         q_nope, q_pe, kv_cache, block_table, seq_lens, logits_buffer, dynamic, k_scale,
         scale=scale, static_max_seq_len=static, batch_invariant=bool(batch_invariant),
-        backend=backend, compute_capability=compute_capability)
+        backend=resolved, compute_capability=compute_capability)

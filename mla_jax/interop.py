@@ -85,7 +85,7 @@ def to_jax(t: torch.Tensor, *, device: jax.Device | None = None,
             raise BufferError(f"to_jax: strides {t.stride()} of shape {list(t.shape)} are "
                               "not a dense buffer; JAX needs a copy (t.contiguous())")
         t = t.contiguous()
-    if copy is False and t.dtype in _NARROWED_WITHOUT_X64 and not jax.config.jax_enable_x64:
+    if copy is False and t.dtype in _NARROWED_WITHOUT_X64 and not jax.config.read("jax_enable_x64"):
         raise BufferError(f"to_jax: {t.dtype} is narrowed to 32 bits (a copy) while "
                           "jax_enable_x64 is off")
     try:

@@ -11,7 +11,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from mla_jax.decode import mla_decode
+from mla_jax.buffers import LogitsBuffer
+from mla_jax.decode import mla_decode, split_query
 
 
 def token_lengths(seq_lens: jax.Array, num_tokens: int, *, causal: bool,
@@ -35,12 +36,12 @@ def mla_decode_tokens(
     kv_cache: jax.Array,
     block_table: jax.Array,
     seq_lens: jax.Array,
-    logits_buffer: jax.Array,
+    logits_buffer: LogitsBuffer,
     *,
     causal: bool = True,
     query_lens: jax.Array | None = None,
     **decode_kwargs,
-) -> tuple[jax.Array, jax.Array, jax.Array]:
+) -> tuple[jax.Array, jax.Array, LogitsBuffer]:
     """MLA decode of ``T`` query tokens per request.
 
     Args:
@@ -59,16 +60,17 @@ def mla_decode_tokens(
     Returns:
       ``out [B, T, H, kv_lora_rank]``, ``lse [B, T, H]`` and the logits buffer.
     """
-    pair = isinstance(q, (tuple, list))
-    first = q[0] if pair else q
-    if first.ndim != 4:
-        raise ValueError(f"q: got {list(first.shape)}, needed [B, T, H, D] "
+    q_nope, q_pe = split_query(q)
+    if q_nope.ndim != 4:
+        raise ValueError(f"q: got {list(q_nope.shape)}, needed [B, T, H, D] "
                          "(use mla_decode for one token per request)")
-    batch, tokens = first.shape[:2]
+    batch, tokens = q_nope.shape[:2]
     if block_table.ndim != 2 or block_table.shape[0] != batch:
         raise ValueError(f"block_table: got {list(block_table.shape)}, needed [{batch}, pages]")
-    rows = lambda x: x.reshape(batch * tokens, *x.shape[2:])  # noqa: E731
-    q_rows = tuple(map(rows, q)) if pair else rows(q)
+    def rows(x: jax.Array) -> jax.Array:
+        return x.reshape(batch * tokens, *x.shape[2:])
+
+    q_rows = rows(q_nope) if q_pe is None else (rows(q_nope), rows(q_pe))
     lens = token_lengths(seq_lens, tokens, causal=causal, query_lens=query_lens)
     table = jnp.repeat(block_table, tokens, axis=0)  # the request's pages for each token
     out, lse, logits_buffer = mla_decode(q_rows, kv_cache, table, lens.reshape(-1),

@@ -132,8 +132,8 @@ def reserved_splits(policy: Policy, *, num_heads: int, max_model_len: int, sm_co
     """The split axis a reservation needs: the most ``policy`` asks for at any batch
     and any length up to ``max_model_len`` (both rules are largest at batch 1 and the
     longest length)."""
-    return kv_splits(policy, batch=1, num_heads=num_heads, max_seq_len=max_model_len,
-                     sm_count=sm_count)
+    return int(kv_splits(policy, batch=1, num_heads=num_heads, max_seq_len=max_model_len,
+                         sm_count=sm_count))
 
 
 def max_kv_splits(policy: Policy, *, batch: int, num_heads: int, sm_count: int) -> int:
@@ -141,5 +141,5 @@ def max_kv_splits(policy: Policy, *, batch: int, num_heads: int, sm_count: int) 
     of a step whose length is only known at run time (programs past the run-time
     count exit at once, but each still takes a launch slot). Both rules stop growing
     with the length at their caps, long before ``_UNBOUNDED_LEN``."""
-    return kv_splits(policy, batch=batch, num_heads=num_heads, max_seq_len=_UNBOUNDED_LEN,
-                     sm_count=sm_count)
+    return int(kv_splits(policy, batch=batch, num_heads=num_heads,
+                         max_seq_len=_UNBOUNDED_LEN, sm_count=sm_count))

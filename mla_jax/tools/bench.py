@@ -5,19 +5,25 @@ backend through ``mla_decode``, plain JAX gather+einsum, and vLLM's Triton
 ``decode_attention_fwd`` (when ``mla_jax.tools.vllm_kernel.load()`` finds its source).
 Device time per call, without host dispatch:
 
-- JAX paths: K chained calls in one jitted ``lax.fori_loop``, timed around
-  ``block_until_ready``, divided by K (K makes one run last ~2 ms or more).
+- JAX paths: K chained calls unrolled in one jit (``timed_chain``), timed around
+  ``block_until_ready``, divided by K (K makes one run last ~2 ms or more). Every
+  call's results are outputs of the jit, so XLA deletes none of their work; on a GPU
+  the compiled chain must hold 2 K Triton custom calls for the Triton paths (stage 1
+  and stage 2 per call), or the sweep stops (``ChainCheckError``).
 - vLLM: a CUDA graph of K calls, replayed between CUDA events.
 
 Both ceilings (device copy, bf16 matmul) are measured in the same run, and every
 path gets bandwidth, flop rate, % of the roofline floor and speed-up over vLLM.
 Writes ``results.json`` and PNG plots into ``--out`` and the markdown page next to
-that folder (``docs/benchmarks.md`` for the default ``docs/benchmarks``).
+that folder (``docs/benchmarks.md`` for the default ``docs/benchmarks``). A run on a
+platform other than a GPU never replaces a ``results.json`` measured on a GPU.
 
 ``--dry-run`` runs on a CPU with tiny shapes and exercises every code path except
-the GPU timing calls: the Triton path is lowered for CUDA but not run, and the vLLM
-path runs a dense torch stand-in of ``decode_attention_fwd`` (``vllm_decode``'s
-plumbing included), timed by the wall clock instead of a CUDA graph.
+the GPU timing calls: the Triton path is lowered for CUDA but not run (its lowered
+chain is checked like the compiled one: 2 K custom calls, each reaching the
+outputs), and the vLLM path runs a dense torch stand-in of ``decode_attention_fwd``
+(``vllm_decode``'s plumbing included), timed by the wall clock instead of a CUDA
+graph. Its outputs go to ``build/bench-dry-run`` unless ``--out`` says otherwise.
 """
 
 from __future__ import annotations
@@ -30,23 +36,25 @@ import itertools
 import json
 import os
 import platform
+import re
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from mla_jax.tools import bench_report, vllm_kernel
-from mla_jax.tools.bench_report import PATH_LABELS
-from mla_jax.buffers import reserve_logits_buffer
+from mla_jax import kv_splits, mla_decode, num_kv_splits, reserve_logits_buffer
 from mla_jax.cache import new_paged_cache, quantize_fp8
-from mla_jax.decode import mla_decode
-from mla_jax.splits import num_kv_splits
+from mla_jax.tools import bench_report, vllm_kernel
+from mla_jax.tools.bench_report import PATH_LABELS, SPLIT_POLICY
+from mla_jax.tools.compare import H200_SM_COUNT, default_sm_count, positive_int
+from mla_jax.tools.problem import QK_NOPE_HEAD_DIM, softmax_scale
 
 BATCHES = (1, 4, 16, 64, 128)
 # The fp8 cache is timed on request (--paths triton-fp8), not in every sweep.
@@ -58,13 +66,14 @@ QUICK = {"batches": (4, 128), "heads": (16, 128), "lens": (4096, 16384), "repeat
 DRY = {"batches": (1, 2), "heads": (16,), "lens": (128, 256), "repeats": 2, "calls": 2,
        "page_size": 16}
 
+# Where results go: a dry run's must never land on the committed GPU results.
+DEFAULT_OUT, DRY_RUN_OUT = Path("docs/benchmarks"), Path("build/bench-dry-run")
+
 KV_LORA_RANK, ROPE_DIM = 512, 64
 LATENT_DIM = KV_LORA_RANK + ROPE_DIM
-# DeepSeek-V3's softmax scale: the absorbed query keeps qk_nope (128) + rope dims.
-SCALE = (128 + ROPE_DIM) ** -0.5
-DEFAULT_SM_COUNT = 132  # H200 / H100 SXM, when no GPU can be asked
-# The calls are unrolled (bench.decode_loop): more than ~20 makes XLA compiles of
-# the XLA paths dominate the sweep (measured: 23 s a shape at 100 calls).
+SCALE = softmax_scale(QK_NOPE_HEAD_DIM, ROPE_DIM)  # DeepSeek-V3's
+# The calls are unrolled (timed_chain): more than ~20 makes XLA compiles of the XLA
+# paths dominate the sweep (measured: 23 s a shape at 100 calls).
 TARGET_RUN_MS, MIN_CALLS, MAX_CALLS = 2.0, 5, 20
 # Runs dispatched back to back per timed repeat, one sync at the end: dispatch then
 # overlaps the device's work, and the sync is paid once per RUNS_PER_REPEAT runs. With
@@ -72,6 +81,8 @@ TARGET_RUN_MS, MIN_CALLS, MAX_CALLS = 2.0, 5, 20
 # 60-100% at 1/128/4096 (K=20) to the CUDA-graph device time (runs 21-22,
 # scripts/stage_times.py); with 10 runs a sync, within 6% of it (13% at 1/128/4096).
 RUNS_PER_REPEAT = 10
+# jax-triton's custom call target; each mla_decode call on the Triton path is two.
+TRITON_TARGET = "triton_kernel_call"
 
 
 @dataclass(frozen=True)
@@ -86,6 +97,8 @@ class Settings:
     paths: tuple[str, ...]
     time_budget_s: float
     bytes_budget: int
+    # A dry run's times mean nothing: one run a repeat keeps it short.
+    runs_per_repeat: int = RUNS_PER_REPEAT
 
 
 def sweep_shapes(batches: Sequence[int], heads: Sequence[int],
@@ -136,38 +149,155 @@ def dense_decode(q, kv_cache, block_table, seq_lens, *, scale: float,
 # -------------------------------------------------------------------------- timing
 
 
-def decode_loop(decode: Callable, calls: int, *, perturb_table: bool):
-    """jit of ``calls`` chained decode steps: ``(q, kv, bt, lens, buf) -> (out, lse, buf)``.
+def timed_chain(decode: Callable, calls: int, *, perturb_table: bool, keep_outs: bool):
+    """jit of ``calls`` chained decode steps: ``(q, kv, bt, lens, buf) -> (outs, lses, buf)``.
 
     ``decode(q, kv, bt, lens, buf) -> (out, lse, buf)``. ``buf`` (the logits buffer,
-    or None) is threaded and donated, so the Triton custom calls, which read and write
-    it, run once per iteration. The XLA paths read only loop-invariant arrays, and XLA
-    would hoist them out of the loop; with ``perturb_table`` each iteration adds
-    ``lse[0, 0] == inf`` (always 0, which XLA cannot know) to the block table the next
-    one reads.
+    or None) is threaded and donated. ``lses`` stacks every call's lse ``[calls, B, H]``
+    and ``outs`` every call's out ``[calls, B, H, R]`` with ``keep_outs``, else the
+    last one ``[1, B, H, R]``: one concatenate after the last call, no op between
+    calls. A result left unused is dead code that XLA deletes with the work only it
+    needs. A custom call is kept whole when any of its results is used, and Triton's
+    stage 2 yields out and lse together, so the lses keep both stages of every call;
+    the XLA paths compute out with ops of their own, so they need ``keep_outs``.
+
+    The XLA paths read only loop-invariant arrays, and XLA would compute identical
+    calls once; with ``perturb_table`` each call adds ``lse[0, 0] == inf`` (always 0,
+    which XLA cannot know) to the block table the next one reads.
     """
     def run(q, kv_cache, block_table, seq_lens, buf):
-        def body(_, carry):
-            table, buf, _, lse = carry
+        table, outs, lses = block_table, [], []
+        # Unrolled: a rolled GPU while loop syncs with the host on every trip (~10 us),
+        # which would swamp the small shapes; straight-line calls do not.
+        for _ in range(calls):
             out, lse, buf = decode(q, kv_cache, table, seq_lens, buf)
             if perturb_table:
                 table = table + (lse[0, 0] == jnp.inf).astype(table.dtype)
-            return table, buf, out, lse
-
-        batch, heads = q.shape[:2]
-        init = (block_table, buf, jnp.zeros((batch, heads, KV_LORA_RANK), q.dtype),
-                jnp.zeros((batch, heads), jnp.float32))
-        # Unrolled: a rolled GPU while loop syncs with the host on every trip (~10 us),
-        # which would swamp the small shapes; straight-line calls do not.
-        _, buf, out, lse = lax.fori_loop(0, calls, body, init, unroll=True)
-        return out, lse, buf
+            outs.append(out)
+            lses.append(lse)
+        return jnp.stack(outs if keep_outs else outs[-1:]), jnp.stack(lses), buf
 
     return jax.jit(run, donate_argnums=4)
 
 
+# ------------------------------------------------------------ the chain's custom calls
+
+
+class ChainCheckError(RuntimeError):
+    """A timed chain that would not run every call's work: the bench stops on it."""
+
+
+def compiled_custom_calls(hlo_text: str, target: str = TRITON_TARGET) -> int:
+    """Custom calls to ``target`` in a compiled executable's HLO text (``as_text()``)."""
+    return len(re.findall(rf'custom_call_target="{re.escape(target)}"', hlo_text))
+
+
+class CustomCalls(NamedTuple):
+    """Custom calls of a lowered module, each call site of a function counted."""
+
+    total: int
+    reaching_return: int  # those with a result that flows into the module's outputs
+
+
+_STRING = re.compile(r'"[^"]*"')  # MLIR escapes quotes inside strings as \22
+_NAME = re.compile(r"%[\w$]+")
+_FUNC = re.compile(r"^\s*func\.func\s+(?:public\s+|private\s+)?@([\w.$]+)\((.*)$")
+_DEF = re.compile(r"^\s*(%[\w$]+(?::\d+)?(?:\s*,\s*%[\w$]+(?::\d+)?)*)\s*=\s")
+_CALL = re.compile(r"\b(?:func\.)?call\s+@([\w.$]+)\(([^)]*)\)")
+
+
+def _functions(module_text: str) -> dict[str, tuple[list[str], list[str]]]:
+    """``{name: (parameter names, body lines)}`` of a StableHLO module's text."""
+    funcs: dict[str, tuple[list[str], list[str]]] = {}
+    body: list[str] = []
+    for line in module_text.splitlines():
+        header = _FUNC.match(_STRING.sub('""', line))
+        if header:
+            params = re.findall(r"(%[\w$]+):", header[2].split("->")[0])
+            body = []
+            funcs[header[1]] = (params, body)
+        else:
+            body.append(line)
+    return funcs
+
+
+def stablehlo_custom_calls(module_text: str, target: str = TRITON_TARGET) -> CustomCalls:
+    """Counts the custom calls to ``target`` in a lowered module (``Lowered.as_text()``)
+    and those whose results reach ``@main``'s return.
+
+    A walk over the SSA values: every function is instantiated per call site (a
+    function shared by K call sites holds K custom calls, each live or dead on its
+    own), an op's results depend on all its operands, and a region's
+    ``stablehlo.return`` feeds the op that holds the region. Conservative in the
+    direction of liveness, exact for straight-line code such as ``timed_chain``.
+    """
+    funcs = _functions(module_text)
+    deps: dict[tuple, set] = {}  # node -> the nodes it is computed from
+    calls_found: list[tuple] = []
+    counter = itertools.count()
+
+    def instantiate(name: str, args: list[tuple]) -> list[tuple]:
+        params, lines = funcs[name]
+        inst = next(counter)
+        env = dict(zip(params, args, strict=True))
+        # A name no line defines (a block argument, a while's iter_arg) is a node of its own.
+        node = lambda n: env.setdefault(n, (inst, n))
+        enclosing: list[tuple[int, tuple]] = []  # (indent, node) of ops that may hold regions
+        returned: list[tuple] = []
+        for raw in lines:
+            line = _STRING.sub('""', raw)
+            indent = len(line) - len(line.lstrip())
+            text = line.strip()
+            while enclosing and enclosing[-1][0] >= indent:
+                enclosing.pop()
+            if text.startswith(("return ", "func.return ")) or text == "return":
+                returned = [node(n) for n in _NAME.findall(text.split(" : ")[0])]
+                continue
+            if text.startswith("stablehlo.return") and enclosing:
+                deps[enclosing[-1][1]].update(node(n) for n in _NAME.findall(text))
+                continue
+            match = _DEF.match(line)
+            rhs = line[match.end():] if match else text
+            results = _NAME.findall(match[1]) if match else []
+            # All results of one op are one node: liveness is per op, not per result.
+            op = (inst, results[0]) if results else (inst, f"<op {next(counter)}>")
+            for r in results:
+                env[r] = op
+            operands = deps.setdefault(op, set())
+            call = _CALL.search(rhs)
+            if call and call[1] in funcs:
+                operands.update(instantiate(call[1], [node(n) for n in _NAME.findall(call[2])]))
+            else:
+                operands.update(node(n) for n in _NAME.findall(rhs))
+            if re.search(rf'custom_call\s+@{re.escape(target)}\b|call_target_name\s*=\s*'
+                         rf'"{re.escape(target)}"', raw):
+                calls_found.append(op)
+            enclosing.append((indent, op))
+        return returned
+
+    params, _ = funcs["main"]
+    live, todo = set(), instantiate("main", [("main", p) for p in params])
+    while todo:
+        n = todo.pop()
+        if n not in live:
+            live.add(n)
+            todo.extend(deps.get(n, ()))
+    return CustomCalls(len(calls_found), sum(op in live for op in calls_found))
+
+
+def check_chain_calls(path: str, found: int, calls: int, where: str) -> None:
+    """Raises ``ChainCheckError`` unless ``found`` is 2 Triton custom calls per call."""
+    if found != 2 * calls:
+        raise ChainCheckError(
+            f"{path}: the timed chain of {calls} mla_decode calls has {found} live "
+            f"{TRITON_TARGET} custom calls {where}, not {2 * calls} (stage 1 and stage 2 per "
+            "call), so its time would miss work that XLA deleted. Every call's results must "
+            "be outputs of the chain (bench.timed_chain).")
+
+
 def time_loop(step: Callable, state, *, calls: int, repeats: int,
               runs: int = RUNS_PER_REPEAT):
-    """Per-call ms of ``state = step(state)``, a jitted loop of ``calls`` calls, per
+    """Per-call ms of ``state = step(state)``, a jitted chain of ``calls`` calls, per
     repeat after a warm-up (which compiles); returns ``(times, last state)``.
 
     Each repeat dispatches ``runs`` steps back to back (each takes the last one's
@@ -222,7 +352,7 @@ def time_wall(fn: Callable, *, calls: int, repeats: int):
     return times, out
 
 
-def measure_ceilings(*, dry_run: bool, repeats: int) -> dict:
+def measure_ceilings(*, dry_run: bool, repeats: int, runs: int = RUNS_PER_REPEAT) -> dict:
     """Device copy bandwidth (bytes read + written / time) and bf16 matmul rate in JAX,
     each timed like the decode paths: a jitted loop of dependent calls."""
     copy_elems, n, calls = (1 << 20, 256, 2) if dry_run else (1 << 29, 8192, 20)
@@ -230,9 +360,9 @@ def measure_ceilings(*, dry_run: bool, repeats: int) -> dict:
     def per_call_ms(step: Callable, x: jax.Array) -> float:
         # The barrier keeps XLA from fusing or simplifying consecutive calls together,
         # should it ever unroll the loop.
-        body = lambda _, x: lax.optimization_barrier(step(x))  # noqa: E731
+        body = lambda _, x: lax.optimization_barrier(step(x))
         loop = jax.jit(lambda x: lax.fori_loop(0, calls, body, x), donate_argnums=0)
-        return float(np.median(time_loop(loop, x, calls=calls, repeats=repeats)[0]))
+        return float(np.median(time_loop(loop, x, calls=calls, repeats=repeats, runs=runs)[0]))
 
     # Negation: one read and one write per element, each call needing the last.
     copy_ms = per_call_ms(jnp.negative, jnp.ones((copy_elems,), jnp.bfloat16))
@@ -254,19 +384,39 @@ def measure_ceilings(*, dry_run: bool, repeats: int) -> dict:
 # --------------------------------------------------------------------------- paths
 
 
-def run_jax_path(settings: Settings, path: str, inputs: tuple, calls: int):
-    """``(times, out, None)`` of a JAX path; a dry run only lowers the Triton path
-    (``(None, None, why)``)."""
+@dataclass(frozen=True)
+class PathRun:
+    """One path at one shape: per-call times and the last output, or why not; and
+    facts for its results entry."""
+
+    times: list[float] | None
+    out: np.ndarray | jax.Array | None
+    skipped: str | None = None
+    facts: dict = field(default_factory=dict)
+
+
+def path_splits(path: str, batch: int, heads: int, seq_len: int, sm_count: int) -> int | None:
+    """The KV split count ``path`` runs at this shape (None: the dense path has none)."""
+    policy = SPLIT_POLICY[path]
+    if policy is None:
+        return None
+    return int(kv_splits(policy, batch=batch, num_heads=heads, max_seq_len=seq_len,
+                         sm_count=sm_count))
+
+
+def run_jax_path(settings: Settings, path: str, inputs: tuple, calls: int) -> PathRun:
+    """A JAX path timed as ``timed_chain``'s compiled chain, after checking that the
+    chain keeps 2 Triton custom calls per call on the Triton paths; a dry run only
+    lowers the Triton paths for CUDA and checks the lowered chain."""
     q, _, _, seq_lens = inputs
     seq_len = int(seq_lens.max())
-    # "triton-occupancy": the occupancy split policy; "triton-fp8": an fp8 cache.
-    backend, _, variant = path.partition("-")
-    policy = "occupancy" if variant == "occupancy" else "vllm"
+    backend = path.partition("-")[0]  # "triton-occupancy", "triton-fp8": the triton backend
     k_scale = None
-    if variant == "fp8":
+    if path == "triton-fp8":
         kv8, k_scale = quantize_fp8(inputs[1])
         inputs = (inputs[0], kv8, *inputs[2:])
-    lower_only = settings.dry_run and backend == "triton"
+    triton = backend == "triton"
+    lower_only = settings.dry_run and triton
     if path == "dense":
         def decode(q, kv, bt, sl, buf):
             return *dense_decode(q, kv, bt, sl, scale=SCALE), buf
@@ -274,40 +424,39 @@ def run_jax_path(settings: Settings, path: str, inputs: tuple, calls: int):
     else:
         def decode(q, kv, bt, sl, buf):
             return mla_decode(q, kv, bt, sl, buf, scale=SCALE, max_seq_len=seq_len,
-                              k_scale=k_scale, backend=backend, compute_capability=90 if lower_only else None)
+                              k_scale=k_scale, backend=backend,
+                              compute_capability=90 if lower_only else None)
         buf = reserve_logits_buffer(q.shape[0], q.shape[1], seq_len,
-                                    sm_count=settings.sm_count, policy=policy)
-    loop = decode_loop(decode, calls, perturb_table=backend != "triton")
+                                    sm_count=settings.sm_count, policy=SPLIT_POLICY[path])
+    chain = timed_chain(decode, calls, perturb_table=not triton, keep_outs=not triton)
     if lower_only:
-        loop.trace(*inputs, buf).lower(lowering_platforms=("cuda",))
-        return None, None, "dry run: lowered for CUDA, not run"
-    times, (out, _, _) = time_loop(lambda state: loop(*inputs, state[2]), (None, None, buf),
-                                   calls=calls, repeats=settings.repeats)
-    return times, out, None
+        found = stablehlo_custom_calls(
+            chain.trace(*inputs, buf).lower(lowering_platforms=("cuda",)).as_text())
+        check_chain_calls(path, found.total, calls, "in the module lowered for CUDA")
+        check_chain_calls(path, found.reaching_return, calls,
+                          "whose results reach the outputs of the module lowered for CUDA")
+        return PathRun(None, None, "dry run: lowered for CUDA, not run",
+                       {"triton_kernel_calls": found.reaching_return})
+    compiled = chain.lower(*inputs, buf).compile()
+    found = compiled_custom_calls(compiled.as_text())
+    if triton:
+        check_chain_calls(path, found, calls, "in the compiled executable")
+    # The checked executable itself is timed (donation as the jit declares it).
+    times, (outs, _, _) = time_loop(lambda state: compiled(*inputs, state[2]),
+                                    (None, None, buf), calls=calls, repeats=settings.repeats,
+                                    runs=settings.runs_per_repeat)
+    return PathRun(times, outs[-1], None, {"triton_kernel_calls": found})
 
 
-def _to_torch(x: jax.Array):
-    """``x`` as a torch tensor on the same device: shared through DLPack, else copied
-    through the host (bf16 as its 16-bit pattern, which numpy cannot hand torch)."""
+def run_vllm_path(settings: Settings, module, inputs: tuple, calls: int) -> PathRun:
+    """vLLM's kernel on the same arrays, shared via DLPack, with vLLM's split rule."""
     import torch
 
-    try:
-        return torch.from_dlpack(x)
-    except Exception:  # any DLPack refusal: take the slow road
-        device = "cuda" if x.devices().pop().platform == "gpu" else "cpu"
-        host = np.array(x)  # a writable copy, as torch.from_numpy wants
-        if x.dtype == jnp.bfloat16:
-            return torch.from_numpy(host.view(np.int16)).view(torch.bfloat16).to(device)
-        return torch.from_numpy(host).to(device)
+    from mla_jax.interop import to_torch
 
-
-def run_vllm_path(settings: Settings, module, inputs: tuple, calls: int):
-    """``(times, out, None)`` of vLLM's kernel on the same arrays, shared via DLPack,
-    with vLLM's split rule."""
-    import torch
-
-    q, kv_cache, block_table, seq_lens = (_to_torch(x) for x in inputs)
-    splits = num_kv_splits(int(inputs[3].max()), settings.sm_count)
+    q, kv_cache, block_table, seq_lens = (to_torch(x) for x in inputs)
+    batch, heads = inputs[0].shape[:2]
+    splits = path_splits("vllm", batch, heads, int(inputs[3].max()), settings.sm_count)
     ones = torch.ones((), dtype=torch.float32, device=q.device)  # k/v scales, made once
 
     def fn():
@@ -317,7 +466,7 @@ def run_vllm_path(settings: Settings, module, inputs: tuple, calls: int):
 
     timer = time_wall if settings.dry_run else time_cuda_graph
     times, out = timer(fn, calls=calls, repeats=settings.repeats)
-    return times, out.float().cpu().numpy(), None
+    return PathRun(times, out.float().cpu().numpy())
 
 
 def vllm_module(settings: Settings):
@@ -420,29 +569,33 @@ def measure_shape(settings: Settings, shape: tuple[int, int, int], *, ceilings: 
     floor = bench_report.floor_ms(nbytes, flops, copy_tbps=ceilings["copy_tbps"],
                                   matmul_tflops=ceilings["matmul_tflops"])
     calls = settings.calls or calls_for(floor)
+    # Shape-level: vLLM's split count (the baseline's); each path records its own.
     record = {"B": batch, "H": heads, "L": seq_len,
               "num_kv_splits": num_kv_splits(seq_len, settings.sm_count),
               "kv_bytes": nbytes, "flops": flops, "floor_ms": floor, "paths": {}}
     inputs, outs = None, {}
     for path in paths:
         progress.set_postfix_str(f"B={batch} H={heads} L={seq_len} {path}")
-        times, out = None, None
-        why = skip_reason(settings, path, shape, time.perf_counter() - start, vllm[1])
-        if why is None:
+        splits = path_splits(path, batch, heads, seq_len, settings.sm_count)
+        entry = {} if splits is None else {"num_kv_splits": splits}
+        run = PathRun(None, None, skip_reason(settings, path, shape,
+                                              time.perf_counter() - start, vllm[1]))
+        if run.skipped is None:
             try:  # one failing path (an OOM, a compile error) must not end the sweep
                 inputs = inputs or jax.block_until_ready(make_inputs(
                     jax.random.key(0, impl="rbg"), batch, heads, seq_len, settings.page_size))
-                times, out, why = (run_vllm_path(settings, vllm[0], inputs, calls)
-                                   if path == "vllm" else
-                                   run_jax_path(settings, path, inputs, calls))
+                run = (run_vllm_path(settings, vllm[0], inputs, calls) if path == "vllm"
+                       else run_jax_path(settings, path, inputs, calls))
+            except ChainCheckError:
+                raise  # a chain that skips work would make every time of the sweep wrong
             except Exception as e:
-                why = f"error: {type(e).__name__}: {e}"[:400]
-        if why is not None:
-            record["paths"][path] = {"skipped": why}
+                run = PathRun(None, None, f"error: {type(e).__name__}: {e}"[:400])
+        if run.skipped is not None:
+            record["paths"][path] = {"skipped": run.skipped, **entry, **run.facts}
             continue
-        outs[path] = np.asarray(out, np.float32)
-        record["paths"][path] = {"ms": float(np.median(times)), "times_ms": times,
-                                 "calls": calls}
+        outs[path] = np.asarray(run.out, np.float32)
+        record["paths"][path] = {"ms": float(np.median(run.times)), "times_ms": run.times,
+                                 "calls": calls, **entry, **run.facts}
     add_metrics(record, outs)
     return record
 
@@ -460,9 +613,10 @@ def run_sweep(shapes: list[tuple[int, int, int]], settings: Settings,
                   f"K calls (~{TARGET_RUN_MS:g} ms a run, K in {MIN_CALLS}..{MAX_CALLS})")
     results = {
         "what": ("device time per call of one MLA decode step, median of repeats; JAX: "
-                 f"{RUNS_PER_REPEAT} runs of K chained calls in one jitted fori_loop, "
-                 f"dispatched back to back, one sync / ({RUNS_PER_REPEAT} K); vLLM: a CUDA "
-                 "graph of K calls replayed between CUDA events / K."),
+                 f"{settings.runs_per_repeat} runs of K chained calls unrolled in one jit, "
+                 "every call's outputs kept, dispatched back to back, one sync / "
+                 f"({settings.runs_per_repeat} K); vLLM: a CUDA graph of K calls replayed "
+                 "between CUDA events / K."),
         "machine": machine_info(settings.sm_count),
         "config": {"dry_run": settings.dry_run, "repeats": settings.repeats,
                    "calls_rule": calls_rule, "page_size": settings.page_size,
@@ -471,7 +625,8 @@ def run_sweep(shapes: list[tuple[int, int, int]], settings: Settings,
                    "bytes_budget": settings.bytes_budget,
                    "vllm_kernel": os.environ.get(vllm_kernel.ENV_VAR)},
         "paths": {p: PATH_LABELS[p] for p in paths},
-        "ceilings": measure_ceilings(dry_run=settings.dry_run, repeats=settings.repeats),
+        "ceilings": measure_ceilings(dry_run=settings.dry_run, repeats=settings.repeats,
+                                     runs=settings.runs_per_repeat),
         "shapes": [],
     }
     vllm = vllm_module(settings)
@@ -490,37 +645,61 @@ def run_sweep(shapes: list[tuple[int, int, int]], settings: Settings,
 # ----------------------------------------------------------------------------- CLI
 
 
-def _ints(text: str) -> tuple[int, ...]:
-    return tuple(int(v) for v in text.split(",") if v)
+def _positive_ints(text: str) -> tuple[int, ...]:
+    """argparse type: comma-separated integers >= 1, at least one."""
+    values = tuple(positive_int(v) for v in text.split(",") if v.strip())
+    if not values:
+        raise argparse.ArgumentTypeError(f"expected integers >= 1 separated by commas, got "
+                                         f"{text!r}")
+    return values
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value > 0:  # NaN too
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
+_positive_ints.__name__ = "ints"  # argparse names the type in its messages
+_positive_float.__name__ = "float"
 
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m mla_jax bench",
                                 description=__doc__.split("\n\n")[0].replace("``", ""))
-    p.add_argument("--batch", type=_ints, help=f"batch sizes (default {BATCHES})")
-    p.add_argument("--heads", type=_ints, help=f"query heads (default {HEADS})")
-    p.add_argument("--lens", type=_ints, help=f"sequence lengths (default {LENS}; those "
-                   f"> {LONG_LEN} only for B <= {LONG_MAX_BATCH})")
+    p.add_argument("--batch", type=_positive_ints, help=f"batch sizes (default {BATCHES})")
+    p.add_argument("--heads", type=_positive_ints, help=f"query heads (default {HEADS})")
+    p.add_argument("--lens", type=_positive_ints, help=f"sequence lengths (default {LENS}; "
+                   f"those > {LONG_LEN} only for B <= {LONG_MAX_BATCH})")
     p.add_argument("--paths", type=lambda s: tuple(s.split(",")), default=DEFAULT_PATHS,
                    help=f"paths to time, of {','.join(PATH_LABELS)} "
                         f"(default {','.join(DEFAULT_PATHS)})")
-    p.add_argument("--out", type=Path, default=Path("docs/benchmarks"),
-                   help="folder for results.json and the plots (default docs/benchmarks)")
+    p.add_argument("--out", type=Path,
+                   help=f"folder for results.json and the plots (default {DEFAULT_OUT}; with "
+                        f"--dry-run, {DRY_RUN_OUT}, so a dry run never touches the committed "
+                        "results). A results.json measured on a GPU there is replaced only by "
+                        "results measured on a GPU")
     p.add_argument("--markdown", type=Path,
-                   help="the markdown page (default <out>.md: docs/benchmarks.md)")
+                   help=f"the markdown page (default <out>.md: {DEFAULT_OUT}.md)")
     p.add_argument("--quick", action="store_true",
                    help=f"B {QUICK['batches']}, H {QUICK['heads']}, L {QUICK['lens']}, "
                         f"{QUICK['repeats']} repeats")
     p.add_argument("--dry-run", action="store_true",
-                   help="CPU, tiny shapes: every code path but the GPU timing calls")
-    p.add_argument("--repeats", type=int, help="timed runs per path (default 5)")
-    p.add_argument("--calls", type=int, help="K calls per timed run (default: per shape)")
-    p.add_argument("--page-size", type=int, help="cache page size (default 64)")
-    p.add_argument("--sm-count", type=int,
-                   help=f"for the split rule (default: the GPU's, else {DEFAULT_SM_COUNT})")
-    p.add_argument("--time-budget", type=float, default=420.0,
+                   help="CPU, tiny shapes: every code path but the GPU timing calls; writes "
+                        f"into {DRY_RUN_OUT} unless --out is given")
+    p.add_argument("--repeats", type=positive_int, help="timed runs per path (default 5)")
+    p.add_argument("--calls", type=positive_int,
+                   help="K calls per timed run (default: per shape)")
+    p.add_argument("--page-size", type=positive_int, help="cache page size (default 64)")
+    p.add_argument("--sm-count", type=positive_int,
+                   help=f"for the split rule (default: the GPU's, else {H200_SM_COUNT})")
+    p.add_argument("--time-budget", type=_positive_float, default=420.0,
                    help="seconds; paths after it are recorded as skipped (default 420)")
-    p.add_argument("--bytes-budget-gib", type=float,
+    p.add_argument("--bytes-budget-gib", type=_positive_float,
                    help="skip the XLA paths where their temporaries would exceed this "
                         "(default: a quarter of the GPU's memory, else 16)")
     p.add_argument("--report-only", type=Path, nargs="+", metavar="RESULTS_JSON",
@@ -533,11 +712,29 @@ def _device_defaults(args: argparse.Namespace) -> tuple[int, int]:
     """(sm_count, bytes budget) from the arguments, else from the first device."""
     device = jax.devices()[0]
     gpu = device.platform == "gpu"
-    sm_count = args.sm_count or (gpu and getattr(device, "core_count", None)) or DEFAULT_SM_COUNT
+    sm_count = args.sm_count or default_sm_count()
     if args.bytes_budget_gib is not None:
         return sm_count, int(args.bytes_budget_gib * 2**30)
     limit = (device.memory_stats() or {}).get("bytes_limit") if gpu else None
     return sm_count, int(limit // 4 if limit else 16 * 2**30)
+
+
+def replace_refusal(out_dir: Path, platform: str | None) -> str | None:
+    """Why results measured on ``platform`` must not replace ``out_dir``'s
+    results.json (one measured on a GPU, when ``platform`` is not), else None."""
+    path = out_dir / "results.json"
+    if platform == "gpu" or not path.is_file():
+        return None
+    try:
+        machine = json.loads(path.read_text()).get("machine") or {}
+    except (OSError, ValueError, AttributeError):
+        return None  # not a results file this command wrote: nothing measured to keep
+    if machine.get("platform") != "gpu":
+        return None
+    return (f"{path} holds results measured on a GPU ({machine.get('device', '?')}, "
+            f"{machine.get('date', '?')}); results from platform {platform!r} would replace "
+            "them. Choose another folder with --out (a dry run writes to "
+            f"{DRY_RUN_OUT} by default).")
 
 
 def write_json(results: dict, out_dir: Path) -> Path:
@@ -563,9 +760,15 @@ def write_outputs(results: dict, out_dir: Path, markdown: Path | None) -> Path:
 
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
+    args.out = args.out or (DRY_RUN_OUT if args.dry_run and not args.report_only
+                            else DEFAULT_OUT)
     if args.report_only:
         results = bench_report.merge_results(
             [json.loads(path.read_text()) for path in args.report_only])
+        refusal = replace_refusal(args.out, results.get("machine", {}).get("platform"))
+        if refusal:
+            print(f"bench: {refusal}", file=sys.stderr)
+            return 2
         page = write_outputs(results, args.out, args.markdown)
         print(bench_report.summary_table(results))
         print(f"wrote {args.out / 'results.json'}, {len(results['plots'])} plots and {page}")
@@ -580,6 +783,10 @@ def main(argv: list[str]) -> int:
         print(f"no GPU visible to JAX ({jax.devices()}); use --dry-run on a CPU",
               file=sys.stderr)
         return 2
+    refusal = replace_refusal(args.out, jax.devices()[0].platform)
+    if refusal:
+        print(f"bench: {refusal}", file=sys.stderr)
+        return 2
     preset = DRY if args.dry_run else QUICK if args.quick else {}
     shapes = sweep_shapes(args.batch or preset.get("batches", BATCHES),
                           args.heads or preset.get("heads", HEADS),
@@ -589,7 +796,8 @@ def main(argv: list[str]) -> int:
         dry_run=args.dry_run, repeats=args.repeats or preset.get("repeats", 5),
         calls=args.calls or preset.get("calls"),
         page_size=args.page_size or preset.get("page_size", 64), sm_count=sm_count,
-        paths=args.paths, time_budget_s=args.time_budget, bytes_budget=bytes_budget)
+        paths=args.paths, time_budget_s=args.time_budget, bytes_budget=bytes_budget,
+        runs_per_repeat=1 if args.dry_run else RUNS_PER_REPEAT)
     results = run_sweep(shapes, settings, checkpoint=lambda r: write_json(r, args.out))
     page = write_outputs(results, args.out, args.markdown)
     print(bench_report.summary_table(results))

@@ -8,9 +8,14 @@ dict ``mla_jax.tools.bench`` writes as ``results.json``:
      "ceilings": {"copy_tbps", "matmul_tflops", "jax_loop_step_ms", ...},
      "shapes": [{"B", "H", "L", "num_kv_splits", "kv_bytes", "flops", "floor_ms",
                  "paths": {key: {"ms", "times_ms", "calls", "tbps", "tflops",
-                                 "pct_of_floor", "speedup_vs_vllm", "max_abs_err"}
-                             or {"skipped": reason}}}],
+                                 "pct_of_floor", "speedup_vs_vllm", "max_abs_err",
+                                 "num_kv_splits", "triton_kernel_calls"}
+                             or {"skipped": reason, "num_kv_splits", ...}}}],
      "plots": [file names in the results folder]}
+
+A shape's ``num_kv_splits`` is vLLM's split count there (the baseline's); each path's
+entry has its own (none for the dense path). ``triton_kernel_calls``: the Triton
+custom calls in the JAX path's timed chain (2 per call on the Triton paths).
 """
 
 from __future__ import annotations
@@ -31,6 +36,9 @@ PATH_LABELS = {
     "vllm": "vLLM triton",
 }
 BASELINE = "vllm"
+# The split rule each path runs (mla_jax.kv_splits' policy); the dense path has none.
+SPLIT_POLICY = {"triton": "vllm", "triton-occupancy": "occupancy", "triton-fp8": "vllm",
+                "xla": "vllm", "dense": None, "vllm": "vllm"}
 
 
 def kv_bytes(batch: int, seq_len: int, *, latent_dim: int = 576, itemsize: int = 2) -> int:
@@ -67,6 +75,15 @@ def _metric(shape: dict, path: str, key: str) -> float | None:
 
 def _fmt(value: float | None, spec: str = ".3g", *, suffix: str = "") -> str:
     return "—" if value is None else f"{value:{spec}}{suffix}"
+
+
+def _splits(shape: dict, path: str) -> int | None:
+    """``path``'s split count at ``shape``. Results written before paths recorded their
+    own give vLLM's shape-level count to the paths on vLLM's rule, else nothing."""
+    entry = shape["paths"].get(path, {})
+    if "num_kv_splits" in entry:
+        return entry["num_kv_splits"]
+    return shape.get("num_kv_splits") if SPLIT_POLICY.get(path) == "vllm" else None
 
 
 def _timed_paths(results: dict) -> list[str]:
@@ -146,10 +163,17 @@ def render_markdown(results: dict, image_dir: str = "") -> str:
     lines += ["", "## Device time per call (ms)", ""]
     rows = []
     for s in results["shapes"]:
-        row = [str(s["B"]), str(s["H"]), str(s["L"]), str(s["num_kv_splits"]),
-               _fmt(s["floor_ms"], ".3g")]
+        row = [str(s["B"]), str(s["H"]), str(s["L"]), _fmt(s["floor_ms"], ".3g")]
         rows.append(row + [_fmt(_metric(s, p, "ms"), ".3g") for p in timed])
-    lines += _table(["B", "H", "L", "splits", "floor"] + [labels[p] for p in timed], rows)
+    lines += _table(["B", "H", "L", "floor"] + [labels[p] for p in timed], rows)
+
+    split = [p for p in labels if SPLIT_POLICY.get(p)
+             and any(_splits(s, p) is not None for s in results["shapes"])]
+    if split:
+        lines += ["", "## KV splits per call", ""]
+        rows = [[str(s["B"]), str(s["H"]), str(s["L"])]
+                + [_fmt(_splits(s, p), "d") for p in split] for s in results["shapes"]]
+        lines += _table(["B", "H", "L"] + [labels[p] for p in split], rows)
 
     lines += ["", "## % of floor" + (", and speed-up over vLLM" if BASELINE in timed else ""),
               ""]

@@ -30,13 +30,15 @@ import numpy as np
 from mla_jax import reference
 from mla_jax.buffers import gpu_sm_count, reserve_logits_buffer
 from mla_jax.decode import mla_decode
-from mla_jax.tools.problem import Problem, make_problem
 from mla_jax.splits import num_kv_splits
+from mla_jax.tools.problem import Problem, make_problem
 
 PATHS = ("jax-triton", "jax-xla", "jax-reference", "torch-dense", "torch-split-kv", "vllm",
          "numpy-f64")
 # Bound on the relative errors ||a - b|| / ||b|| of out and of lse, per input dtype.
 TOLERANCE = {"float32": 1e-4, "float16": 2e-3, "bfloat16": 1.5e-2}
+# The split rules' SM count where no GPU can be asked (H200 / H100 SXM); the other
+# tools import it from here.
 H200_SM_COUNT = 132
 
 
@@ -88,6 +90,24 @@ class Report(NamedTuple):
 def default_sm_count() -> int:
     """The GPU's multiprocessor count, or an H200's (132) on a machine without one."""
     return gpu_sm_count() if jax.default_backend() == "gpu" else H200_SM_COUNT
+
+
+def int_at_least(minimum: int) -> Callable[[str], int]:
+    """An argparse ``type``: an int ``>= minimum``; else argparse's usage error (exit 2)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
+        return value
+
+    parse.__name__ = "int"  # argparse names the type in its messages
+    return parse
+
+
+positive_int = int_at_least(1)
 
 
 def _numpy(t) -> np.ndarray:
@@ -259,7 +279,7 @@ def compare(
                                    vllm_kernel=vllm_kernel)
         except Unavailable as e:
             missing[name] = str(e)
-        except Exception as e:  # noqa: BLE001 -- one broken path must not hide the others
+        except Exception as e:  # one broken path must not hide the others
             errors[name] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
     if ground_truth not in outputs:
         why = missing.get(ground_truth) or errors[ground_truth]
@@ -275,7 +295,7 @@ def compare(
 def describe(report: Report) -> dict:
     """The report as JSON-ready data (non-finite errors become null)."""
     p = report.problem
-    finite = lambda v: v if not isinstance(v, float) or math.isfinite(v) else None  # noqa: E731
+    finite = lambda v: v if not isinstance(v, float) or math.isfinite(v) else None
     return {
         "problem": {"batch": p.q.shape[0], "heads": p.q.shape[1],
                     "seq_lens": p.seq_lens.tolist(), "page_size": p.kv_cache.shape[1],
@@ -302,7 +322,7 @@ def format_table(report: Report) -> str:
         f"{'path':15s} {'max abs err':>11s} {'rel err':>9s} {'lse rel':>9s} {'splits':>6s} "
         f"{'bitwise':>7s}  result",
     ]
-    num = lambda v, width: "-".rjust(width) if v is None else f"{v:{width}.2e}"  # noqa: E731
+    num = lambda v, width: "-".rjust(width) if v is None else f"{v:{width}.2e}"
     for s in report.scores:
         result = ("n/a" if not s.available else "PASS" if s.passed else "FAIL") + (
             f" ({s.note})" if s.note else "")
@@ -322,19 +342,19 @@ def _inject(text: str) -> tuple[str, float]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m mla_jax compare", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--batch", type=int, default=4)
-    parser.add_argument("--heads", type=int, default=16)
-    parser.add_argument("--max-len", type=int, default=2048,
+    parser.add_argument("--batch", type=positive_int, default=4)
+    parser.add_argument("--heads", type=positive_int, default=16)
+    parser.add_argument("--max-len", type=positive_int, default=2048,
                         help="longest sequence; the others are ragged, one is empty")
-    parser.add_argument("--page-size", type=int, default=16)
+    parser.add_argument("--page-size", type=positive_int, default=16)
     parser.add_argument("--dtype", choices=tuple(TOLERANCE), default="bfloat16")
-    parser.add_argument("--kv-lora-rank", type=int, default=512)
-    parser.add_argument("--rope-dim", type=int, default=64)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--kv-lora-rank", type=positive_int, default=512)
+    parser.add_argument("--rope-dim", type=positive_int, default=64)
+    parser.add_argument("--seed", type=int_at_least(0), default=0)
     parser.add_argument("--ground-truth", choices=PATHS, default="numpy-f64")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    parser.add_argument("--sm-count", type=int, default=None,
-                        help="for the split rule (default: the GPU's, else 132)")
+    parser.add_argument("--sm-count", type=positive_int, default=None,
+                        help=f"for the split rule (default: the GPU's, else {H200_SM_COUNT})")
     parser.add_argument("--vllm-kernel", metavar="PATH", default=None,
                         help="vLLM's triton_decode_attention.py (docs/vllm_kernel.md)")
     # Hidden: PATH=REL scales one path's softmax scale by 1 + REL (tests the check).

@@ -19,6 +19,15 @@ import numpy as np
 QK_NOPE_HEAD_DIM = 128
 
 
+def softmax_scale(qk_nope_head_dim: int = QK_NOPE_HEAD_DIM, rope_dim: int = 64) -> float:
+    """DeepSeek's softmax scale, ``1 / sqrt(qk_nope_head_dim + rope_dim)``.
+
+    Absorbing W_UK into the query changes the dot product's width, not its value, so
+    the absorbed decode keeps the scale of the unabsorbed head dim.
+    """
+    return float((qk_nope_head_dim + rope_dim) ** -0.5)
+
+
 class Problem(NamedTuple):
     """Inputs of one MLA decode step (numpy arrays; bfloat16 via ml_dtypes).
 
@@ -40,7 +49,7 @@ class Problem(NamedTuple):
 
     def as_jax(self, device: jax.Device | None = None) -> Problem:
         """The same problem with every array on ``device`` (default: JAX's default)."""
-        put = lambda a: jax.device_put(a, device)  # noqa: E731
+        put = lambda a: jax.device_put(a, device)
         return self._replace(q=put(self.q), kv_cache=put(self.kv_cache),
                              block_table=put(self.block_table), seq_lens=put(self.seq_lens))
 
@@ -86,7 +95,7 @@ def make_problem(
       dtype: of q and kv_cache: ``"float32"``, ``"float16"`` or ``"bfloat16"``.
       extra_pages: pool pages no sequence uses (random too, never read).
       shuffle: scatter the pages over the pool at random; else row-major in order.
-      scale: softmax scale; default ``1 / sqrt(128 + rope_dim)`` (DeepSeek-V3's).
+      scale: softmax scale; default ``softmax_scale(rope_dim=rope_dim)`` (DeepSeek-V3's).
 
     Returns:
       A ``Problem``; ``block_table`` has ``max(1, cdiv(max_len, page_size))`` columns
@@ -111,6 +120,6 @@ def make_problem(
         kv_cache=rng.standard_normal((num_pages, page_size, width), np.float32).astype(dtype),
         block_table=table,
         seq_lens=lens,
-        scale=float(scale if scale is not None else (QK_NOPE_HEAD_DIM + rope_dim) ** -0.5),
+        scale=float(scale) if scale is not None else softmax_scale(rope_dim=rope_dim),
         kv_lora_rank=kv_lora_rank,
     )
