@@ -289,7 +289,7 @@ def stage2_tiling(grid_splits: int, num_heads: int, kv_lora_rank: int,
     return {"HEAD_BLOCK": head_block, "SPLIT_BLOCK": split_block, "COL_BLOCK": col_block}
 
 
-def stage1_config(num_heads: int) -> dict[str, int]:
+def stage1_config(num_heads: int, float32: bool = False) -> dict[str, int]:
     """Tile sizes and launch options of stage 1 for ``num_heads`` query heads.
 
     Heads are grouped (``_tiling.head_tile``) so each latent tile loaded serves many
@@ -305,6 +305,12 @@ def stage1_config(num_heads: int) -> dict[str, int]:
     if block_h <= 16:
         return {"BLOCK_H": block_h, "BLOCK_N": 32, "num_warps": 4, "num_stages": 3,
                 "LORA_CHUNKS": 4}
+    if float32:
+        # float32 tiles take twice the shared memory: wider head tiles fit sm_90's
+        # 227 KB only with 16-token blocks in one stage (217 KB at 64 heads; 64-token
+        # blocks in two stages would ask for 432 KB).
+        return {"BLOCK_H": block_h, "BLOCK_N": 16, "num_warps": 8, "num_stages": 1,
+                "LORA_CHUNKS": 1}
     return {"BLOCK_H": block_h, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2,
             "LORA_CHUNKS": 1}
 
@@ -336,7 +342,7 @@ def launch_params(
     from these, so they cannot disagree. ``float32_inputs`` keeps float32 dots
     exact (no TF32); ``config`` overrides entries of ``stage1_config`` (for tuning).
     """
-    cfg = stage1_config(num_heads) | (config or {})
+    cfg = stage1_config(num_heads, float32_inputs) | (config or {})
     buf = {"stride_buf_b": buffer_strides[0], "stride_buf_h": buffer_strides[1],
            "stride_buf_s": buffer_strides[2]}
     stage1 = {

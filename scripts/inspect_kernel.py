@@ -29,7 +29,8 @@ def compile_stage1(heads, page, dtype, kv_dtype, config):
         kv_lora_rank=512, rope_dim=64, scale=0.1,
         grid_splits=4, q_nope_strides=(heads * 576, 576, 1), q_pe_strides=(heads * 576, 576, 1),
         qp_offset=512, kv_strides=(page * 576, 576, 1), block_table_strides=(256, 1),
-        buffer_strides=(heads * 4 * 513, 4 * 513, 513, 1), float32_inputs=False, config=config)
+        buffer_strides=(heads * 4 * 513, 4 * 513, 513, 1), float32_inputs=dtype == "fp32",
+        config=config)
     sig = {"q_nope_ptr": f"*{dtype}", "q_pe_ptr": f"*{dtype}", "kv_ptr": f"*{kv_dtype}",
            "block_table_ptr": "*i32", "seq_lens_ptr": "*i32", "num_splits_ptr": "*i32",
            "kv_scale_ptr": "*fp32", "buf_in_ptr": "*fp32", "buf_ptr": "*fp32"}
@@ -137,7 +138,7 @@ def main():
                                     num_stages=a.stages, LORA_CHUNKS=a.chunks).items()
               if v is not None}
     compiled = compile_stage1(a.heads, a.page, a.dtype, a.kv_dtype or a.dtype, config)
-    print(kernels.stage1_config(a.heads) | config, report(compiled))
+    print(kernels.stage1_config(a.heads, a.dtype == "fp32") | config, report(compiled))
     if a.dump:
         with open(a.dump, "w") as f:
             f.write(compiled.asm["ttgir"])
