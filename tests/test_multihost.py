@@ -158,7 +158,9 @@ def runs(tmp_path_factory):
     for name, (processes, devices) in LAYOUTS.items():
         start = time.monotonic()
         results, port, directory = launch(
-            processes, ["--local-device-count", str(devices)], tmp_path_factory.mktemp(name)
+            processes,
+            ["--local-device-count", str(devices), "--save-arrays"],
+            tmp_path_factory.mktemp(name),
         )
         out[name] = {
             "results": results,
