@@ -36,8 +36,9 @@ LAUNCH_TIMEOUT = 150.0  # seconds for one launch, every process included
 INIT_TIMEOUT = 60  # seconds each process waits for the others in initialize
 SCHEMES = ("heads", "batch")
 LAYOUTS = {"2x2": (2, 2), "4x1": (4, 1)}  # name: (processes, CPU devices each)
-# A collision on the coordinator's port: process 0 cannot serve it.
-PORT_TAKEN = ("Failed to add port", "Address already in use", "address already in use")
+# A collision on the coordinator's port: process 0 cannot serve it (jax's error, then
+# the gRPC log line, which TF_CPP_MIN_LOG_LEVEL=3 hides).
+PORT_TAKEN = ("Failed to start RPC server", "Failed to add port", "ddress already in use")
 
 
 def free_port() -> int:
@@ -242,3 +243,17 @@ def test_a_failing_process_stops_the_launch(tmp_path):
     assert time.monotonic() - start < INIT_TIMEOUT / 2
     assert all(r["rc"] != 0 for r in results), _summary(results)
     assert port_is_closed(port)
+
+
+def test_a_taken_port_is_recognised(tmp_path):
+    """What launch() retries on: process 0 cannot serve a port something listens on."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        start = time.monotonic()
+        results = _run_once(2, ["--local-device-count", "1"], tmp_path, port, 60.0, {})
+    assert time.monotonic() - start < INIT_TIMEOUT / 2
+    assert results[0]["rc"] != 0 and any(s in results[0]["log"] for s in PORT_TAKEN), _summary(
+        results
+    )
