@@ -61,9 +61,12 @@ import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:  # JAX is imported once XLA_FLAGS is set (configure_environment)
+    from mla_jax import LogitsBuffer
 
 SCHEMES = ("heads", "batch")
 MARK = "MULTIHOST_RESULTS "
@@ -311,7 +314,8 @@ def process_local_part(sharding: Any, array: np.ndarray) -> np.ndarray:
 
 def reserve_buffer(
     args: argparse.Namespace, rows: int, heads: int, capacity: int, sm_count: int, device: Any
-) -> Any:
+) -> LogitsBuffer:
+    """The single-device buffer; the split policy and SM count travel with it."""
     import mla_jax
 
     return mla_jax.reserve_logits_buffer(
@@ -319,6 +323,7 @@ def reserve_buffer(
         heads,
         capacity,
         kv_lora_rank=args.kv_lora_rank,
+        rope_dim=args.rope_dim,
         sm_count=sm_count,
         device=device,
         policy=args.policy,
@@ -327,7 +332,7 @@ def reserve_buffer(
 
 def reserve_sharded_buffer(
     args: argparse.Namespace, mesh: Any, scheme: str, capacity: int, sm_count: int
-) -> Any:
+) -> LogitsBuffer:
     from mla_jax.sharded import reserve_sharded_logits_buffer
 
     return reserve_sharded_logits_buffer(
@@ -338,6 +343,7 @@ def reserve_sharded_buffer(
         args.heads,
         capacity,
         kv_lora_rank=args.kv_lora_rank,
+        rope_dim=args.rope_dim,
         sm_count=sm_count,
         policy=args.policy,
     )
@@ -370,11 +376,6 @@ def make_loop(decode: Callable, append: Callable, steps: int, lora: int, w: np.n
     return jax.jit(loop, donate_argnames=("kv", "buf"))
 
 
-def data_of(buf: Any) -> Any:
-    """The array of a logits buffer (a ``LogitsBuffer``'s ``.data``, or the array)."""
-    return getattr(buf, "data", buf)
-
-
 class Unsharded:
     """One step and the scan through ``mla_decode`` / ``append_latent`` on one device:
     the single-process program, for the whole problem or for one shard's inputs.
@@ -402,8 +403,6 @@ class Unsharded:
                 buf,
                 scale=scale,
                 max_seq_len=max_seq_len,
-                sm_count=sm_count,
-                policy=args.policy,
                 backend=backend,
             )
 
@@ -474,8 +473,6 @@ def run_sharded(
             buf,
             scale=scale,
             max_seq_len=max_seq_len,
-            sm_count=sm_count,
-            policy=args.policy,
             backend=backend,
         )
 
@@ -486,7 +483,7 @@ def run_sharded(
     buf = reserve_sharded_buffer(args, mesh, scheme, capacity, sm_count)
     kv = global_array("kv_cache", problem["kv"].astype(dtype))
     out, lse, new_buf = decode(q, kv, table, lens, buf)
-    step_donated = data_of(buf).is_deleted()
+    step_donated = buf.data.is_deleted()
     loop = make_loop(decode, append, args.steps, args.kv_lora_rank, problem["w"])
     buf = reserve_sharded_buffer(args, mesh, scheme, capacity, sm_count)
     outs, lses, kv_after, buf_after = loop(q, kv, table, lens, buf)
@@ -494,11 +491,11 @@ def run_sharded(
     got_specs = {
         "step_out": out.sharding.spec,
         "step_lse": lse.sharding.spec,
-        "buffer": data_of(new_buf).sharding.spec,
+        "buffer": new_buf.data.sharding.spec,
         "outs": outs.sharding.spec[1:],
         "lses": lses.sharding.spec[1:],
         "kv": kv_after.sharding.spec,
-        "scan_buffer": data_of(buf_after).sharding.spec,
+        "scan_buffer": buf_after.data.sharding.spec,
     }
     want_specs = {
         "step_out": expected,
@@ -514,7 +511,7 @@ def run_sharded(
         "donated": {
             "step_buffer": step_donated,
             "scan_cache": kv.is_deleted(),
-            "scan_buffer": data_of(buf).is_deleted(),
+            "scan_buffer": buf.data.is_deleted(),
         },
         "specs_ok": {k: _same_spec(got_specs[k], want_specs[k]) for k in got_specs},
         "specs": {k: str(v) for k, v in got_specs.items()},
@@ -741,7 +738,7 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     try:
         out = run(args)
-    except Exception:  # noqa: BLE001 (reported in the JSON and the exit status)
+    except Exception:  # reported in the JSON and the exit status
         results = {"ok": False, "process_id": args.process_id, "error": traceback.format_exc()}
         write(args, results, {})
         print(results["error"], file=sys.stderr, flush=True)
