@@ -70,6 +70,7 @@ if TYPE_CHECKING:  # JAX is imported once XLA_FLAGS is set (configure_environmen
 
 SCHEMES = ("heads", "batch")
 MARK = "MULTIHOST_RESULTS "
+JOINED = "multihost_decode: joined:"  # printed once jax.distributed is up
 AXIS = "x"
 
 
@@ -645,6 +646,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     partition_specs(AXIS, "heads")  # the public API is importable before any work
     init_s = time.perf_counter() - start
     devices = jax.devices()
+    print(f"{JOINED} process {jax.process_index()} of {jax.process_count()}, "
+          f"{len(jax.local_devices())} of {len(devices)} devices", flush=True)  # fmt: skip
     mesh = Mesh(np.array(devices), (AXIS,))
     n = len(devices)
     platform = devices[0].platform
