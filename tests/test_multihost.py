@@ -32,7 +32,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "multihost_decode.py"
-LAUNCH_TIMEOUT = 150.0  # seconds for one launch, every process included
+LAUNCH_TIMEOUT = 300.0  # seconds for one launch (80 s seen on a shared 2-core machine)
 INIT_TIMEOUT = 60  # seconds each process waits for the others in initialize
 SCHEMES = ("heads", "batch")
 LAYOUTS = {"2x2": (2, 2), "4x1": (4, 1)}  # name: (processes, CPU devices each)
