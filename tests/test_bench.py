@@ -1,18 +1,26 @@
-"""The benchmark on a CPU: the dry run's outputs, the report, the arithmetic, the loop."""
+"""The benchmark on a CPU: the dry run's outputs, the report, the arithmetic, the timed
+chain (every call's work kept), the CLI's guards."""
 
 import json
 import re
 
 import jax
+import jax.numpy as jnp
 import pytest
 
+import mla_jax
 from mla_jax.tools import bench, bench_report
+
+# Two shapes cover every code path (and a merge of two parts); the dry run's default
+# sweep has four, which only costs more compiles.
+DRY_SHAPES = [(1, 16, 256), (2, 16, 256)]
 
 
 @pytest.fixture(scope="module")
 def dry_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("bench")
-    assert bench.main(["--dry-run", "--out", str(root / "benchmarks")]) == 0
+    assert bench.main(["--dry-run", "--batch", "1,2", "--lens", "256",
+                       "--out", str(root / "benchmarks")]) == 0
     return root
 
 
@@ -22,14 +30,22 @@ def test_dry_run_writes_json_plots_and_markdown(dry_run):
     assert results["config"]["dry_run"] is True
     assert results["ceilings"]["copy_tbps"] > 0 and results["ceilings"]["matmul_tflops"] > 0
     assert list(results["paths"]) == ["triton", "triton-occupancy", "xla", "dense", "vllm"]
-    assert [(s["B"], s["H"], s["L"]) for s in results["shapes"]] == [
-        (1, 16, 128), (1, 16, 256), (2, 16, 128), (2, 16, 256)]
+    assert [(s["B"], s["H"], s["L"]) for s in results["shapes"]] == DRY_SHAPES
     for shape in results["shapes"]:
         paths = shape["paths"]
-        assert paths["triton"] == {"skipped": "dry run: lowered for CUDA, not run"}
+        splits = {policy: mla_jax.kv_splits(policy, batch=shape["B"], num_heads=shape["H"],
+                                            max_seq_len=shape["L"], sm_count=132)
+                  for policy in ("vllm", "occupancy")}
+        assert splits["occupancy"] > splits["vllm"]  # so a shared column would show
+        # Lowered for CUDA, 2 calls a chain: stage 1 and stage 2 of each reach the outputs.
+        for name, policy in (("triton", "vllm"), ("triton-occupancy", "occupancy")):
+            assert paths[name] == {"skipped": "dry run: lowered for CUDA, not run",
+                                   "num_kv_splits": splits[policy], "triton_kernel_calls": 4}
+        assert "num_kv_splits" not in paths["dense"]
         for name in ("xla", "dense", "vllm"):
             entry = paths[name]
             assert entry["ms"] > 0 and len(entry["times_ms"]) == 2 and entry["calls"] == 2
+            assert entry.get("num_kv_splits", splits["vllm"]) == splits["vllm"]
             assert entry["pct_of_floor"] == pytest.approx(100 * shape["floor_ms"] / entry["ms"])
             assert entry["speedup_vs_vllm"] == pytest.approx(paths["vllm"]["ms"] / entry["ms"])
             # bf16 outputs of O(1): the paths agree to bf16 rounding, vLLM's plumbing included.
@@ -41,6 +57,8 @@ def test_dry_run_writes_json_plots_and_markdown(dry_run):
     page = (dry_run / "benchmarks.md").read_text()
     assert page == bench_report.render_markdown(results, image_dir="benchmarks")
     assert "](benchmarks/time_vs_len.png)" in page and "Dry run" in page
+    # Each path's own split count: triton, triton-occupancy, xla, vLLM.
+    assert "| 2 | 16 | 256 | 1 | 4 | 1 | 1 |" in page.split("## KV splits per call")[1]
 
 
 def test_report_only_rerenders_into_out(dry_run, tmp_path, capsys):
@@ -71,7 +89,7 @@ def test_report_only_merges_a_sweep_run_in_parts(dry_run, tmp_path):
     out = tmp_path / "merged"
     assert bench.main(["--report-only", str(first), str(second), "--out", str(out)]) == 0
     merged = json.loads((out / "results.json").read_text())
-    key = lambda s: (s["B"], s["H"], s["L"])  # noqa: E731
+    key = lambda s: (s["B"], s["H"], s["L"])
     assert [key(s) for s in merged["shapes"]] == sorted(key(s) for s in shapes)
     assert merged["elapsed_s"] == 5.0 and [p["shapes"] for p in merged["parts"]] == [
         len(shapes) - 1, 1]
@@ -122,25 +140,34 @@ def test_render_markdown_synthetic():
              "floor_ms": 0.01,
              "paths": {"triton": {"ms": 0.02, "tbps": 1.2, "tflops": 3.4, "pct_of_floor": 50.0,
                                   "speedup_vs_vllm": 2.5, "max_abs_err": 0.002},
+                       "triton-occupancy": {"skipped": "error: OOM", "num_kv_splits": 64},
                        "xla": {"skipped": "needs ~9 GiB"},
                        "vllm": {"ms": 0.05, "pct_of_floor": 20.0, "speedup_vs_vllm": 1.0}}}
     results = {"what": "synthetic.", "machine": {"device": "NVIDIA H200", "sm_count": 132,
                                                  "jax": "0.11.2"},
                "config": {"repeats": 5, "calls_rule": "K=10 calls", "page_size": 64,
                           "kv_lora_rank": 512, "rope_dim": 64},
-               "paths": {"triton": "mla_jax triton", "xla": "mla_jax xla",
-                         "vllm": "vLLM triton"},
+               "paths": {"triton": "mla_jax triton", "triton-occupancy": "mla_jax occupancy",
+                         "xla": "mla_jax xla", "dense": "dense", "vllm": "vLLM triton"},
                "ceilings": {"copy_tbps": 4.22, "matmul_tflops": 790.0},
                "shapes": [shape, {**shape, "L": 16384, "paths": {"vllm": {"ms": 0.2}}}],
                "plots": ["time_vs_len.png"]}
     page = bench_report.render_markdown(results, image_dir="benchmarks")
     assert "NVIDIA H200 (132 SMs)" in page and "4.22 TB/s" in page and "790 TFLOP/s" in page
-    assert "| B | H | L | splits | floor | mla_jax triton | vLLM triton |" in page
-    assert "| 4 | 128 | 4096 | 8 | 0.01 | 0.02 | 0.05 |" in page
-    assert "| 4 | 128 | 16384 | 8 | 0.01 | — | 0.2 |" in page
+    assert "| B | H | L | floor | mla_jax triton | vLLM triton |" in page
+    assert "| 4 | 128 | 4096 | 0.01 | 0.02 | 0.05 |" in page
+    assert "| 4 | 128 | 16384 | 0.01 | — | 0.2 |" in page
+    # Each path's own split count; entries without one (results written before paths
+    # recorded theirs) fall back to the shape's vLLM count on vLLM's rule only.
+    splits = page.split("## KV splits per call")[1].split("##")[0]
+    assert ("| B | H | L | mla_jax triton | mla_jax occupancy | mla_jax xla | vLLM triton |"
+            in splits)
+    assert "| 4 | 128 | 4096 | 8 | 64 | 8 | 8 |" in splits
+    assert "| 4 | 128 | 16384 | 8 | — | 8 | 8 |" in splits
     assert "| 4 | 128 | 4096 | 50 | 20 | 2.50× |" in page
     assert "| 4 | 128 | 4096 | 1.2 | 3.4 | 0.002 |" in page
     assert "- B=4 H=128 L=4096, mla_jax xla: needs ~9 GiB" in page
+    assert "- B=4 H=128 L=4096, mla_jax occupancy: error: OOM" in page
     assert "![time_vs_len](benchmarks/time_vs_len.png)" in page
     assert "Dry run" not in page
     table = bench_report.summary_table(results)
@@ -150,30 +177,105 @@ def test_render_markdown_synthetic():
 
 @pytest.mark.parametrize("path", ["dense", "xla"])
 @pytest.mark.parametrize("perturb", [True, False])
-def test_every_call_gathers_only_when_perturbed(path, perturb):
+def test_every_call_does_its_work_only_when_perturbed_and_kept(path, perturb):
     """The timed calls are unrolled and XLA merges identical calls on loop-invariant
     inputs: the XLA paths gather once per call only because each call feeds the block
-    table the next one reads. (On the CPU: XLA:GPU fuses gathers differently.)"""
+    table the next one reads; and they compute out (a dot) in every call only because
+    every out is an output. (On the CPU: XLA:GPU fuses gathers differently.)"""
     with jax.default_device(jax.devices("cpu")[0]):
-        gathers_in_loop(path, perturb)
+        gathers, dots = ops_in_chain(path, perturb, keep_outs=True)
+        # xla: gathers of the block table, then of the cache; dots: q.k_nope, q.k_pe, p.v
+        per_call = {"dense": (1, 2), "xla": (2, 3)}[path]
+        assert (gathers, dots) == tuple((3 if perturb else 1) * n for n in per_call)
+        if perturb:  # without every out kept, XLA deletes all but the last call's p.v
+            assert ops_in_chain(path, perturb, keep_outs=False)[1] < 3 * per_call[1]
 
 
-def gathers_in_loop(path, perturb):
+def ops_in_chain(path, perturb, *, keep_outs):
     inputs = bench.make_inputs(jax.random.key(0), 2, 16, 256, 16)
     if path == "dense":
         def decode(q, kv, bt, sl, buf):
             return *bench.dense_decode(q, kv, bt, sl, scale=0.1), buf
         buf = None
     else:
-        from mla_jax import mla_decode, reserve_logits_buffer
-
         def decode(q, kv, bt, sl, buf):
-            return mla_decode(q, kv, bt, sl, buf, scale=0.1, max_seq_len=256, backend="xla")
-        buf = reserve_logits_buffer(2, 16, 256, sm_count=132)
-    hlo = bench.decode_loop(decode, 3, perturb_table=perturb).lower(
+            return mla_jax.mla_decode(q, kv, bt, sl, buf, scale=0.1, max_seq_len=256,
+                                      backend="xla")
+        buf = mla_jax.reserve_logits_buffer(2, 16, 256, sm_count=132)
+    hlo = bench.timed_chain(decode, 3, perturb_table=perturb, keep_outs=keep_outs).lower(
         *inputs, buf).compile().as_text()
-    per_call = {"dense": 1, "xla": 2}[path]  # xla: the block table's, then the cache's
-    assert len(re.findall(r"= \S+ gather\(", hlo)) == (3 if perturb else 1) * per_call
+    return len(re.findall(r"= \S+ gather\(", hlo)), len(re.findall(r"= \S+ dot\(", hlo))
+
+
+def triton_decode(q, kv, bt, sl, buf):
+    # The bench's scale: the dry run's Triton kernels, already compiled, serve this too.
+    return mla_jax.mla_decode(q, kv, bt, sl, buf, scale=bench.SCALE, max_seq_len=256,
+                              backend="triton", compute_capability=90)
+
+
+def last_call_only(calls):
+    """The chain as a rolled-up loop would time it: only the last call's results out."""
+    def run(q, kv, bt, sl, buf):
+        def body(_, carry):
+            buf, _, _ = carry
+            return triton_decode(q, kv, bt, sl, buf)[::-1]  # (buf, lse, out)
+        init = (buf, jnp.zeros(q.shape[:2], jnp.float32), jnp.zeros((*q.shape[:2], 512), q.dtype))
+        buf, lse, out = jax.lax.fori_loop(0, calls, body, init, unroll=True)
+        return (out,), (lse,), buf
+    return jax.jit(run, donate_argnums=4)
+
+
+def test_lowered_chain_keeps_both_stages_of_every_call():
+    """The CI half of the bench's guard: the Triton chain lowered for CUDA holds 2 K
+    custom calls, each reaching the module's outputs; a loop that returns only its last
+    call's results fails the same check (XLA would delete K - 1 stage-2 calls)."""
+    inputs = bench.make_inputs(jax.random.key(0), 2, 16, 256, 16)
+    buf = mla_jax.reserve_logits_buffer(2, 16, 256, sm_count=132, policy="vllm")
+    lower = lambda chain: chain.trace(*inputs, buf).lower(lowering_platforms=("cuda",)).as_text()
+    calls = 3
+    good = bench.stablehlo_custom_calls(lower(bench.timed_chain(
+        triton_decode, calls, perturb_table=False, keep_outs=False)))
+    assert good == (2 * calls, 2 * calls)
+    bench.check_chain_calls("triton", good.reaching_return, calls, "in the lowered module")
+
+    # The unrolled fori_loop shares one body function over K call sites: its text has
+    # 2 custom calls, its call sites 2 K, of which only the last stage 2 is used.
+    bad = bench.stablehlo_custom_calls(lower(last_call_only(calls)))
+    assert bad == (2 * calls, calls + 1)
+    with pytest.raises(bench.ChainCheckError, match="has 4 live triton_kernel_call custom "
+                                                    "calls in the lowered module, not 6"):
+        bench.check_chain_calls("triton", bad.reaching_return, calls, "in the lowered module")
+
+
+def test_custom_call_walk_on_a_handwritten_module():
+    """Result k of a call is the callee's returned value k; ops with regions take what
+    their regions return; strings never count as operands."""
+    module = """module @m {
+  func.func public @main(%arg0: tensor<f32>) -> (tensor<f32>) {
+    %0:2 = call @pair(%arg0) : (tensor<f32>) -> (tensor<f32>, tensor<f32>)
+    %1 = stablehlo.custom_call @t(%arg0) {backend_config = "%0#1"} : (tensor<f32>) -> tensor<f32>
+    %2 = stablehlo.while(%iterArg = %arg0) : tensor<f32>
+    cond {
+      %c = stablehlo.constant dense<true> : tensor<i1>
+      stablehlo.return %c : tensor<i1>
+    } do {
+      %3 = stablehlo.custom_call @t(%iterArg) : (tensor<f32>) -> tensor<f32>
+      stablehlo.return %3 : tensor<f32>
+    }
+    return %0#0, %2 : tensor<f32>, tensor<f32>
+  }
+  func.func private @pair(%arg0: tensor<f32>) -> (tensor<f32>, tensor<f32>) {
+    %0 = stablehlo.custom_call @t(%arg0) : (tensor<f32>) -> tensor<f32>
+    %1 = stablehlo.custom_call @t(%arg0) : (tensor<f32>) -> tensor<f32>
+    return %0, %1 : tensor<f32>, tensor<f32>
+  }
+}"""
+    # Live: @pair's first (returned as %0#0) and the while body's; dead: @pair's second
+    # (%0#1 is unused) and %1 (named only inside a string).
+    assert bench.stablehlo_custom_calls(module, target="t") == (4, 2)
+    compiled = 'x = f32[] custom-call(y), custom_call_target="t", z = custom-call(), ' \
+               'custom_call_target="u"'
+    assert bench.compiled_custom_calls(compiled, target="t") == 1
 
 
 def test_time_loop_threads_the_state_and_time_wall_counts_calls():
@@ -190,18 +292,78 @@ def test_time_loop_threads_the_state_and_time_wall_counts_calls():
     assert len(times) == 3 and all(t > 0 for t in times) and state.tolist() == [16, 16]
 
 
-def test_to_torch_falls_back_to_a_host_copy(monkeypatch):
-    import numpy as np
-    import torch
+def test_path_splits_follow_each_paths_policy():
+    args = dict(batch=4, num_heads=16, max_seq_len=4096, sm_count=132)
+    vllm, occupancy = (mla_jax.kv_splits(p, **args) for p in ("vllm", "occupancy"))
+    assert (vllm, occupancy) == (8, 64)
+    splits = {p: bench.path_splits(p, 4, 16, 4096, 132) for p in bench_report.PATH_LABELS}
+    assert splits == {"triton": vllm, "triton-occupancy": occupancy, "triton-fp8": vllm,
+                      "xla": vllm, "dense": None, "vllm": vllm}
 
-    x = jax.random.normal(jax.random.key(0), (3, 5), jax.numpy.bfloat16)
-    shared = bench._to_torch(x)
 
-    def refuse(_):
-        raise BufferError("no DLPack here")
+# ----------------------------------------------------------------------------- CLI
 
-    monkeypatch.setattr(torch, "from_dlpack", refuse)
-    copied = bench._to_torch(x)
-    assert copied.dtype == shared.dtype == torch.bfloat16
-    np.testing.assert_array_equal(copied.float().cpu().numpy(), np.asarray(x, np.float32))
-    assert bench._to_torch(jax.numpy.arange(4, dtype=jax.numpy.int32)).tolist() == [0, 1, 2, 3]
+
+def gpu_results(tmp_path, name="benchmarks"):
+    """A folder holding a results.json measured on a GPU, and its page beside it."""
+    out = tmp_path / "docs" / name
+    out.mkdir(parents=True)
+    (out / "results.json").write_text(json.dumps(
+        {"machine": {"platform": "gpu", "device": "NVIDIA H200", "date": "then"}}))
+    (tmp_path / "docs" / f"{name}.md").write_text("the H200 page\n")
+    return out
+
+
+def test_dry_run_defaults_to_build_and_leaves_committed_results(dry_run, tmp_path, monkeypatch,
+                                                                capsys):
+    committed = gpu_results(tmp_path)
+    before = (committed / "results.json").read_text()
+    monkeypatch.chdir(tmp_path)
+    # The sweep itself is the fixture's; this checks where its outputs land.
+    results = json.loads((dry_run / "benchmarks" / "results.json").read_text())
+    monkeypatch.setattr(bench, "run_sweep", lambda *_, **__: dict(results))
+    monkeypatch.setattr(bench_report, "write_plots", lambda *_: [])
+    assert bench.main(["--dry-run"]) == 0
+    assert (committed / "results.json").read_text() == before
+    assert (tmp_path / "docs" / "benchmarks.md").read_text() == "the H200 page\n"
+    assert json.loads((tmp_path / "build/bench-dry-run/results.json").read_text())["config"][
+        "dry_run"] is True
+    assert "Dry run" in (tmp_path / "build/bench-dry-run.md").read_text()
+    assert "build/bench-dry-run/results.json" in capsys.readouterr().out
+    assert "with --dry-run, build/bench-dry-run" in " ".join(bench._parser().format_help().split())
+
+
+def test_no_run_off_a_gpu_replaces_gpu_results(dry_run, tmp_path, capsys):
+    out = gpu_results(tmp_path)
+    before = (out / "results.json").read_text()
+    assert bench.main(["--dry-run", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "measured on a GPU (NVIDIA H200, then)" in err and "--out" in err
+    dry = dry_run / "benchmarks" / "results.json"
+    assert bench.main(["--report-only", str(dry), "--out", str(out)]) == 2
+    assert "--out" in capsys.readouterr().err
+    assert (out / "results.json").read_text() == before
+    # Nor a dry run on a GPU; but GPU results may replace GPU results (re-rendering a
+    # sweep, say), and anything may replace a dry run's.
+    assert "a dry run's results would replace" in bench.replace_refusal(out, "gpu", dry_run=True)
+    assert bench.replace_refusal(out, "gpu") is None
+    assert bench.replace_refusal(dry.parent, "cpu", dry_run=True) is None
+    gpu = json.loads(dry.read_text())
+    gpu["machine"]["platform"] = "gpu"
+    gpu["config"]["dry_run"] = False
+    (tmp_path / "gpu.json").write_text(json.dumps(gpu))
+    assert bench.main(["--report-only", str(tmp_path / "gpu.json"), "--out", str(out)]) == 0
+    assert json.loads((out / "results.json").read_text())["machine"]["platform"] == "gpu"
+
+
+@pytest.mark.parametrize("argv", [
+    ["--batch", "0"], ["--batch", "1,-2"], ["--batch", ","], ["--batch", "x"],
+    ["--heads", "0"], ["--lens", "0"], ["--repeats", "0"], ["--calls", "0"],
+    ["--page-size", "0"], ["--sm-count", "0"], ["--time-budget", "0"],
+    ["--bytes-budget-gib", "-1"], ["--time-budget", "nan"]])
+def test_bench_rejects_bad_numbers_with_a_usage_error(argv, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        bench._parser().parse_args(["--dry-run", *argv])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument {argv[0]}" in err and "usage:" in err

@@ -42,7 +42,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -78,7 +78,7 @@ TARGET_RUN_MS, MIN_CALLS, MAX_CALLS = 2.0, 5, 20
 # Runs dispatched back to back per timed repeat, one sync at the end: dispatch then
 # overlaps the device's work, and the sync is paid once per RUNS_PER_REPEAT runs. With
 # one sync per run, the fixed ~0.3 ms around it added 12% at 128/16/16384 (K=5) and
-# 60-100% at 1/128/4096 (K=20) to the CUDA-graph device time (runs 21-22,
+# 60-100% at 1/128/4096 (K=20) to the CUDA-graph device time (measured with
 # scripts/stage_times.py); with 10 runs a sync, within 6% of it (13% at 1/128/4096).
 RUNS_PER_REPEAT = 10
 # jax-triton's custom call target; each mla_decode call on the Triton path is two.
@@ -121,7 +121,8 @@ def xla_temp_bytes(batch: int, heads: int, seq_len: int) -> int:
 
 
 @functools.partial(jax.jit, static_argnums=(1, 2, 3, 4))
-def make_inputs(key: jax.Array, batch: int, heads: int, seq_len: int, page_size: int):
+def make_inputs(key: jax.Array, batch: int, heads: int, seq_len: int,
+                page_size: int) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
     """Random bf16 ``(q, kv_cache)``, a shuffled block table, every row of length L
     (one compilation per shape, rather than one per random op; an "rbg" key compiles
     and runs faster than threefry's)."""
@@ -132,8 +133,9 @@ def make_inputs(key: jax.Array, batch: int, heads: int, seq_len: int, page_size:
     return q, kv_cache, block_table, jnp.full((batch,), seq_len, jnp.int32)
 
 
-def dense_decode(q, kv_cache, block_table, seq_lens, *, scale: float,
-                 kv_lora_rank: int = KV_LORA_RANK):
+def dense_decode(q: jax.Array, kv_cache: jax.Array, block_table: jax.Array,
+                 seq_lens: jax.Array, *, scale: float,
+                 kv_lora_rank: int = KV_LORA_RANK) -> tuple[jax.Array, jax.Array]:
     """Plain JAX MLA decode in bf16: gather every page of each row, one softmax."""
     rows = kv_cache[block_table].reshape(q.shape[0], -1, kv_cache.shape[-1])  # [B, N, D]
     logits = jnp.einsum("bhd,bnd->bhn", q, rows, preferred_element_type=jnp.float32) * scale
@@ -149,17 +151,19 @@ def dense_decode(q, kv_cache, block_table, seq_lens, *, scale: float,
 # -------------------------------------------------------------------------- timing
 
 
-def timed_chain(decode: Callable, calls: int, *, perturb_table: bool, keep_outs: bool):
+def timed_chain(decode: Callable, calls: int, *, perturb_table: bool,
+                keep_outs: bool) -> jax.stages.Wrapped:
     """jit of ``calls`` chained decode steps: ``(q, kv, bt, lens, buf) -> (outs, lses, buf)``.
 
     ``decode(q, kv, bt, lens, buf) -> (out, lse, buf)``. ``buf`` (the logits buffer,
-    or None) is threaded and donated. ``lses`` stacks every call's lse ``[calls, B, H]``
-    and ``outs`` every call's out ``[calls, B, H, R]`` with ``keep_outs``, else the
-    last one ``[1, B, H, R]``: one concatenate after the last call, no op between
-    calls. A result left unused is dead code that XLA deletes with the work only it
-    needs. A custom call is kept whole when any of its results is used, and Triton's
-    stage 2 yields out and lse together, so the lses keep both stages of every call;
-    the XLA paths compute out with ops of their own, so they need ``keep_outs``.
+    or None) is threaded and donated. ``lses`` is the tuple of every call's lse and
+    ``outs`` of every call's out with ``keep_outs``, else of the last one only
+    (``outs[-1]`` is the last call's either way). A result left unused is dead code
+    that XLA deletes with the work only it needs; as outputs of their own the results
+    cost no op at all, where stacking them would add a concatenate. A custom call is
+    kept whole when any of its results is used, and Triton's stage 2 yields out and
+    lse together, so the lses keep both stages of every call; the XLA paths compute
+    out with ops of their own, so they need ``keep_outs``.
 
     The XLA paths read only loop-invariant arrays, and XLA would compute identical
     calls once; with ``perturb_table`` each call adds ``lse[0, 0] == inf`` (always 0,
@@ -175,7 +179,7 @@ def timed_chain(decode: Callable, calls: int, *, perturb_table: bool, keep_outs:
                 table = table + (lse[0, 0] == jnp.inf).astype(table.dtype)
             outs.append(out)
             lses.append(lse)
-        return jnp.stack(outs if keep_outs else outs[-1:]), jnp.stack(lses), buf
+        return tuple(outs if keep_outs else outs[-1:]), tuple(lses), buf
 
     return jax.jit(run, donate_argnums=4)
 
@@ -200,7 +204,7 @@ class CustomCalls(NamedTuple):
 
 
 _STRING = re.compile(r'"[^"]*"')  # MLIR escapes quotes inside strings as \22
-_NAME = re.compile(r"%[\w$]+")
+_NAME = re.compile(r"%[\w$]+(?:#\d+)?")  # a value, or result k of an op: %3#k
 _FUNC = re.compile(r"^\s*func\.func\s+(?:public\s+|private\s+)?@([\w.$]+)\((.*)$")
 _DEF = re.compile(r"^\s*(%[\w$]+(?::\d+)?(?:\s*,\s*%[\w$]+(?::\d+)?)*)\s*=\s")
 _CALL = re.compile(r"\b(?:func\.)?call\s+@([\w.$]+)\(([^)]*)\)")
@@ -227,27 +231,38 @@ def stablehlo_custom_calls(module_text: str, target: str = TRITON_TARGET) -> Cus
 
     A walk over the SSA values: every function is instantiated per call site (a
     function shared by K call sites holds K custom calls, each live or dead on its
-    own), an op's results depend on all its operands, and a region's
-    ``stablehlo.return`` feeds the op that holds the region. Conservative in the
-    direction of liveness, exact for straight-line code such as ``timed_chain``.
+    own), a call's result k is the callee's returned value k, any other op's results
+    depend on all its operands and are live together (as XLA keeps a custom call
+    whole), and a region's ``stablehlo.return`` feeds the op that holds the region.
+    Conservative in the direction of liveness, exact for straight-line code such as
+    ``timed_chain``.
     """
     funcs = _functions(module_text)
     deps: dict[tuple, set] = {}  # node -> the nodes it is computed from
     calls_found: list[tuple] = []
     counter = itertools.count()
 
+    def results_of(lhs: str) -> list[str]:
+        """The references an op's left-hand side defines: ``%3:2`` gives %3#0, %3#1."""
+        refs = []
+        for name, count in re.findall(r"(%[\w$]+)(?::(\d+))?", lhs):
+            refs += [f"{name}#{k}" for k in range(int(count))] if count else [name]
+        return refs
+
     def instantiate(name: str, args: list[tuple]) -> list[tuple]:
         params, lines = funcs[name]
         inst = next(counter)
         env = dict(zip(params, args, strict=True))
         # A name no line defines (a block argument, a while's iter_arg) is a node of its own.
-        node = lambda n: env.setdefault(n, (inst, n))
+        node = lambda ref: env.setdefault(ref, (inst, ref))
         enclosing: list[tuple[int, tuple]] = []  # (indent, node) of ops that may hold regions
         returned: list[tuple] = []
         for raw in lines:
             line = _STRING.sub('""', raw)
             indent = len(line) - len(line.lstrip())
             text = line.strip()
+            if not text or text.startswith(("}", "^")) or re.fullmatch(r"[\w.]+\s*\{", text):
+                continue  # a region's brackets, its block's label, "cond {", "} do {"
             while enclosing and enclosing[-1][0] >= indent:
                 enclosing.pop()
             if text.startswith(("return ", "func.return ")) or text == "return":
@@ -258,17 +273,18 @@ def stablehlo_custom_calls(module_text: str, target: str = TRITON_TARGET) -> Cus
                 continue
             match = _DEF.match(line)
             rhs = line[match.end():] if match else text
-            results = _NAME.findall(match[1]) if match else []
-            # All results of one op are one node: liveness is per op, not per result.
-            op = (inst, results[0]) if results else (inst, f"<op {next(counter)}>")
-            for r in results:
-                env[r] = op
-            operands = deps.setdefault(op, set())
+            results = results_of(match[1]) if match else []
             call = _CALL.search(rhs)
             if call and call[1] in funcs:
-                operands.update(instantiate(call[1], [node(n) for n in _NAME.findall(call[2])]))
-            else:
-                operands.update(node(n) for n in _NAME.findall(rhs))
+                callee_returns = instantiate(call[1], [node(n) for n in _NAME.findall(call[2])])
+                for ref, value in zip(results, callee_returns, strict=True):
+                    env[ref] = (inst, ref)
+                    deps[(inst, ref)] = {value}
+                continue
+            op = (inst, results[0] if results else f"<op {next(counter)}>")
+            for ref in results:
+                env[ref] = op
+            deps.setdefault(op, set()).update(node(n) for n in _NAME.findall(rhs))
             if re.search(rf'custom_call\s+@{re.escape(target)}\b|call_target_name\s*=\s*'
                          rf'"{re.escape(target)}"', raw):
                 calls_found.append(op)
@@ -295,8 +311,8 @@ def check_chain_calls(path: str, found: int, calls: int, where: str) -> None:
             "be outputs of the chain (bench.timed_chain).")
 
 
-def time_loop(step: Callable, state, *, calls: int, repeats: int,
-              runs: int = RUNS_PER_REPEAT):
+def time_loop(step: Callable, state: Any, *, calls: int, repeats: int,
+              runs: int = RUNS_PER_REPEAT) -> tuple[list[float], Any]:
     """Per-call ms of ``state = step(state)``, a jitted chain of ``calls`` calls, per
     repeat after a warm-up (which compiles); returns ``(times, last state)``.
 
@@ -314,7 +330,7 @@ def time_loop(step: Callable, state, *, calls: int, repeats: int,
     return times, state
 
 
-def time_cuda_graph(fn: Callable, *, calls: int, repeats: int):
+def time_cuda_graph(fn: Callable, *, calls: int, repeats: int) -> tuple[list[float], Any]:
     """Per-call ms of ``fn`` from a CUDA graph of ``calls`` calls replayed between CUDA
     events, per repeat; returns ``(times, out of an eager call)``. GPU only."""
     import torch
@@ -340,7 +356,7 @@ def time_cuda_graph(fn: Callable, *, calls: int, repeats: int):
     return times, out
 
 
-def time_wall(fn: Callable, *, calls: int, repeats: int):
+def time_wall(fn: Callable, *, calls: int, repeats: int) -> tuple[list[float], Any]:
     """The dry run's stand-in for ``time_cuda_graph``: the wall clock of eager calls."""
     out, _ = fn()
     times = []
@@ -410,35 +426,36 @@ def run_jax_path(settings: Settings, path: str, inputs: tuple, calls: int) -> Pa
     lowers the Triton paths for CUDA and checks the lowered chain."""
     q, _, _, seq_lens = inputs
     seq_len = int(seq_lens.max())
-    backend = path.partition("-")[0]  # "triton-occupancy", "triton-fp8": the triton backend
+    # "triton-occupancy", "triton-fp8": the triton backend too.
+    triton = path.partition("-")[0] == "triton"
     k_scale = None
     if path == "triton-fp8":
         kv8, k_scale = quantize_fp8(inputs[1])
         inputs = (inputs[0], kv8, *inputs[2:])
-    triton = backend == "triton"
     lower_only = settings.dry_run and triton
-    if path == "dense":
+    policy = SPLIT_POLICY[path]
+    if policy is None:  # the dense path: no splits, no buffer
         def decode(q, kv, bt, sl, buf):
             return *dense_decode(q, kv, bt, sl, scale=SCALE), buf
         buf = None
     else:
         def decode(q, kv, bt, sl, buf):
             return mla_decode(q, kv, bt, sl, buf, scale=SCALE, max_seq_len=seq_len,
-                              k_scale=k_scale, backend=backend,
+                              k_scale=k_scale, backend="triton" if triton else "xla",
                               compute_capability=90 if lower_only else None)
         buf = reserve_logits_buffer(q.shape[0], q.shape[1], seq_len,
-                                    sm_count=settings.sm_count, policy=SPLIT_POLICY[path])
+                                    sm_count=settings.sm_count, policy=policy)
     chain = timed_chain(decode, calls, perturb_table=not triton, keep_outs=not triton)
     if lower_only:
-        found = stablehlo_custom_calls(
+        lowered = stablehlo_custom_calls(
             chain.trace(*inputs, buf).lower(lowering_platforms=("cuda",)).as_text())
-        check_chain_calls(path, found.total, calls, "in the module lowered for CUDA")
-        check_chain_calls(path, found.reaching_return, calls,
+        check_chain_calls(path, lowered.total, calls, "in the module lowered for CUDA")
+        check_chain_calls(path, lowered.reaching_return, calls,
                           "whose results reach the outputs of the module lowered for CUDA")
         return PathRun(None, None, "dry run: lowered for CUDA, not run",
-                       {"triton_kernel_calls": found.reaching_return})
+                       {"triton_kernel_calls": lowered.reaching_return})
     compiled = chain.lower(*inputs, buf).compile()
-    found = compiled_custom_calls(compiled.as_text())
+    found = compiled_custom_calls(compiled.as_text() or "")
     if triton:
         check_chain_calls(path, found, calls, "in the compiled executable")
     # The checked executable itself is timed (donation as the jit declares it).
@@ -448,7 +465,7 @@ def run_jax_path(settings: Settings, path: str, inputs: tuple, calls: int) -> Pa
     return PathRun(times, outs[-1], None, {"triton_kernel_calls": found})
 
 
-def run_vllm_path(settings: Settings, module, inputs: tuple, calls: int) -> PathRun:
+def run_vllm_path(settings: Settings, module: Any, inputs: tuple, calls: int) -> PathRun:
     """vLLM's kernel on the same arrays, shared via DLPack, with vLLM's split rule."""
     import torch
 
@@ -469,7 +486,7 @@ def run_vllm_path(settings: Settings, module, inputs: tuple, calls: int) -> Path
     return PathRun(times, out.float().cpu().numpy())
 
 
-def vllm_module(settings: Settings):
+def vllm_module(settings: Settings) -> tuple[Any, str | None]:
     """``(module, None)`` or ``(None, why not)``: vLLM's kernel, or in a dry run the
     torch stand-in (vLLM's file is still loaded when found: that needs no GPU)."""
     if "vllm" not in settings.paths:
@@ -570,7 +587,7 @@ def measure_shape(settings: Settings, shape: tuple[int, int, int], *, ceilings: 
                                   matmul_tflops=ceilings["matmul_tflops"])
     calls = settings.calls or calls_for(floor)
     # Shape-level: vLLM's split count (the baseline's); each path records its own.
-    record = {"B": batch, "H": heads, "L": seq_len,
+    record: dict[str, Any] = {"B": batch, "H": heads, "L": seq_len,
               "num_kv_splits": num_kv_splits(seq_len, settings.sm_count),
               "kv_bytes": nbytes, "flops": flops, "floor_ms": floor, "paths": {}}
     inputs, outs = None, {}
@@ -594,14 +611,15 @@ def measure_shape(settings: Settings, shape: tuple[int, int, int], *, ceilings: 
             record["paths"][path] = {"skipped": run.skipped, **entry, **run.facts}
             continue
         outs[path] = np.asarray(run.out, np.float32)
-        record["paths"][path] = {"ms": float(np.median(run.times)), "times_ms": run.times,
+        times = run.times or []
+        record["paths"][path] = {"ms": float(np.median(times)), "times_ms": times,
                                  "calls": calls, **entry, **run.facts}
     add_metrics(record, outs)
     return record
 
 
 def run_sweep(shapes: list[tuple[int, int, int]], settings: Settings,
-              checkpoint: Callable[[dict], None] | None = None) -> dict:
+              checkpoint: Callable[[dict], object] | None = None) -> dict:
     """Measures the ceilings, then every path at every shape: the results dict.
 
     ``checkpoint`` gets the results so far after each shape, so a run cut short by a
@@ -611,7 +629,7 @@ def run_sweep(shapes: list[tuple[int, int, int]], settings: Settings,
     paths = [p for p in PATH_LABELS if p in settings.paths]
     calls_rule = (f"K={settings.calls} calls" if settings.calls else
                   f"K calls (~{TARGET_RUN_MS:g} ms a run, K in {MIN_CALLS}..{MAX_CALLS})")
-    results = {
+    results: dict[str, Any] = {
         "what": ("device time per call of one MLA decode step, median of repeats; JAX: "
                  f"{settings.runs_per_repeat} runs of K chained calls unrolled in one jit, "
                  "every call's outputs kept, dispatched back to back, one sync / "
@@ -719,22 +737,23 @@ def _device_defaults(args: argparse.Namespace) -> tuple[int, int]:
     return sm_count, int(limit // 4 if limit else 16 * 2**30)
 
 
-def replace_refusal(out_dir: Path, platform: str | None) -> str | None:
-    """Why results measured on ``platform`` must not replace ``out_dir``'s
-    results.json (one measured on a GPU, when ``platform`` is not), else None."""
+def replace_refusal(out_dir: Path, platform: str | None, *, dry_run: bool = False) -> str | None:
+    """Why new results (from ``platform``, or a dry run) must not replace
+    ``out_dir``'s results.json: it was measured on a GPU and they were not. Else None."""
     path = out_dir / "results.json"
-    if platform == "gpu" or not path.is_file():
+    if (platform == "gpu" and not dry_run) or not path.is_file():
         return None
     try:
-        machine = json.loads(path.read_text()).get("machine") or {}
+        old = json.loads(path.read_text())
+        machine, measured = old.get("machine") or {}, not (old.get("config") or {}).get("dry_run")
     except (OSError, ValueError, AttributeError):
         return None  # not a results file this command wrote: nothing measured to keep
-    if machine.get("platform") != "gpu":
+    if machine.get("platform") != "gpu" or not measured:
         return None
+    new = "a dry run's results" if dry_run else f"results from platform {platform!r}"
     return (f"{path} holds results measured on a GPU ({machine.get('device', '?')}, "
-            f"{machine.get('date', '?')}); results from platform {platform!r} would replace "
-            "them. Choose another folder with --out (a dry run writes to "
-            f"{DRY_RUN_OUT} by default).")
+            f"{machine.get('date', '?')}); {new} would replace them. Choose another folder "
+            f"with --out (a dry run writes to {DRY_RUN_OUT} by default).")
 
 
 def write_json(results: dict, out_dir: Path) -> Path:
@@ -765,7 +784,8 @@ def main(argv: list[str]) -> int:
     if args.report_only:
         results = bench_report.merge_results(
             [json.loads(path.read_text()) for path in args.report_only])
-        refusal = replace_refusal(args.out, results.get("machine", {}).get("platform"))
+        refusal = replace_refusal(args.out, results.get("machine", {}).get("platform"),
+                                  dry_run=bool(results.get("config", {}).get("dry_run")))
         if refusal:
             print(f"bench: {refusal}", file=sys.stderr)
             return 2
@@ -783,11 +803,11 @@ def main(argv: list[str]) -> int:
         print(f"no GPU visible to JAX ({jax.devices()}); use --dry-run on a CPU",
               file=sys.stderr)
         return 2
-    refusal = replace_refusal(args.out, jax.devices()[0].platform)
+    refusal = replace_refusal(args.out, jax.devices()[0].platform, dry_run=args.dry_run)
     if refusal:
         print(f"bench: {refusal}", file=sys.stderr)
         return 2
-    preset = DRY if args.dry_run else QUICK if args.quick else {}
+    preset: dict[str, Any] = DRY if args.dry_run else QUICK if args.quick else {}
     shapes = sweep_shapes(args.batch or preset.get("batches", BATCHES),
                           args.heads or preset.get("heads", HEADS),
                           args.lens or preset.get("lens", LENS))

@@ -25,6 +25,7 @@ import itertools
 import math
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Literal
 
 # Path keys in display order, and their labels.
 PATH_LABELS = {
@@ -37,8 +38,9 @@ PATH_LABELS = {
 }
 BASELINE = "vllm"
 # The split rule each path runs (mla_jax.kv_splits' policy); the dense path has none.
-SPLIT_POLICY = {"triton": "vllm", "triton-occupancy": "occupancy", "triton-fp8": "vllm",
-                "xla": "vllm", "dense": None, "vllm": "vllm"}
+SPLIT_POLICY: dict[str, Literal["vllm", "occupancy"] | None] = {
+    "triton": "vllm", "triton-occupancy": "occupancy", "triton-fp8": "vllm", "xla": "vllm",
+    "dense": None, "vllm": "vllm"}
 
 
 def kv_bytes(batch: int, seq_len: int, *, latent_dim: int = 576, itemsize: int = 2) -> int:
@@ -253,6 +255,7 @@ def _heatmaps(results: dict, paths: list[str], key: str, title: str, *, ratio: b
 
     grids = [_grid(results, path, key) for path in paths]
     finite = [v for _, _, matrix in grids for row in matrix for v in row if not math.isnan(v)]
+    norm: Normalize
     if ratio:
         span = max([1.01] + [max(v, 1 / v) for v in finite if v > 0])
         norm = LogNorm(vmin=1 / span, vmax=span)

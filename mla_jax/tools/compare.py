@@ -22,12 +22,12 @@ import math
 import os
 import sys
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import jax
 import numpy as np
 
-from mla_jax import reference
+from mla_jax import Backend, reference
 from mla_jax.buffers import gpu_sm_count, reserve_logits_buffer
 from mla_jax.decode import mla_decode
 from mla_jax.splits import num_kv_splits
@@ -117,7 +117,14 @@ def _numpy(t) -> np.ndarray:
     return np.asarray(to_jax(t.detach().cpu()))
 
 
-def _jax_decode(backend: str) -> Callable[..., PathOutput]:
+def _jax_arrays(pj: Problem) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+    """``(q, kv_cache, block_table, seq_lens)`` of ``Problem.as_jax()``'s result (the
+    fields are typed for the numpy problem)."""
+    return cast(tuple[jax.Array, jax.Array, jax.Array, jax.Array],
+                (pj.q, pj.kv_cache, pj.block_table, pj.seq_lens))
+
+
+def _jax_decode(backend: Backend) -> Callable[..., PathOutput]:
     def run(p: Problem, pj: Problem, *, scale: float, sm_count: int, **_) -> PathOutput:
         if backend == "triton" and jax.default_backend() != "gpu":
             raise Unavailable("needs a CUDA GPU")
@@ -128,17 +135,18 @@ def _jax_decode(backend: str) -> Callable[..., PathOutput]:
                                     rope_dim=p.q.shape[2] - p.kv_lora_rank, sm_count=sm_count,
                                     policy="vllm")
         try:
-            out, lse, _ = mla_decode(pj.q, pj.kv_cache, pj.block_table, pj.seq_lens, buf,
-                                     scale=scale, max_seq_len=p.max_seq_len, backend=backend)
+            out, lse, _buf = mla_decode(*_jax_arrays(pj), buf, scale=scale,
+                                        max_seq_len=p.max_seq_len, backend=backend)
         except ImportError as e:  # jax-triton missing on a GPU machine
             raise Unavailable(str(e)) from e
-        return PathOutput(np.asarray(out), np.asarray(lse), num_kv_splits(p.max_seq_len, sm_count))
+        return PathOutput(np.asarray(out), np.asarray(lse),
+                          int(num_kv_splits(p.max_seq_len, sm_count)))
     return run
 
 
 def _jax_reference(p: Problem, pj: Problem, *, scale: float, **_) -> PathOutput:
-    out, lse = reference.mla_decode_reference(pj.q, pj.kv_cache, pj.block_table, pj.seq_lens,
-                                              scale=scale, kv_lora_rank=p.kv_lora_rank)
+    out, lse = reference.mla_decode_reference(*_jax_arrays(pj), scale=scale,
+                                              kv_lora_rank=p.kv_lora_rank)
     return PathOutput(np.asarray(out), np.asarray(lse), None)
 
 
@@ -154,7 +162,7 @@ def _torch_args(pj: Problem):
         from mla_jax.interop import to_torch
     except ImportError as e:
         raise Unavailable(f"needs torch ({e})") from e
-    return [to_torch(a) for a in (pj.q, pj.kv_cache, pj.block_table, pj.seq_lens)]
+    return [to_torch(a) for a in _jax_arrays(pj)]
 
 
 def _torch_dense(p: Problem, pj: Problem, *, scale: float, **_) -> PathOutput:
@@ -169,7 +177,7 @@ def _torch_split_kv(p: Problem, pj: Problem, *, scale: float, sm_count: int, **_
     args = _torch_args(pj)
     from mla_jax.torch_ref import mla_decode_split_kv_torch
 
-    splits = num_kv_splits(p.max_seq_len, sm_count)
+    splits = int(num_kv_splits(p.max_seq_len, sm_count))
     out, lse = mla_decode_split_kv_torch(*args, scale=scale, kv_lora_rank=p.kv_lora_rank,
                                          num_kv_splits=splits)
     return PathOutput(_numpy(out), _numpy(lse), splits)
@@ -197,7 +205,7 @@ def _vllm(p: Problem, pj: Problem, *, scale: float, sm_count: int, vllm_kernel: 
         args = [a.cuda() for a in args]
     else:  # a module object, e.g. vllm_kernel.torch_reference_module() for a CPU dry run
         mod = vllm_kernel
-    splits = num_kv_splits(p.max_seq_len, sm_count)
+    splits = int(num_kv_splits(p.max_seq_len, sm_count))
     out, lse = vk.vllm_decode(mod, *args, scale=scale, num_kv_splits=splits,
                               kv_lora_rank=p.kv_lora_rank)
     # vLLM's stage 2 divides 0 by 0 on a row without tokens; score the others.
