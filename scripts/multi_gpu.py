@@ -61,9 +61,10 @@ def run_case(scheme, shape, n, data, single_out, backend):
                                   max_seq_len=length, backend=backend)
 
     # The bench's timing: CALLS unrolled steps in one jit threading the donated buffer.
-    loop = bench.decode_loop(step, CALLS, perturb_table=False)
-    times, (out, _, buf) = bench.time_loop(lambda state: loop(*args, state[2]),
-                                           (None, None, buf), calls=CALLS, repeats=REPEATS)
+    loop = bench.timed_chain(step, CALLS, perturb_table=False, keep_outs=False)
+    times, (outs, _, buf) = bench.time_loop(lambda state: loop(*args, state[2]),
+                                            (None, None, buf), calls=CALLS, repeats=REPEATS)
+    out = outs[-1]
     ms = float(np.median(times))
     diff = np.abs(np.asarray(out, np.float32) - single_out)
     # A decode loop's shape: one jitted scan of steps whose lengths grow, split count

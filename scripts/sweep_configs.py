@@ -1,7 +1,7 @@
 """Stage-1 configurations x split counts on a GPU, timed as `mla_jax bench` times.
 
 For each shape, every (configuration, split count) of the triton decode (both stages,
-``triton_backend.decode``) is timed with ``bench.decode_loop`` / ``bench.time_loop``:
+``_triton_backend.decode``) is timed with ``bench.timed_chain`` / ``bench.time_loop``:
 K chained calls in one jit, the buffer threaded and donated, median of repeats. Each
 shape also times the public ``mla_decode`` with its defaults (what the bench's
 "occupancy splits (default)" row measures), so the two harnesses can be compared.
@@ -79,10 +79,10 @@ def shapes_parser(default, described):
 
 def time_decode(decode, calls, inputs, buf, *, repeats=REPEATS, runs=bench.RUNS_PER_REPEAT):
     """Median per-call ms of ``decode`` as the bench times it, and the last output."""
-    loop = bench.decode_loop(decode, calls, perturb_table=False)
-    times, (out, _, _) = bench.time_loop(lambda st: loop(*inputs, st[2]), (None, None, buf),
-                                         calls=calls, repeats=repeats, runs=runs)
-    return float(np.median(times)), out
+    loop = bench.timed_chain(decode, calls, perturb_table=False, keep_outs=False)
+    times, (outs, _, _) = bench.time_loop(lambda st: loop(*inputs, st[2]), (None, None, buf),
+                                          calls=calls, repeats=repeats, runs=runs)
+    return float(np.median(times)), outs[-1]
 
 
 def shape_inputs(batch, heads, length):
