@@ -37,13 +37,24 @@ def _inside_poison(t, pad: int, fill):
     import torch
 
     flat = torch.full((t.numel() + 2 * pad,), fill, dtype=t.dtype)
-    flat[pad:pad + t.numel()] = t.reshape(-1)
-    return flat[pad:pad + t.numel()].view(t.shape)
+    flat[pad : pad + t.numel()] = t.reshape(-1)
+    return flat[pad : pad + t.numel()].view(t.shape)
 
 
-def run(q: np.ndarray, kv_cache: np.ndarray, block_table: np.ndarray, seq_lens: np.ndarray,
-        buffer: np.ndarray, *, scale: float, num_splits: int, grid_splits: int | None = None,
-        kv_scale: float = 1.0, config: dict | None = None, poison: int = 0):
+def run(
+    q: np.ndarray,
+    kv_cache: np.ndarray,
+    block_table: np.ndarray,
+    seq_lens: np.ndarray,
+    buffer: np.ndarray,
+    *,
+    scale: float,
+    num_splits: int,
+    grid_splits: int | None = None,
+    kv_scale: float = 1.0,
+    config: dict | None = None,
+    poison: int = 0,
+):
     """Both stages on numpy inputs (in a pool worker); returns numpy ``(out, lse, buffer)``.
 
     ``q`` is ``[B, H, lora + rope]``; ``buffer`` float32 ``[rows, H, splits, lora + 1]``
@@ -61,11 +72,14 @@ def run(q: np.ndarray, kv_cache: np.ndarray, block_table: np.ndarray, seq_lens: 
         raise RuntimeError("run() belongs in a worker of interpreter_pool()")
     batch, heads, _ = q.shape
     lora = buffer.shape[-1] - 1
-    t = lambda a: torch.from_numpy(np.ascontiguousarray(a))  # noqa: E731
+    t = lambda a: torch.from_numpy(np.ascontiguousarray(a))
     q_t, bt_t, sl_t = t(q), t(block_table), t(seq_lens)
     # numpy has no fp8: an ml_dtypes float8_e4m3fn cache crosses as its bytes.
-    kv_t = (t(kv_cache.view(np.uint8)).view(torch.float8_e4m3fn)
-            if kv_cache.dtype.name == "float8_e4m3fn" else t(kv_cache))
+    kv_t = (
+        t(kv_cache.view(np.uint8)).view(torch.float8_e4m3fn)
+        if kv_cache.dtype.name == "float8_e4m3fn"
+        else t(kv_cache)
+    )
     if poison:
         page_elems = kv_t.shape[1] * kv_t.shape[2]
         kv_t = _inside_poison(kv_t, poison * page_elems, float("nan"))
@@ -76,14 +90,28 @@ def run(q: np.ndarray, kv_cache: np.ndarray, block_table: np.ndarray, seq_lens: 
     out_t = torch.full((batch, heads, lora), float("nan"), dtype=q_t.dtype)
     lse_t = torch.full((batch, heads), float("nan"), dtype=torch.float32)
     stage1, stage2 = kernels.launch_params(
-        batch=batch, num_heads=heads, num_pages=kv_cache.shape[0], page_size=kv_cache.shape[1],
-        pages_per_seq=block_table.shape[1], kv_lora_rank=lora,
-        rope_dim=q.shape[2] - lora, scale=scale, grid_splits=grid_splits or num_splits,
-        q_nope_strides=q_t.stride(), q_pe_strides=q_t.stride(), qp_offset=lora,
-        kv_strides=kv_t.stride(), block_table_strides=bt_t.stride(),
-        buffer_strides=buf_t.stride(), float32_inputs=q.dtype == np.float32, config=config)
+        batch=batch,
+        num_heads=heads,
+        num_pages=kv_cache.shape[0],
+        page_size=kv_cache.shape[1],
+        pages_per_seq=block_table.shape[1],
+        kv_lora_rank=lora,
+        rope_dim=q.shape[2] - lora,
+        scale=scale,
+        grid_splits=grid_splits or num_splits,
+        q_nope_strides=q_t.stride(),
+        q_pe_strides=q_t.stride(),
+        qp_offset=lora,
+        kv_strides=kv_t.stride(),
+        block_table_strides=bt_t.stride(),
+        buffer_strides=buf_t.stride(),
+        float32_inputs=q.dtype == np.float32,
+        config=config,
+    )
     kernels.mla_decode_stage1[stage1["grid"]](
-        q_t, q_t, kv_t, bt_t, sl_t, ns_t, scale_t, buf_t, buf_t, **stage1["constexprs"])
+        q_t, q_t, kv_t, bt_t, sl_t, ns_t, scale_t, buf_t, buf_t, **stage1["constexprs"]
+    )
     kernels.mla_decode_stage2[stage2["grid"]](
-        buf_t, sl_t, ns_t, out_t, lse_t, **stage2["constexprs"])
+        buf_t, sl_t, ns_t, out_t, lse_t, **stage2["constexprs"]
+    )
     return out_t.float().numpy(), lse_t.numpy(), buf_t.numpy()

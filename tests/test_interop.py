@@ -12,9 +12,15 @@ from mla_jax import mla_decode, reserve_logits_buffer
 from mla_jax.interop import to_jax, to_torch
 from mla_jax.tools.problem import make_problem
 
-DTYPES = [("float32", torch.float32), ("bfloat16", torch.bfloat16), ("float16", torch.float16),
-          ("int32", torch.int32), ("int8", torch.int8), ("uint8", torch.uint8),
-          ("bool", torch.bool)]
+DTYPES = [
+    ("float32", torch.float32),
+    ("bfloat16", torch.bfloat16),
+    ("float16", torch.float16),
+    ("int32", torch.int32),
+    ("int8", torch.int8),
+    ("uint8", torch.uint8),
+    ("bool", torch.bool),
+]
 SHAPES = [(), (7,), (3, 4, 5), (0, 3), (2, 1, 576)]
 
 
@@ -30,7 +36,8 @@ def pointer(x: jax.Array) -> int:
 def same_values(x: jax.Array, t: torch.Tensor) -> bool:
     """Compares through float64 (bool/int/bf16 included), shapes too."""
     return tuple(t.shape) == x.shape and np.array_equal(
-        t.to(torch.float64).cpu().numpy(), np.asarray(x.astype(jnp.float32)).astype(np.float64))
+        t.to(torch.float64).cpu().numpy(), np.asarray(x.astype(jnp.float32)).astype(np.float64)
+    )
 
 
 @pytest.mark.parametrize("dtype, torch_dtype", DTYPES)
@@ -67,12 +74,16 @@ def test_transposed_tensor_is_not_copied():
     assert same_values(jax.jit(lambda a: a * 2)(y), t * 2)
 
 
-@pytest.mark.parametrize("view", [
-    lambda t: t[:, ::2],  # step
-    lambda t: t[:, 1:5],  # part of the inner dimension
-    lambda t: t[:1].expand(8, 8),  # broadcast
-    lambda t: t[1:],  # 32 bytes in: not 64-byte aligned for XLA:CPU
-], ids=["step", "inner-slice", "expand", "misaligned"])
+@pytest.mark.parametrize(
+    "view",
+    [
+        lambda t: t[:, ::2],  # step
+        lambda t: t[:, 1:5],  # part of the inner dimension
+        lambda t: t[:1].expand(8, 8),  # broadcast
+        lambda t: t[1:],  # 32 bytes in: not 64-byte aligned for XLA:CPU
+    ],
+    ids=["step", "inner-slice", "expand", "misaligned"],
+)
 def test_views_that_need_a_copy(view):
     t = view(torch.randn(8, 8))
     y = to_jax(t)
@@ -117,16 +128,34 @@ def test_lifetimes():
 
 
 def test_torch_view_of_logits_buffer_blocks_donation():
-    p = make_problem(batch=2, num_heads=4, seq_lens=[40, 0], page_size=16, dtype="float32",
-                     kv_lora_rank=32, rope_dim=16, seed=5).as_jax()
-    step = lambda buf: mla_decode(p.q, p.kv_cache, p.block_table, p.seq_lens, buf,  # noqa: E731
-                                  scale=p.scale, max_seq_len=40, backend="xla")[2]
+    p = make_problem(
+        batch=2,
+        num_heads=4,
+        seq_lens=[40, 0],
+        page_size=16,
+        dtype="float32",
+        kv_lora_rank=32,
+        rope_dim=16,
+        seed=5,
+    ).as_jax()
+    step = lambda buf: mla_decode(
+        p.q,
+        p.kv_cache,
+        p.block_table,
+        p.seq_lens,
+        buf,
+        scale=p.scale,
+        max_seq_len=40,
+        backend="xla",
+    )[2]
     buf = reserve_logits_buffer(2, 4, 64, kv_lora_rank=32, rope_dim=16, sm_count=4)
     ptr = pointer(buf.data)
     view = to_torch(buf.data)
     if buf.data.devices().pop().platform == "gpu":
         # The GPU client refuses outright instead of copying.
-        with pytest.raises(Exception, match="Donation requested for buffer with external reference"):
+        with pytest.raises(
+            Exception, match="Donation requested for buffer with external reference"
+        ):
             step(buf)
         del view
         new = step(buf)

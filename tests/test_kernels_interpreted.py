@@ -3,10 +3,10 @@
 import numpy as np
 import pytest
 
-from tests.cases import DEEPSEEK, TINY, edge_lengths, random_case, tolerance
-from tests.interpreted import interpreter_pool, run
 from mla_jax import kernels
 from mla_jax.reference import mla_decode_reference_np
+from tests.cases import DEEPSEEK, TINY, edge_lengths, random_case, tolerance
+from tests.interpreted import interpreter_pool, run
 
 POISON = np.nan
 pytestmark = pytest.mark.interpreter
@@ -20,14 +20,22 @@ def pool():
 
 def check(pool, case, *, num_splits, grid_splits, buffer_rows, dtype, config=None):
     heads = case.q.shape[1]
-    buffer = np.full((buffer_rows, heads, grid_splits + 1, case.kv_lora_rank + 1), POISON,
-                     np.float32)
-    out, lse, buf = pool.apply(run, (case.q, case.kv_cache, case.block_table, case.seq_lens,
-                                     buffer), dict(scale=case.scale, num_splits=num_splits,
-                                                   grid_splits=grid_splits, config=config))
-    ref_out, ref_lse = mla_decode_reference_np(case.q, case.kv_cache, case.block_table,
-                                               case.seq_lens, scale=case.scale,
-                                               kv_lora_rank=case.kv_lora_rank)
+    buffer = np.full(
+        (buffer_rows, heads, grid_splits + 1, case.kv_lora_rank + 1), POISON, np.float32
+    )
+    out, lse, buf = pool.apply(
+        run,
+        (case.q, case.kv_cache, case.block_table, case.seq_lens, buffer),
+        dict(scale=case.scale, num_splits=num_splits, grid_splits=grid_splits, config=config),
+    )
+    ref_out, ref_lse = mla_decode_reference_np(
+        case.q,
+        case.kv_cache,
+        case.block_table,
+        case.seq_lens,
+        scale=case.scale,
+        kv_lora_rank=case.kv_lora_rank,
+    )
     np.testing.assert_allclose(out, ref_out, atol=tolerance(dtype), rtol=0)
     np.testing.assert_allclose(lse, ref_lse, atol=1e-4, rtol=1e-5)
     empty = case.seq_lens == 0
@@ -40,81 +48,139 @@ def check(pool, case, *, num_splits, grid_splits, buffer_rows, dtype, config=Non
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
 @pytest.mark.parametrize("page_size", [1, 16, 64])
-def test_tiny_dims_edge_lengths(pool, dtype, page_size):
-    rng = np.random.default_rng()
+def test_tiny_dims_edge_lengths(pool, dtype, page_size, rng):
     pages = max(2, 1100 // page_size // 8)
     capacity = pages * page_size
     for heads, num_splits in [(4, 1), (16, 4), (20, 3)]:
         lens = edge_lengths(page_size, capacity)
-        case = random_case(rng, batch=len(lens), heads=heads, dims=TINY, page_size=page_size,
-                           pages_per_seq=pages, dtype=dtype, seq_lens=rng.permutation(lens))
-        check(pool, case, num_splits=num_splits, grid_splits=num_splits + 2,
-              buffer_rows=len(lens) + 3, dtype=dtype)
+        case = random_case(
+            rng,
+            batch=len(lens),
+            heads=heads,
+            dims=TINY,
+            page_size=page_size,
+            pages_per_seq=pages,
+            dtype=dtype,
+            seq_lens=rng.permutation(lens),
+        )
+        check(
+            pool,
+            case,
+            num_splits=num_splits,
+            grid_splits=num_splits + 2,
+            buffer_rows=len(lens) + 3,
+            dtype=dtype,
+        )
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
 @pytest.mark.parametrize("heads", [16, 128])
-def test_deepseek_dims(pool, dtype, heads):
-    rng = np.random.default_rng()
-    case = random_case(rng, batch=3, heads=heads, dims=DEEPSEEK, page_size=64, pages_per_seq=20,
-                       dtype=dtype, seq_lens=[0, int(rng.integers(1, 1280)), 1280])
+def test_deepseek_dims(pool, dtype, heads, rng):
+    case = random_case(
+        rng,
+        batch=3,
+        heads=heads,
+        dims=DEEPSEEK,
+        page_size=64,
+        pages_per_seq=20,
+        dtype=dtype,
+        seq_lens=[0, int(rng.integers(1, 1280)), 1280],
+    )
     check(pool, case, num_splits=2, grid_splits=2, buffer_rows=4, dtype=dtype)
 
 
-@pytest.mark.parametrize("num_splits", [kernels.MAX_SPLIT_BLOCK + 1, 2 * kernels.MAX_SPLIT_BLOCK + 7])
-def test_many_splits_merge_in_blocks(pool, num_splits):
+@pytest.mark.parametrize(
+    "num_splits", [kernels.MAX_SPLIT_BLOCK + 1, 2 * kernels.MAX_SPLIT_BLOCK + 7]
+)
+def test_many_splits_merge_in_blocks(pool, num_splits, rng):
     """Stage 2 merges MAX_SPLIT_BLOCK splits at a time: counts past one block, rows
     whose live splits end inside a block."""
-    rng = np.random.default_rng()
-    case = random_case(rng, batch=3, heads=4, dims=TINY, page_size=4, pages_per_seq=50,
-                       dtype=np.float32,
-                       seq_lens=[200, int(rng.integers(1, 200)), int(rng.integers(1, num_splits))])
-    check(pool, case, num_splits=num_splits, grid_splits=num_splits + 3, buffer_rows=4,
-          dtype=np.float32)
+    case = random_case(
+        rng,
+        batch=3,
+        heads=4,
+        dims=TINY,
+        page_size=4,
+        pages_per_seq=50,
+        dtype=np.float32,
+        seq_lens=[200, int(rng.integers(1, 200)), int(rng.integers(1, num_splits))],
+    )
+    check(
+        pool,
+        case,
+        num_splits=num_splits,
+        grid_splits=num_splits + 3,
+        buffer_rows=4,
+        dtype=np.float32,
+    )
 
 
-def test_stage2_head_blocks(pool):
+def test_stage2_head_blocks(pool, rng):
     """A large batch with few splits: stage 2 merges several heads a program, the last
     block of heads partly past H (20 heads in blocks of 16), empty rows among them."""
-    rng = np.random.default_rng()
     batch, heads, splits = 128, 20, 3
     tiles = kernels.stage2_tiling(splits, heads, TINY[0], batch)
     assert tiles["HEAD_BLOCK"] > 1 and heads % tiles["HEAD_BLOCK"], tiles
     lens = rng.integers(1, 65, batch)
     lens[::17] = 0
-    case = random_case(rng, batch=batch, heads=heads, dims=TINY, page_size=16, pages_per_seq=4,
-                       seq_lens=lens)
-    check(pool, case, num_splits=splits, grid_splits=splits, buffer_rows=batch + 2,
-          dtype=np.float32)
+    case = random_case(
+        rng, batch=batch, heads=heads, dims=TINY, page_size=16, pages_per_seq=4, seq_lens=lens
+    )
+    check(
+        pool, case, num_splits=splits, grid_splits=splits, buffer_rows=batch + 2, dtype=np.float32
+    )
 
 
-def test_random_batches(pool):
-    rng = np.random.default_rng()
+def test_random_batches(pool, rng):
     for _ in range(4):
         batch = int(rng.integers(1, 7))
         page_size = int(rng.choice([1, 3, 16, 32]))
-        case = random_case(rng, batch=batch, heads=int(rng.integers(1, 40)), dims=TINY,
-                           page_size=page_size, pages_per_seq=int(rng.integers(1, 200 // page_size + 2)))
+        case = random_case(
+            rng,
+            batch=batch,
+            heads=int(rng.integers(1, 40)),
+            dims=TINY,
+            page_size=page_size,
+            pages_per_seq=int(rng.integers(1, 200 // page_size + 2)),
+        )
         splits = int(rng.integers(1, 9))
-        check(pool, case, num_splits=splits, grid_splits=splits, buffer_rows=batch + 1,
-              dtype=np.float32)
+        check(
+            pool,
+            case,
+            num_splits=splits,
+            grid_splits=splits,
+            buffer_rows=batch + 1,
+            dtype=np.float32,
+        )
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
-def test_fp8_cache(pool, dtype):
+def test_fp8_cache(pool, dtype, rng):
     import ml_dtypes
 
-    rng = np.random.default_rng()
-    case = random_case(rng, batch=3, heads=16, dims=TINY, page_size=16, pages_per_seq=40,
-                       dtype=dtype, seq_lens=[0, 300, 640])
+    case = random_case(
+        rng,
+        batch=3,
+        heads=16,
+        dims=TINY,
+        page_size=16,
+        pages_per_seq=40,
+        dtype=dtype,
+        seq_lens=[0, 300, 640],
+    )
     kv_scale = 0.02
     kv8 = np.clip(case.kv_cache.astype(np.float32) / kv_scale, -448, 448).astype(
-        ml_dtypes.float8_e4m3fn)
+        ml_dtypes.float8_e4m3fn
+    )
     dequant = kv8.astype(np.float64) * kv_scale
     buffer = np.full((4, 16, 4, TINY[0] + 1), POISON, np.float32)
-    out, lse, _ = pool.apply(run, (case.q, kv8, case.block_table, case.seq_lens, buffer),
-                             dict(scale=case.scale, num_splits=3, kv_scale=kv_scale))
-    ref_out, ref_lse = mla_decode_reference_np(case.q, dequant, case.block_table, case.seq_lens,
-                                               scale=case.scale, kv_lora_rank=TINY[0])
+    out, lse, _ = pool.apply(
+        run,
+        (case.q, kv8, case.block_table, case.seq_lens, buffer),
+        dict(scale=case.scale, num_splits=3, kv_scale=kv_scale),
+    )
+    ref_out, ref_lse = mla_decode_reference_np(
+        case.q, dequant, case.block_table, case.seq_lens, scale=case.scale, kv_lora_rank=TINY[0]
+    )
     np.testing.assert_allclose(out, ref_out, atol=tolerance(dtype) * 3, rtol=0)
     np.testing.assert_allclose(lse, ref_lse, atol=1e-3, rtol=1e-4)

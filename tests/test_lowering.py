@@ -22,17 +22,48 @@ DISABLED = [export.DisabledSafetyCheck.custom_call("triton_kernel_call")]
 def lowered_text(dtype, *, heads, max_seq_len, pair=False, batch=4, rows=8):
     lora, rope, page, pages = 512, 64, 64, 32
     spec = jax.ShapeDtypeStruct
-    q = ((spec((batch, heads, lora), dtype), spec((batch, heads, rope), dtype)) if pair
-         else spec((batch, heads, lora + rope), dtype))
-    args = (q, spec((batch * pages, page, lora + rope), dtype), spec((batch, pages), jnp.int32),
-            spec((batch,), jnp.int32), buffer_spec(rows, heads, 16))
+    q = (
+        (spec((batch, heads, lora), dtype), spec((batch, heads, rope), dtype))
+        if pair
+        else spec((batch, heads, lora + rope), dtype)
+    )
+    args = (
+        q,
+        spec((batch * pages, page, lora + rope), dtype),
+        spec((batch, pages), jnp.int32),
+        spec((batch,), jnp.int32),
+        buffer_spec(rows, heads, 16),
+    )
 
     def step(q, kv, bt, sl, buf):
-        return mla_jax.mla_decode(q, kv, bt, sl, buf, scale=0.1, max_seq_len=max_seq_len, backend="triton", compute_capability=90)
+        return mla_jax.mla_decode(
+            q,
+            kv,
+            bt,
+            sl,
+            buf,
+            scale=0.1,
+            max_seq_len=max_seq_len,
+            backend="triton",
+            compute_capability=90,
+        )
 
-    exported = export.export(jax.jit(step, donate_argnums=4), platforms=["cuda"],
-                             disabled_checks=DISABLED)(*args)
+    exported = export.export(
+        jax.jit(step, donate_argnums=4), platforms=["cuda"], disabled_checks=DISABLED
+    )(*args)
     return exported.mlir_module()
+
+
+def backend_config(line: str) -> bytes:
+    """The serialized (zlib) jax-triton kernel call in a custom call's backend_config."""
+    config = re.search(r'backend_config = "((?:[^"\\]|\\.)*)"', line).group(1)
+    # MLIR escapes a backslash as \\ and every other unprintable byte or quote as \XX.
+    raw = re.sub(
+        rb"\\(\\|[0-9A-Fa-f]{2})",
+        lambda m: b"\\" if m.group(1) == b"\\" else bytes([int(m.group(1), 16)]),
+        config.encode("latin-1"),
+    )
+    return zlib.decompress(raw)
 
 
 def kernel_calls(text):
@@ -42,15 +73,52 @@ def kernel_calls(text):
         if "@triton_kernel_call" not in line:
             continue
         operands = re.search(r"@triton_kernel_call\(([^)]*)\)", line).group(1)
-        config = re.search(r'backend_config = "((?:[^"\\]|\\.)*)"', line).group(1)
-        # MLIR escapes a backslash as \\ and every other unprintable byte or quote as \XX.
-        raw = re.sub(rb"\\(\\|[0-9A-Fa-f]{2})",
-                     lambda m: b"\\" if m.group(1) == b"\\" else bytes([int(m.group(1), 16)]),
-                     config.encode("latin-1"))
-        name = re.search(rb"mla_decode_stage\d", zlib.decompress(raw)).group(0).decode()
+        name = re.search(rb"mla_decode_stage\d", backend_config(line)).group(0).decode()
         aliases = re.findall(r"operand_index = (\d+)", line)
         calls.append((operands.split(", "), [int(a) for a in aliases], name))
     return calls
+
+
+def _proto_fields(data: bytes) -> dict[int, int | bytes]:
+    """The fields of a serialized protobuf message: varints as ints, others as bytes."""
+
+    def varint(i):
+        value = shift = 0
+        while True:
+            byte = data[i]
+            value, shift, i = value | (byte & 0x7F) << shift, shift + 7, i + 1
+            if byte < 0x80:
+                return value, i
+
+    fields, i = {}, 0
+    while i < len(data):
+        key, i = varint(i)
+        wire = key & 7
+        if wire == 0:
+            value, i = varint(i)
+        elif wire == 2:
+            size, i = varint(i)
+            value, i = data[i : i + size], i + size
+        else:  # fixed 64 / 32 bits
+            size = {1: 8, 5: 4}[wire]
+            value, i = data[i : i + size], i + size
+        fields[key >> 3] = value
+    return fields
+
+
+def kernel_grids(text):
+    """The launch grid of each triton custom call in the module, in order.
+
+    jaxlib's ``TritonAnyKernelCall`` (jaxlib/gpu/triton.proto) holds the call as field
+    1, a ``TritonKernelCall`` whose fields 2, 3 and 4 are ``grid_0``, ``grid_1``,
+    ``grid_2``: what the lowered program launches, read from the exported module.
+    """
+    grids = []
+    for line in text.splitlines():
+        if "@triton_kernel_call" in line:
+            call = _proto_fields(_proto_fields(backend_config(line))[1])
+            grids.append(tuple(call.get(f, 0) for f in (2, 3, 4)))
+    return grids
 
 
 @pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
@@ -66,9 +134,10 @@ def test_both_kernels_compile_for_sm90_and_buffer_is_aliased(dtype, heads, batch
     assert len(operands) == 8 and operands[7] == "%arg4"
     assert aliases == [7]
     assert calls[1][1] == []  # stage 2's outputs are fresh
-    main = next(l for l in text.splitlines() if "func.func public @main" in l)
-    assert re.search(rf"%arg4: tensor<{batch + 4}x\d+x16x513xf32> \{{[^}}]*tf.aliasing_output = 2",
-                     main)
+    main = next(ln for ln in text.splitlines() if "func.func public @main" in ln)
+    assert re.search(
+        rf"%arg4: tensor<{batch + 4}x\d+x16x513xf32> \{{[^}}]*tf.aliasing_output = 2", main
+    )
 
 
 def test_runtime_split_count_and_query_pair_lower():
@@ -82,42 +151,51 @@ def test_runtime_split_count_and_query_pair_lower():
 
 def test_decode_step_donates_the_buffer():
     spec = jax.ShapeDtypeStruct
-    step = jax.jit(lambda q, kv, bt, sl, buf: mla_jax.mla_decode(
-        q, kv, bt, sl, buf, scale=0.1, max_seq_len=256, backend="triton",
-        compute_capability=90), donate_argnums=4)
+    step = jax.jit(
+        lambda q, kv, bt, sl, buf: mla_jax.mla_decode(
+            q, kv, bt, sl, buf, scale=0.1, max_seq_len=256, backend="triton", compute_capability=90
+        ),
+        donate_argnums=4,
+    )
     traced = step.trace(
-        spec((2, 16, 576), jnp.bfloat16), spec((8, 64, 576), jnp.bfloat16),
-        spec((2, 4), jnp.int32), spec((2,), jnp.int32), buffer_spec(2, 16, 2))
+        spec((2, 16, 576), jnp.bfloat16),
+        spec((8, 64, 576), jnp.bfloat16),
+        spec((2, 4), jnp.int32),
+        spec((2,), jnp.int32),
+        buffer_spec(2, 16, 2),
+    )
     text = traced.lower(lowering_platforms=("cuda",)).as_text()
-    main = next(l for l in text.splitlines() if "func.func public @main" in l)
+    main = next(ln for ln in text.splitlines() if "func.func public @main" in ln)
     assert re.search(r"tensor<2x16x2x513xf32> \{[^}]*tf.aliasing_output = 2", main)
 
 
-@pytest.mark.parametrize("policy, batch, heads, want", [("occupancy", 64, 16, 4),
-                                                        ("occupancy", 1, 128, 64),
-                                                        ("vllm", 64, 16, 16)])
-def test_runtime_split_grid_is_the_batch_bound(monkeypatch, policy, batch, heads, want):
+@pytest.mark.parametrize(
+    "policy, batch, heads, want",
+    [("occupancy", 64, 16, 4), ("occupancy", 1, 128, 64), ("vllm", 64, 16, 16)],
+)
+def test_runtime_split_grid_is_the_batch_bound(policy, batch, heads, want):
     """A step whose length is known only at run time launches the most splits its
-    batch can ask for (``splits.max_kv_splits``), not the buffer's whole split axis."""
-    from mla_jax import _triton_backend as triton_backend
-
-    grids = []
-    decode = triton_backend.decode
-
-    def recording(*args, **kwargs):
-        grids.append(args[7])  # grid_splits
-        return decode(*args, **kwargs)
-
-    monkeypatch.setattr(triton_backend, "decode", recording)
+    batch can ask for (``splits.max_kv_splits``), not the buffer's whole split axis:
+    stage 1's grid is ``(head blocks, batch, grid splits)`` in the exported module."""
     spec = jax.ShapeDtypeStruct
     # Reserved splits: vLLM's rule at L=8192, or more than occupancy ever asks for.
     buf = buffer_spec(batch, heads, {"vllm": 16, "occupancy": 256}[policy], policy=policy)
-    jax.jit(lambda q, kv, bt, sl, b: mla_jax.mla_decode(
-        q, kv, bt, sl, b, scale=0.1, backend="triton",
-        compute_capability=90)).trace(
-        spec((batch, heads, 576), jnp.bfloat16), spec((batch * 4, 64, 576), jnp.bfloat16),
-        spec((batch, 4), jnp.int32), spec((batch,), jnp.int32), buf)
-    assert grids == [want]
+
+    def step(q, kv, bt, sl, b):
+        return mla_jax.mla_decode(
+            q, kv, bt, sl, b, scale=0.1, backend="triton", compute_capability=90
+        )
+
+    text = export.export(jax.jit(step), platforms=["cuda"], disabled_checks=DISABLED)(
+        spec((batch, heads, 576), jnp.bfloat16),
+        spec((batch * 4, 64, 576), jnp.bfloat16),
+        spec((batch, 4), jnp.int32),
+        spec((batch,), jnp.int32),
+        buf,
+    ).mlir_module()
+    assert [name for *_, name in kernel_calls(text)] == ["mla_decode_stage1", "mla_decode_stage2"]
+    stage1_grid = kernel_grids(text)[0]
+    assert stage1_grid[1:] == (batch, want), stage1_grid
 
 
 @pytest.mark.parametrize("heads, mma", [(128, "HGMMA"), (16, "HMMA")])
@@ -134,8 +212,13 @@ def test_stage1_sass_uses_the_expected_mma(heads, mma, tmp_path):
     # Its own Triton cache: importing jax_triton (earlier tests) sets TRITON_CACHE_DIR
     # to "", which the child would inherit and Triton refuses.
     env = os.environ | {"TRITON_CACHE_DIR": str(tmp_path)}
-    proc = subprocess.run([sys.executable, str(script), "--heads", str(heads)],
-                          capture_output=True, text=True, timeout=300, env=env)
+    proc = subprocess.run(
+        [sys.executable, str(script), "--heads", str(heads)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout
     counts = {k: int(v) for k, v in re.findall(r"\b(HGMMA|HMMA|LDGSTS)=(\d+)", out)}
@@ -143,11 +226,22 @@ def test_stage1_sass_uses_the_expected_mma(heads, mma, tmp_path):
     assert counts[mma] > 0 and counts[other] == 0 and counts["LDGSTS"] > 0, out
 
 
-@pytest.mark.parametrize("batch, splits, heads, want", [
-    (128, 1, 128, (8, 1, 512)), (128, 2, 16, (4, 2, 512)), (64, 4, 16, (2, 4, 512)),
-    (16, 4, 128, (2, 4, 512)), (4, 16, 128, (1, 8, 512)), (1, 64, 128, (1, 16, 256)),
-    (1, 16, 16, (1, 16, 128)), (1, 128, 16, (1, 32, 128)), (128, 1, 2, (1, 1, 512)),
-    (64, 3, 20, (2, 4, 512)), (1, 1, 1, (1, 1, 128))])
+@pytest.mark.parametrize(
+    "batch, splits, heads, want",
+    [
+        (128, 1, 128, (8, 1, 512)),
+        (128, 2, 16, (4, 2, 512)),
+        (64, 4, 16, (2, 4, 512)),
+        (16, 4, 128, (2, 4, 512)),
+        (4, 16, 128, (1, 8, 512)),
+        (1, 64, 128, (1, 16, 256)),
+        (1, 16, 16, (1, 16, 128)),
+        (1, 128, 16, (1, 32, 128)),
+        (128, 1, 2, (1, 1, 512)),
+        (64, 3, 20, (2, 4, 512)),
+        (1, 1, 1, (1, 1, 128)),
+    ],
+)
 def test_stage2_tiling_columns_then_splits_then_heads(batch, splits, heads, want):
     """Whole rows of columns while the batch's (row, head) pairs alone make enough
     programs, narrower blocks (down to MIN_COL_BLOCK) where they do not; splits fill the
@@ -162,18 +256,30 @@ def test_stage2_tiling_columns_then_splits_then_heads(batch, splits, heads, want
     assert programs >= kernels.STAGE2_PROGRAMS or tiles["HEAD_BLOCK"] == 1
 
 
-@pytest.mark.parametrize("heads, lora, want", [(16, 512, 4), (16, 32, 2), (16, 16, 1),
-                                               (128, 512, 1)])
+@pytest.mark.parametrize(
+    "heads, lora, want", [(16, 512, 4), (16, 32, 2), (16, 16, 1), (128, 512, 1)]
+)
 def test_latent_chunks_by_tile_and_rank(heads, lora, want):
     """16-head tiles split the latent dims in 4 (each chunk at least a dot's 16 wide);
     64-head tiles keep one chunk."""
     from mla_jax import kernels
 
     stage1, _ = kernels.launch_params(
-        batch=2, num_heads=heads, num_pages=8, page_size=64, pages_per_seq=4, kv_lora_rank=lora, rope_dim=16, scale=0.1,
-        grid_splits=2, q_nope_strides=(heads * (lora + 16), lora + 16, 1),
-        q_pe_strides=(heads * (lora + 16), lora + 16, 1), qp_offset=lora,
-        kv_strides=(64 * (lora + 16), lora + 16, 1), block_table_strides=(4, 1),
+        batch=2,
+        num_heads=heads,
+        num_pages=8,
+        page_size=64,
+        pages_per_seq=4,
+        kv_lora_rank=lora,
+        rope_dim=16,
+        scale=0.1,
+        grid_splits=2,
+        q_nope_strides=(heads * (lora + 16), lora + 16, 1),
+        q_pe_strides=(heads * (lora + 16), lora + 16, 1),
+        qp_offset=lora,
+        kv_strides=(64 * (lora + 16), lora + 16, 1),
+        block_table_strides=(4, 1),
         buffer_strides=(heads * 2 * (lora + 1), 2 * (lora + 1), lora + 1, 1),
-        float32_inputs=False)
+        float32_inputs=False,
+    )
     assert stage1["constexprs"]["LORA_CHUNKS"] == want

@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 
 import mla_jax
-from tests.cases import TINY, random_case, tolerance
 from mla_jax.merge import merge_attention_states
 from mla_jax.reference import mla_decode_reference_np
+from tests.cases import TINY, random_case, tolerance
 
 SM = 4
 
@@ -26,22 +26,30 @@ def shard(case, tokens):
         src = case.kv_cache[case.block_table[b, t // page_size], t % page_size]
         new = np.arange(len(t))
         kv[table[b, new // page_size], new % page_size] = src
-    return case._replace(kv_cache=kv, block_table=table,
-                         seq_lens=np.array([len(t) for t in tokens], np.int32))
+    return case._replace(
+        kv_cache=kv, block_table=table, seq_lens=np.array([len(t) for t in tokens], np.int32)
+    )
 
 
 def decode(case):
-    buffer = mla_jax.reserve_logits_buffer(case.q.shape[0], case.q.shape[1], 4096,
-                                           kv_lora_rank=case.kv_lora_rank,
-                                           rope_dim=case.q.shape[2] - case.kv_lora_rank, sm_count=SM)
-    out, lse, _ = mla_jax.mla_decode(*(jnp.asarray(a) for a in case[:4]), buffer,
-                                     scale=case.scale, backend="xla")
+    buffer = mla_jax.reserve_logits_buffer(
+        case.q.shape[0],
+        case.q.shape[1],
+        4096,
+        kv_lora_rank=case.kv_lora_rank,
+        rope_dim=case.q.shape[2] - case.kv_lora_rank,
+        sm_count=SM,
+    )
+    out, lse, _ = mla_jax.mla_decode(
+        *(jnp.asarray(a) for a in case[:4]), buffer, scale=case.scale, backend="xla"
+    )
     return out, lse
 
 
 def assert_whole(case, out, lse, dtype):
-    ref_out, ref_lse = mla_decode_reference_np(*case[:4], scale=case.scale,
-                                               kv_lora_rank=case.kv_lora_rank)
+    ref_out, ref_lse = mla_decode_reference_np(
+        *case[:4], scale=case.scale, kv_lora_rank=case.kv_lora_rank
+    )
     assert out.dtype == dtype and lse.dtype == jnp.float32
     np.testing.assert_allclose(np.asarray(out, np.float64), ref_out, atol=tolerance(dtype), rtol=0)
     np.testing.assert_allclose(np.asarray(lse), ref_lse, atol=1e-4, rtol=1e-5)
@@ -53,8 +61,16 @@ def assert_whole(case, out, lse, dtype):
 def test_two_halves_merge_to_the_whole(dtype):
     rng = np.random.default_rng(7)
     lens = [0, 0, 1, 1, 17, 300, 1024, 1100, 600, 64]
-    case = random_case(rng, batch=len(lens), heads=5, dims=TINY, page_size=16,
-                       pages_per_seq=70, dtype=dtype, seq_lens=lens)
+    case = random_case(
+        rng,
+        batch=len(lens),
+        heads=5,
+        dims=TINY,
+        page_size=16,
+        pages_per_seq=70,
+        dtype=dtype,
+        seq_lens=lens,
+    )
     # Rows 0-1: both halves empty; rows 2, 4, 6: the second half empty; 3, 5, 7: the
     # first; the rest cut inside, off and on page boundaries.
     cuts = [0, 0, 1, 0, 17, 0, 1024, 0, 333, 32]
@@ -67,8 +83,9 @@ def test_two_halves_merge_to_the_whole(dtype):
 def test_three_parts_in_any_order():
     rng = np.random.default_rng(8)
     lens = [0, 1, 2, 3, 50, 700, 1500]
-    case = random_case(rng, batch=len(lens), heads=4, dims=TINY, page_size=16,
-                       pages_per_seq=100, seq_lens=lens)
+    case = random_case(
+        rng, batch=len(lens), heads=4, dims=TINY, page_size=16, pages_per_seq=100, seq_lens=lens
+    )
     # Context parallelism may interleave tokens: deal each row's tokens to three
     # parts at random (so some parts are empty).
     owner = [rng.integers(0, 3, n) for n in lens]
@@ -90,8 +107,10 @@ def test_empty_shard_is_the_identity(dtype):
     # An empty shard's output is ignored, whatever it holds.
     empty_out = jnp.full((3, 4, 8), jnp.nan, dtype).at[1].set(jnp.inf)
     empty_lse = jnp.full((3, 4), -jnp.inf, jnp.float32)
-    for merged in (merge_attention_states(out, lse, empty_out, empty_lse),
-                   merge_attention_states(empty_out, empty_lse, out, lse)):
+    for merged in (
+        merge_attention_states(out, lse, empty_out, empty_lse),
+        merge_attention_states(empty_out, empty_lse, out, lse),
+    ):
         np.testing.assert_array_equal(merged[0][1:], out[1:])  # bitwise
         np.testing.assert_array_equal(merged[1], lse)
         assert merged[0].dtype == dtype
@@ -112,17 +131,34 @@ def test_far_apart_lse_never_nan():
     np.testing.assert_allclose(lse, lse_a + np.log(2), rtol=1e-7)
 
 
-@pytest.mark.parametrize("change, message", [
-    (dict(out_b=jnp.zeros((2, 3, 9))), r"out_a float32\[2, 3, 8\] and out_b float32\[2, 3, 9\]"),
-    (dict(out_b=jnp.zeros((2, 3, 8), jnp.float16)),
-     r"out_a float32\[2, 3, 8\] and out_b float16\[2, 3, 8\]"),
-    (dict(lse_b=jnp.zeros((2, 4))), r"lse_b float32\[2, 4\] and out_a float32\[2, 3, 8\]"),
-    (dict(lse_a=jnp.zeros((2, 3), jnp.float16)), r"lse_a float16\[2, 3\] and out_a"),
-    (dict(out_a=jnp.zeros((2, 3, 8), jnp.int32), out_b=jnp.zeros((2, 3, 8), jnp.int32)),
-     r"out_a int32\[2, 3, 8\]: needed a floating"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (
+            dict(out_b=jnp.zeros((2, 3, 9))),
+            r"out_a float32\[2, 3, 8\] and out_b float32\[2, 3, 9\]",
+        ),
+        (
+            dict(out_b=jnp.zeros((2, 3, 8), jnp.float16)),
+            r"out_a float32\[2, 3, 8\] and out_b float16\[2, 3, 8\]",
+        ),
+        (dict(lse_b=jnp.zeros((2, 4))), r"lse_b float32\[2, 4\] and out_a float32\[2, 3, 8\]"),
+        (dict(lse_a=jnp.zeros((2, 3), jnp.float16)), r"lse_a float16\[2, 3\] and out_a"),
+        (
+            dict(out_a=jnp.zeros((2, 3, 8), jnp.int32), out_b=jnp.zeros((2, 3, 8), jnp.int32)),
+            r"out_a int32\[2, 3, 8\]: needed a floating",
+        ),
+    ],
+)
 def test_mismatches_name_both_shapes(change, message):
-    args = dict(out_a=jnp.zeros((2, 3, 8)), lse_a=jnp.zeros((2, 3)),
-                out_b=jnp.zeros((2, 3, 8)), lse_b=jnp.zeros((2, 3))) | change
+    args = (
+        dict(
+            out_a=jnp.zeros((2, 3, 8)),
+            lse_a=jnp.zeros((2, 3)),
+            out_b=jnp.zeros((2, 3, 8)),
+            lse_b=jnp.zeros((2, 3)),
+        )
+        | change
+    )
     with pytest.raises(ValueError, match=message):
         merge_attention_states(**args)

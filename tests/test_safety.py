@@ -43,8 +43,15 @@ def hazards():
     """
     rng = np.random.default_rng(SEED)
     lens = [37, CAPACITY + 40, 50, 60, -5, 20, 30, 25, 21, CAPACITY + 100]
-    case = random_case(rng, batch=len(lens), heads=HEADS, dims=TINY, page_size=PAGE,
-                       pages_per_seq=PAGES, seq_lens=np.clip(lens, 0, None))
+    case = random_case(
+        rng,
+        batch=len(lens),
+        heads=HEADS,
+        dims=TINY,
+        page_size=PAGE,
+        pages_per_seq=PAGES,
+        seq_lens=np.clip(lens, 0, None),
+    )
     q, kv, table = case.q.copy(), case.kv_cache.copy(), case.block_table.copy()
     num_pages = kv.shape[0]
     table[2, 1] = -1
@@ -56,10 +63,17 @@ def hazards():
     seq_lens = np.asarray(lens, np.int32)
     # What the rows mean: lengths and pages clamped into range.
     want_out, want_lse = mla_decode_reference_np(
-        q, kv, np.clip(table, 0, num_pages - 1), np.clip(seq_lens, 0, CAPACITY),
-        scale=case.scale, kv_lora_rank=TINY[0])
+        q,
+        kv,
+        np.clip(table, 0, num_pages - 1),
+        np.clip(seq_lens, 0, CAPACITY),
+        scale=case.scale,
+        kv_lora_rank=TINY[0],
+    )
     return case._replace(q=q, kv_cache=kv, block_table=table, seq_lens=seq_lens), (
-        want_out, want_lse)
+        want_out,
+        want_lse,
+    )
 
 
 NAN_ROWS = (5, 6, 7)
@@ -80,11 +94,22 @@ def check(out, lse, want_out, want_lse, atol):
 @pytest.mark.parametrize("policy", ["vllm", "occupancy"])
 def test_xla_backend_keeps_the_documented_semantics(max_seq_len, policy):
     case, (want_out, want_lse) = hazards()
-    buf = mla_jax.reserve_logits_buffer(len(case.seq_lens), HEADS, 4 * CAPACITY,
-                                        kv_lora_rank=TINY[0], rope_dim=TINY[1], sm_count=SM,
-                                        policy=policy)
-    out, lse, _ = mla_jax.mla_decode(*(jnp.asarray(a) for a in case[:4]), buf,
-                                     scale=case.scale, max_seq_len=max_seq_len, backend="xla")
+    buf = mla_jax.reserve_logits_buffer(
+        len(case.seq_lens),
+        HEADS,
+        4 * CAPACITY,
+        kv_lora_rank=TINY[0],
+        rope_dim=TINY[1],
+        sm_count=SM,
+        policy=policy,
+    )
+    out, lse, _ = mla_jax.mla_decode(
+        *(jnp.asarray(a) for a in case[:4]),
+        buf,
+        scale=case.scale,
+        max_seq_len=max_seq_len,
+        backend="xla",
+    )
     check(out, lse, want_out, want_lse, atol=2e-5)
 
 
@@ -93,31 +118,47 @@ def test_interpreted_kernels_stay_inside_their_arrays():
     case, (want_out, want_lse) = hazards()
     rows = len(case.seq_lens)
     with interpreter_pool(2) as pool:
-        runs = {splits: pool.apply_async(run, (
-            *case[:4], np.full((rows, HEADS, splits, TINY[0] + 1), np.nan, np.float32)),
-            dict(scale=case.scale, num_splits=splits, poison=4)) for splits in (1, 3)}
-        for splits, result in runs.items():
+        runs = {
+            splits: pool.apply_async(
+                run,
+                (*case[:4], np.full((rows, HEADS, splits, TINY[0] + 1), np.nan, np.float32)),
+                dict(scale=case.scale, num_splits=splits, poison=4),
+            )
+            for splits in (1, 3)
+        }
+        for result in runs.values():
             out, lse, _ = result.get(timeout=600)
             check(out, lse, want_out, want_lse, atol=2e-5)
 
 
-@pytest.mark.parametrize("row, message", [
-    (1, r"seq_lens\[1\] = 104 exceeds the block table's capacity of 64 tokens"),
-    (2, r"block_table\[1, 1\] = -1 is outside \[0, 45\)"),
-    (3, r"block_table\[1, 2\] = 46 is outside \[0, 45\)"),
-    (4, r"seq_lens\[1\] = -5 is negative"),
-])
+@pytest.mark.parametrize(
+    "row, message",
+    [
+        (1, r"seq_lens\[1\] = 104 exceeds the block table's capacity of 64 tokens"),
+        (2, r"block_table\[1, 1\] = -1 is outside \[0, 45\)"),
+        (3, r"block_table\[1, 2\] = 46 is outside \[0, 45\)"),
+        (4, r"seq_lens\[1\] = -5 is negative"),
+    ],
+)
 def test_validate_names_each_hazard(row, message):
     """Row ``row`` of the hazards, as row 1 of a two-row batch."""
     case, _ = hazards()
     keep = [0, row]
     q, kv, table, lens = case.q[keep], case.kv_cache, case.block_table[keep], case.seq_lens[keep]
-    buf = mla_jax.reserve_logits_buffer(2, HEADS, CAPACITY, kv_lora_rank=TINY[0],
-                                        rope_dim=TINY[1], sm_count=SM)
+    buf = mla_jax.reserve_logits_buffer(
+        2, HEADS, CAPACITY, kv_lora_rank=TINY[0], rope_dim=TINY[1], sm_count=SM
+    )
     with pytest.raises(ValueError, match=message):
-        mla_jax.mla_decode(jnp.asarray(q), jnp.asarray(kv), jnp.asarray(table),
-                           jnp.asarray(lens), buf, scale=case.scale, backend="xla",
-                           validate=True)
+        mla_jax.mla_decode(
+            jnp.asarray(q),
+            jnp.asarray(kv),
+            jnp.asarray(table),
+            jnp.asarray(lens),
+            buf,
+            scale=case.scale,
+            backend="xla",
+            validate=True,
+        )
 
 
 def test_merge_propagates_nan_and_keeps_empty_as_identity():
@@ -143,15 +184,17 @@ def test_a_nan_shard_never_disappears_in_a_merge():
     whole row's decode does, on the xla backend."""
     case, _ = hazards()
     row = 6  # its NaN token is 21, in the second half
-    q, kv = jnp.asarray(case.q[row:row + 1]), jnp.asarray(case.kv_cache)
+    q, kv = jnp.asarray(case.q[row : row + 1]), jnp.asarray(case.kv_cache)
     parts = []
     for lo, hi in ((0, 16), (16, 30)):
         # A shard: the row's tokens [lo, hi) through a table of just their pages.
-        sub = jnp.asarray(case.block_table[row:row + 1, lo // PAGE:])
-        buf = mla_jax.reserve_logits_buffer(1, HEADS, CAPACITY, kv_lora_rank=TINY[0],
-                                            rope_dim=TINY[1], sm_count=SM)
-        out, lse, _ = mla_jax.mla_decode(q, kv, sub, jnp.asarray([hi - lo], jnp.int32), buf,
-                                         scale=case.scale, backend="xla")
+        sub = jnp.asarray(case.block_table[row : row + 1, lo // PAGE :])
+        buf = mla_jax.reserve_logits_buffer(
+            1, HEADS, CAPACITY, kv_lora_rank=TINY[0], rope_dim=TINY[1], sm_count=SM
+        )
+        out, lse, _ = mla_jax.mla_decode(
+            q, kv, sub, jnp.asarray([hi - lo], jnp.int32), buf, scale=case.scale, backend="xla"
+        )
         parts.append((out, lse))
     assert np.isfinite(np.asarray(parts[0][1])).all() and np.isnan(np.asarray(parts[1][1])).all()
     _, lse = mla_jax.merge_attention_states(*parts[0], *parts[1])

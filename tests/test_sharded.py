@@ -26,6 +26,8 @@ import sys
 import numpy as np
 import pytest
 
+from tests.cases import seed_for
+
 DEVICES = 8
 MESHES = (1, 2, 4, 8)
 SCHEMES = ("heads", "batch")
@@ -56,16 +58,18 @@ def _tables(rng, n, kv, batch=BATCH):
     index that pool, their global entries the whole cache (entry + i * pool).
     """
     rows, pool = batch // n, kv.shape[0] // n
-    local = np.concatenate([rng.permutation(pool)[: rows * PAGES_PER_SEQ].reshape(rows, -1)
-                            for _ in range(n)]).astype(np.int32)
+    local = np.concatenate(
+        [rng.permutation(pool)[: rows * PAGES_PER_SEQ].reshape(rows, -1) for _ in range(n)]
+    ).astype(np.int32)
     return local, local + (np.arange(batch) // rows * pool)[:, None].astype(np.int32)
 
 
 def _err(a, b) -> float:
     """Max abs difference, with equal infinities (lse of empty rows) counted as 0."""
     a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    if not np.array_equal(np.isinf(a), np.isinf(b)) or not np.array_equal(a[np.isinf(a)],
-                                                                          b[np.isinf(b)]):
+    if not np.array_equal(np.isinf(a), np.isinf(b)) or not np.array_equal(
+        a[np.isinf(a)], b[np.isinf(b)]
+    ):
         return float("inf")
     finite = ~np.isinf(a)
     return float(np.abs(a[finite] - b[finite]).max(initial=0.0))
@@ -95,38 +99,90 @@ def _check_against_unsharded(rng):
         for kind in ("static", "traced", "none") if n == 4 else ("static", "none"):
             schemes = ("batch",) if kind == "traced" else SCHEMES
             want_out, want_lse, _ = mla_jax.mla_decode(
-                q, kv, global_, lens, mla_jax.reserve_logits_buffer(
-                    BATCH, HEADS, CAPACITY, kv_lora_rank=LORA, rope_dim=ROPE, sm_count=SM),
-                scale=0.1, max_seq_len=lengths[kind], backend="xla")
+                q,
+                kv,
+                global_,
+                lens,
+                mla_jax.reserve_logits_buffer(
+                    BATCH, HEADS, CAPACITY, kv_lora_rank=LORA, rope_dim=ROPE, sm_count=SM
+                ),
+                scale=0.1,
+                max_seq_len=lengths[kind],
+                backend="xla",
+            )
             for scheme in schemes:
-                buf = reserve_sharded_logits_buffer(mesh, "x", scheme, BATCH, HEADS, CAPACITY,
-                                                    kv_lora_rank=LORA, rope_dim=ROPE, sm_count=SM)
+                buf = reserve_sharded_logits_buffer(
+                    mesh,
+                    "x",
+                    scheme,
+                    BATCH,
+                    HEADS,
+                    CAPACITY,
+                    kv_lora_rank=LORA,
+                    rope_dim=ROPE,
+                    sm_count=SM,
+                )
                 out, lse, new_buf = sharded_mla_decode(
-                    mesh, "x", scheme, q, kv, local if scheme == "batch" else global_, lens, buf,
-                    scale=0.1, max_seq_len=lengths[kind], backend="xla")
+                    mesh,
+                    "x",
+                    scheme,
+                    q,
+                    kv,
+                    local if scheme == "batch" else global_,
+                    lens,
+                    buf,
+                    scale=0.1,
+                    max_seq_len=lengths[kind],
+                    backend="xla",
+                )
                 results[f"{scheme}/{n}/{kind}"] = dict(
-                    out=_err(out, want_out), lse=_err(lse, want_lse),
+                    out=_err(out, want_out),
+                    lse=_err(lse, want_lse),
                     bitwise=bool(np.array_equal(out, want_out) and np.array_equal(lse, want_lse)),
                     specs=[_spec(out), _spec(lse), _spec(new_buf)],
-                    donated=buf.data.is_deleted(), same_buffer_shape=new_buf.shape == buf.shape)
+                    donated=buf.data.is_deleted(),
+                    same_buffer_shape=new_buf.shape == buf.shape,
+                )
     # A 2 x 4 mesh: the schemes split over "x"; the other axis holds replicas.
     mesh = Mesh(np.array(jax.devices()).reshape(2, 4), ("r", "x"))
     local, global_ = _tables(rng, 4, kv)
     want_out, want_lse, _ = mla_jax.mla_decode(
-        q, kv, global_, lens, mla_jax.reserve_logits_buffer(
-            BATCH, HEADS, CAPACITY, kv_lora_rank=LORA, rope_dim=ROPE, sm_count=SM),
-        scale=0.1, max_seq_len=lengths["static"], backend="xla")
+        q,
+        kv,
+        global_,
+        lens,
+        mla_jax.reserve_logits_buffer(
+            BATCH, HEADS, CAPACITY, kv_lora_rank=LORA, rope_dim=ROPE, sm_count=SM
+        ),
+        scale=0.1,
+        max_seq_len=lengths["static"],
+        backend="xla",
+    )
     for scheme in SCHEMES:
-        buf = reserve_sharded_logits_buffer(mesh, "x", scheme, BATCH, HEADS, CAPACITY,
-                                            kv_lora_rank=LORA, rope_dim=ROPE, sm_count=SM)
+        buf = reserve_sharded_logits_buffer(
+            mesh, "x", scheme, BATCH, HEADS, CAPACITY, kv_lora_rank=LORA, rope_dim=ROPE, sm_count=SM
+        )
         out, lse, new_buf = sharded_mla_decode(
-            mesh, "x", scheme, q, kv, local if scheme == "batch" else global_, lens, buf,
-            scale=0.1, max_seq_len=lengths["static"], backend="xla")
+            mesh,
+            "x",
+            scheme,
+            q,
+            kv,
+            local if scheme == "batch" else global_,
+            lens,
+            buf,
+            scale=0.1,
+            max_seq_len=lengths["static"],
+            backend="xla",
+        )
         results[f"{scheme}/2x4/static"] = dict(
-            out=_err(out, want_out), lse=_err(lse, want_lse),
+            out=_err(out, want_out),
+            lse=_err(lse, want_lse),
             bitwise=bool(np.array_equal(out, want_out) and np.array_equal(lse, want_lse)),
             specs=[_spec(out), _spec(lse), _spec(new_buf)],
-            donated=buf.data.is_deleted(), same_buffer_shape=new_buf.shape == buf.shape)
+            donated=buf.data.is_deleted(),
+            same_buffer_shape=new_buf.shape == buf.shape,
+        )
     return results
 
 
@@ -146,12 +202,22 @@ def _check_per_shard_occupancy(rng):
     length = int(lens.max())  # static: one split count per shard, one branch to compile
     results = {}
     for scheme in SCHEMES:
-        buf = reserve_sharded_logits_buffer(mesh, "x", scheme, BATCH, heads, CAPACITY,
-                                            kv_lora_rank=LORA, rope_dim=ROPE, sm_count=SM_OCCUPANCY,
-                                            policy="occupancy")
+        buf = reserve_sharded_logits_buffer(
+            mesh,
+            "x",
+            scheme,
+            BATCH,
+            heads,
+            CAPACITY,
+            kv_lora_rank=LORA,
+            rope_dim=ROPE,
+            sm_count=SM_OCCUPANCY,
+            policy="occupancy",
+        )
         table, splits = local if scheme == "batch" else global_, buf.shape[2]
-        out, lse, _ = sharded_mla_decode(mesh, "x", scheme, q, kv, table, lens, buf, scale=0.1,
-                                         max_seq_len=length, backend="xla")
+        out, lse, _ = sharded_mla_decode(
+            mesh, "x", scheme, q, kv, table, lens, buf, scale=0.1, max_seq_len=length, backend="xla"
+        )
         errs = []
         for i in range(n):
             if scheme == "heads":
@@ -161,16 +227,37 @@ def _check_per_shard_occupancy(rng):
                 pool = np.split(kv, n)[i]
             shard_q = q[rows, cols]
             shard_buf = mla_jax.reserve_logits_buffer(
-                *shard_q.shape[:2], CAPACITY, kv_lora_rank=LORA, rope_dim=ROPE, sm_count=SM_OCCUPANCY,
-                policy="occupancy")
+                *shard_q.shape[:2],
+                CAPACITY,
+                kv_lora_rank=LORA,
+                rope_dim=ROPE,
+                sm_count=SM_OCCUPANCY,
+                policy="occupancy",
+            )
             want_out, want_lse, _ = mla_jax.mla_decode(
-                shard_q, pool, table[rows], lens[rows], shard_buf, scale=0.1, max_seq_len=length, backend="xla")
-            errs += [_err(np.asarray(out)[rows, cols], want_out),
-                     _err(np.asarray(lse)[rows, cols], want_lse)]
+                shard_q,
+                pool,
+                table[rows],
+                lens[rows],
+                shard_buf,
+                scale=0.1,
+                max_seq_len=length,
+                backend="xla",
+            )
+            errs += [
+                _err(np.asarray(out)[rows, cols], want_out),
+                _err(np.asarray(lse)[rows, cols], want_lse),
+            ]
         results[scheme] = dict(err=max(errs), splits=splits)
     results["unsharded_splits"] = mla_jax.reserve_logits_buffer(
-        BATCH, heads, CAPACITY, kv_lora_rank=LORA, rope_dim=ROPE, sm_count=SM_OCCUPANCY,
-        policy="occupancy").shape[2]
+        BATCH,
+        heads,
+        CAPACITY,
+        kv_lora_rank=LORA,
+        rope_dim=ROPE,
+        sm_count=SM_OCCUPANCY,
+        policy="occupancy",
+    ).shape[2]
     return results
 
 
@@ -187,17 +274,36 @@ def _check_buffer_shapes():
         mesh = Mesh(np.array(jax.devices()[:n]), ("x",))
         for scheme in SCHEMES:
             for policy in ("vllm", "occupancy"):
-                buf = reserve_sharded_logits_buffer(mesh, "x", scheme, 16, 128, 16384,
-                                                    kv_lora_rank=LORA, rope_dim=ROPE, sm_count=SM_OCCUPANCY,
-                                                    policy=policy)
+                buf = reserve_sharded_logits_buffer(
+                    mesh,
+                    "x",
+                    scheme,
+                    16,
+                    128,
+                    16384,
+                    kv_lora_rank=LORA,
+                    rope_dim=ROPE,
+                    sm_count=SM_OCCUPANCY,
+                    policy=policy,
+                )
                 rows, heads = (16, 128 // n) if scheme == "heads" else (16 // n, 128)
-                one = mla_jax.reserve_logits_buffer(rows, heads, 16384, kv_lora_rank=LORA, rope_dim=ROPE,
-                                                    sm_count=SM_OCCUPANCY, policy=policy)
+                one = mla_jax.reserve_logits_buffer(
+                    rows,
+                    heads,
+                    16384,
+                    kv_lora_rank=LORA,
+                    rope_dim=ROPE,
+                    sm_count=SM_OCCUPANCY,
+                    policy=policy,
+                )
                 results[f"{scheme}/{n}/{policy}"] = dict(
                     shards=sorted({tuple(s.data.shape) for s in buf.data.addressable_shards}),
-                    devices=len(buf.data.addressable_shards), expected=list(one.shape),
-                    global_=list(buf.shape), spec=_spec(buf),
-                    nan=bool(np.isnan(np.asarray(buf.data)).all()))
+                    devices=len(buf.data.addressable_shards),
+                    expected=list(one.shape),
+                    global_=list(buf.shape),
+                    spec=_spec(buf),
+                    nan=bool(np.isnan(np.asarray(buf.data)).all()),
+                )
     return results
 
 
@@ -212,8 +318,12 @@ def _check_scan(rng, steps=4, n=8):
 
     import mla_jax
     from mla_jax.cache import append_latent
-    from mla_jax.sharded import (partition_specs, reserve_sharded_logits_buffer,
-                                 sharded_append_latent, sharded_mla_decode)
+    from mla_jax.sharded import (
+        partition_specs,
+        reserve_sharded_logits_buffer,
+        sharded_append_latent,
+        sharded_mla_decode,
+    )
 
     def make_loop(decode, append):
         def loop(q, kv, table, lens, buf):
@@ -230,23 +340,31 @@ def _check_scan(rng, steps=4, n=8):
 
             (_, kv, lens, buf), (outs, lses) = lax.scan(body, (q, kv, lens, buf), length=steps)
             return outs, lses, kv, buf
+
         return jax.jit(loop, donate_argnames=("kv", "buf"))
 
     q, kv, lens = _problem(rng, max_len=CAPACITY - steps)
     mesh = Mesh(np.array(jax.devices()[:n]), ("x",))
     local, global_ = _tables(rng, n, kv)
-    plain = make_loop(lambda *a: mla_jax.mla_decode(*a, scale=0.1, backend="xla"),
-                      append_latent)
-    want = plain(q, jnp.asarray(kv), global_, lens, mla_jax.reserve_logits_buffer(
-        BATCH, HEADS, CAPACITY, kv_lora_rank=LORA, rope_dim=ROPE, sm_count=SM))
+    plain = make_loop(lambda *a: mla_jax.mla_decode(*a, scale=0.1, backend="xla"), append_latent)
+    want = plain(
+        q,
+        jnp.asarray(kv),
+        global_,
+        lens,
+        mla_jax.reserve_logits_buffer(
+            BATCH, HEADS, CAPACITY, kv_lora_rank=LORA, rope_dim=ROPE, sm_count=SM
+        ),
+    )
     results = {}
     for scheme in SCHEMES:
         loop = make_loop(
-            lambda *a, s=scheme: sharded_mla_decode(mesh, "x", s, *a, scale=0.1,
-                                                    backend="xla"),
-            lambda *a, s=scheme: sharded_append_latent(mesh, "x", s, *a))
-        buf = reserve_sharded_logits_buffer(mesh, "x", scheme, BATCH, HEADS, CAPACITY,
-                                            kv_lora_rank=LORA, rope_dim=ROPE, sm_count=SM)
+            lambda *a, s=scheme: sharded_mla_decode(mesh, "x", s, *a, scale=0.1, backend="xla"),
+            lambda *a, s=scheme: sharded_append_latent(mesh, "x", s, *a),
+        )
+        buf = reserve_sharded_logits_buffer(
+            mesh, "x", scheme, BATCH, HEADS, CAPACITY, kv_lora_rank=LORA, rope_dim=ROPE, sm_count=SM
+        )
         cache = jax.device_put(kv, NamedSharding(mesh, partition_specs("x", scheme)["kv_cache"]))
         args = (q, cache, local if scheme == "batch" else global_, lens, buf)
         compiled = loop.lower(*args).compile()
@@ -254,12 +372,22 @@ def _check_scan(rng, steps=4, n=8):
         text = compiled.as_text()
         aliases = re.search(r"input_output_alias=\{([^\n]*)\}\s*,? ?entry", text)
         results[scheme] = dict(
-            out=_err(got[0], want[0]), lse=_err(got[1], want[1]), kv=_err(got[2], want[2]),
+            out=_err(got[0], want[0]),
+            lse=_err(got[1], want[1]),
+            kv=_err(got[2], want[2]),
             donated=[cache.is_deleted(), buf.data.is_deleted()],
-            buffer_spec=_spec(got[3]), cache_spec=_spec(got[2]),
+            buffer_spec=_spec(got[3]),
+            cache_spec=_spec(got[2]),
             aliases=aliases.group(1) if aliases else text[:2000],
-            collectives=sorted(set(re.findall(
-                r"\b(all-reduce|all-gather|all-to-all|collective-permute|reduce-scatter)", text))))
+            collectives=sorted(
+                set(
+                    re.findall(
+                        r"\b(all-reduce|all-gather|all-to-all|collective-permute|reduce-scatter)",
+                        text,
+                    )
+                )
+            ),
+        )
     return results
 
 
@@ -284,42 +412,79 @@ def _check_cuda_lowering():
     # heads: q [B, H, 576], static max_seq_len; batch: the (q_nope, q_pe) pair, None.
     for scheme, length, pair in (("heads", 4096, False), ("batch", None, True)):
         specs = partition_specs("x", scheme)
-        spec = lambda shape, dtype, name: jax.ShapeDtypeStruct(  # noqa: E731
-            shape, dtype, sharding=NamedSharding(mesh, specs[name]))
-        q = ((spec((batch, heads, lora), jnp.bfloat16, "q"),
-              spec((batch, heads, rope), jnp.bfloat16, "q")) if pair
-             else spec((batch, heads, lora + rope), jnp.bfloat16, "q"))
-        args = (q,
-                spec((batch * pages, page, lora + rope), jnp.bfloat16, "kv_cache"),
-                spec((batch, pages), jnp.int32, "block_table"),
-                spec((batch,), jnp.int32, "seq_lens"),
-                mla_jax.LogitsBuffer(
-                    spec((batch, heads, 16, lora + 1), jnp.float32, "logits_buffer"),
-                    kv_lora_rank=lora, rope_dim=rope, policy="vllm", sm_count=132))
+        spec = lambda shape, dtype, name, specs=specs: jax.ShapeDtypeStruct(
+            shape, dtype, sharding=NamedSharding(mesh, specs[name])
+        )
+        q = (
+            (
+                spec((batch, heads, lora), jnp.bfloat16, "q"),
+                spec((batch, heads, rope), jnp.bfloat16, "q"),
+            )
+            if pair
+            else spec((batch, heads, lora + rope), jnp.bfloat16, "q")
+        )
+        args = (
+            q,
+            spec((batch * pages, page, lora + rope), jnp.bfloat16, "kv_cache"),
+            spec((batch, pages), jnp.int32, "block_table"),
+            spec((batch,), jnp.int32, "seq_lens"),
+            mla_jax.LogitsBuffer(
+                spec((batch, heads, 16, lora + 1), jnp.float32, "logits_buffer"),
+                kv_lora_rank=lora,
+                rope_dim=rope,
+                policy="vllm",
+                sm_count=132,
+            ),
+        )
 
         def step(q, kv, bt, sl, buf, length=length, scheme=scheme):
-            return sharded_mla_decode(mesh, "x", scheme, q, kv, bt, sl, buf, scale=0.1,
-                                      max_seq_len=length, backend="triton",
-                                      compute_capability=90)
+            return sharded_mla_decode(
+                mesh,
+                "x",
+                scheme,
+                q,
+                kv,
+                bt,
+                sl,
+                buf,
+                scale=0.1,
+                max_seq_len=length,
+                backend="triton",
+                compute_capability=90,
+            )
 
-        exported = export.export(jax.jit(step, donate_argnums=4), platforms=["cuda"],
-                                 disabled_checks=DISABLED)(*args)
+        exported = export.export(
+            jax.jit(step, donate_argnums=4), platforms=["cuda"], disabled_checks=DISABLED
+        )(*args)
         text = exported.mlir_module()
         lines = text.splitlines()
         calls = []
         for (operands, aliases, name), line in zip(
-                kernel_calls(text), [l for l in lines if "@triton_kernel_call" in l]):
+            kernel_calls(text), [ln for ln in lines if "@triton_kernel_call" in ln]
+        ):
             types = re.search(r"\} : \((.*)\) -> (.*) loc", line)
-            calls.append(dict(name=name, operands=operands, aliases=aliases,
-                              operand_types=re.findall(r"tensor<([^>]*)>", types.group(1)),
-                              result_types=re.findall(r"tensor<([^>]*)>", types.group(2))))
-        main = next(l for l in lines if "func.func public @main" in l)
-        decode = next(l for l in lines if "func.func private @_decode_step" in l)
-        manual = re.search(r"sdy.manual_computation\(([^)]*)\).*manual_axes=\{[^}]*\} "
-                           r"\((.*)\) \{", text)
+            calls.append(
+                dict(
+                    name=name,
+                    operands=operands,
+                    aliases=aliases,
+                    operand_types=re.findall(r"tensor<([^>]*)>", types.group(1)),
+                    result_types=re.findall(r"tensor<([^>]*)>", types.group(2)),
+                )
+            )
+        main = next(ln for ln in lines if "func.func public @main" in ln)
+        decode = next(ln for ln in lines if "func.func private @_decode_step" in ln)
+        manual = re.search(
+            r"sdy.manual_computation\(([^)]*)\).*manual_axes=\{[^}]*\} "
+            r"\((.*)\) \{",
+            text,
+        )
         buffer = 4 + pair  # the buffer's position among the flattened arguments
         results[scheme] = dict(
-            length=str(length), pair=pair, buffer=buffer, devices=exported.nr_devices,
+            length=str(length),
+            pair=pair,
+            buffer=buffer,
+            devices=exported.nr_devices,
             calls=calls,
             donor=re.search(rf"%arg{buffer}: tensor<[^>]*> \{{([^}}]*)\}}", main).group(1),
             main_call=re.search(r"call @_sharded_step\(([^)]*)\)", text).group(1).split(", "),
@@ -329,46 +494,77 @@ def _check_cuda_lowering():
             decode_args=re.findall(r"(%arg\d+): tensor<([^>]*)>", decode),
             manual_computations=text.count("sdy.manual_computation("),
             concatenates=text.count("stablehlo.concatenate"),
-            kernel_calls=text.count("@triton_kernel_call("))
+            kernel_calls=text.count("@triton_kernel_call("),
+        )
     return results
 
 
 def _check_errors():
     import jax
     import jax.numpy as jnp
-
-    import mla_jax
     from jax.sharding import Mesh
 
+    import mla_jax
     from mla_jax.sharded import reserve_sharded_logits_buffer, sharded_mla_decode
 
     mesh = Mesh(np.array(jax.devices()), ("x",))
-    zeros = lambda *shape, dtype=jnp.float32: jnp.zeros(shape, dtype)  # noqa: E731
+    zeros = lambda *shape, dtype=jnp.float32: jnp.zeros(shape, dtype)
 
     def decode(scheme, batch, heads, axis="x"):
         return sharded_mla_decode(
-            mesh, axis, scheme, zeros(batch, heads, LORA + ROPE),
-            zeros(8 * batch, PAGE, LORA + ROPE), zeros(batch, 4, dtype=jnp.int32),
+            mesh,
+            axis,
+            scheme,
+            zeros(batch, heads, LORA + ROPE),
+            zeros(8 * batch, PAGE, LORA + ROPE),
+            zeros(batch, 4, dtype=jnp.int32),
             zeros(batch, dtype=jnp.int32),
-            mla_jax.LogitsBuffer(zeros(batch, heads, 2, LORA + 1), kv_lora_rank=LORA,
-                                 rope_dim=ROPE, policy="vllm", sm_count=SM),
-            scale=0.1, backend="xla")
+            mla_jax.LogitsBuffer(
+                zeros(batch, heads, 2, LORA + 1),
+                kv_lora_rank=LORA,
+                rope_dim=ROPE,
+                policy="vllm",
+                sm_count=SM,
+            ),
+            scale=0.1,
+            backend="xla",
+        )
 
     cases = {
         "heads": lambda: decode("heads", 8, 12),
         "batch": lambda: decode("batch", 6, 16),
         "axis": lambda: decode("heads", 8, 16, axis="y"),
         "scheme": lambda: decode("rows", 8, 16),
-        "reserve_heads": lambda: reserve_sharded_logits_buffer(mesh, "x", "heads", 8, 12, 4096,
-                                                               sm_count=SM),
-        "reserve_rows": lambda: reserve_sharded_logits_buffer(mesh, "x", "batch", 12, 16, 4096,
-                                                              sm_count=SM),
+        "reserve_heads": lambda: reserve_sharded_logits_buffer(
+            mesh, "x", "heads", 8, 12, 4096, sm_count=SM
+        ),
+        "reserve_rows": lambda: reserve_sharded_logits_buffer(
+            mesh, "x", "batch", 12, 16, 4096, sm_count=SM
+        ),
         "too_long": lambda: sharded_mla_decode(
-            mesh, "x", "heads", zeros(8, 16, LORA + ROPE), zeros(8, PAGE, LORA + ROPE),
-            zeros(8, 4, dtype=jnp.int32), zeros(8, dtype=jnp.int32),
-            reserve_sharded_logits_buffer(mesh, "x", "heads", 8, 16, 512, kv_lora_rank=LORA, rope_dim=ROPE,
-                                          sm_count=SM, policy="vllm"),
-            scale=0.1, max_seq_len=4096, backend="xla"),
+            mesh,
+            "x",
+            "heads",
+            zeros(8, 16, LORA + ROPE),
+            zeros(8, PAGE, LORA + ROPE),
+            zeros(8, 4, dtype=jnp.int32),
+            zeros(8, dtype=jnp.int32),
+            reserve_sharded_logits_buffer(
+                mesh,
+                "x",
+                "heads",
+                8,
+                16,
+                512,
+                kv_lora_rank=LORA,
+                rope_dim=ROPE,
+                sm_count=SM,
+                policy="vllm",
+            ),
+            scale=0.1,
+            max_seq_len=4096,
+            backend="xla",
+        ),
         "sm_count": lambda: reserve_sharded_logits_buffer(mesh, "x", "heads", 8, 16, 4096),
     }
     results = {}
@@ -384,10 +580,10 @@ def _check_errors():
 CHECKS = dict(
     unsharded=_check_against_unsharded,
     occupancy=_check_per_shard_occupancy,
-    buffers=lambda rng: _check_buffer_shapes(),
+    buffers=lambda _rng: _check_buffer_shapes(),
     scan=_check_scan,
-    cuda=lambda rng: _check_cuda_lowering(),
-    errors=lambda rng: _check_errors(),
+    cuda=lambda _rng: _check_cuda_lowering(),
+    errors=lambda _rng: _check_errors(),
 )
 # Two children, one per core: compilation dominates and is mostly single-threaded.
 # Each prints how long its checks took ("seconds" in the results).
@@ -418,23 +614,38 @@ def _child(seed: int, names: list[str]) -> None:
 
 
 @pytest.fixture(scope="module")
-def child():
-    """Runs the groups in parallel child processes; returns (seed, merged results)."""
-    seed = int(np.random.default_rng().integers(2**31))
+def child(request):
+    """Runs the groups in parallel child processes; returns (seed, merged results).
+
+    The seed is the module's (``tests.conftest.seed_for``: stable, or ``MLA_JAX_SEED``);
+    a failed test that reads these results reports it.
+    """
+    seed = seed_for(request.node)
     flags = os.environ.get("XLA_FLAGS", "")
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=root,
-               XLA_FLAGS=f"{flags} --xla_force_host_platform_device_count={DEVICES}".strip())
-    procs = [subprocess.Popen([sys.executable, __file__, str(seed), *names], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              cwd=os.path.dirname(os.path.abspath(__file__)))
-             for names in GROUPS]
+    env = dict(
+        os.environ,
+        JAX_PLATFORMS="cpu",
+        PYTHONPATH=root,
+        XLA_FLAGS=f"{flags} --xla_force_host_platform_device_count={DEVICES}".strip(),
+    )
+    procs = [
+        subprocess.Popen(
+            [sys.executable, __file__, str(seed), *names],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=os.path.dirname(os.path.abspath(__file__)),
+        )
+        for names in GROUPS
+    ]
     merged = {"seconds": {}}
     for proc in procs:
         stdout, stderr = proc.communicate(timeout=600)
-        lines = [l for l in stdout.splitlines() if l.startswith(MARK)]
+        lines = [ln for ln in stdout.splitlines() if ln.startswith(MARK)]
         assert proc.returncode == 0 and lines, f"seed {seed}\n{stdout[-3000:]}\n{stderr[-6000:]}"
-        results = json.loads(lines[-1][len(MARK):])
+        results = json.loads(lines[-1][len(MARK) :])
         merged["seconds"].update(results.pop("seconds"))
         merged.update(results)
     return seed, merged
@@ -484,7 +695,7 @@ def test_buffer_shards_match_the_unsharded_reservation_of_a_shard(child):
                 assert r["nan"], r
     # Heads-parallel occupancy reserves for the local heads: 16 heads per shard fill
     # one stage-1 tile, so they get more splits than 128 heads in two tiles.
-    assert (got["heads/8/occupancy"]["expected"][2] > got["heads/1/occupancy"]["expected"][2])
+    assert got["heads/8/occupancy"]["expected"][2] > got["heads/1/occupancy"]["expected"][2]
 
 
 @pytest.mark.parametrize("scheme", SCHEMES)
@@ -513,9 +724,10 @@ def test_triton_path_lowers_for_cuda_once_per_shard_with_the_buffer_aliased(chil
     stage1, stage2 = r["calls"]
     assert (stage1["name"], stage2["name"]) == ("mla_decode_stage1", "mla_decode_stage2")
     # Per-shard shapes: 128 heads / 8 (heads), or 16 rows / 8 and 128 pages / 8 (batch).
-    q, kv, buf = {"heads": (["16x16x576xbf16"] * 2, "128x64x576xbf16", "16x16x16x513xf32"),
-                  "batch": (["2x128x512xbf16", "2x128x64xbf16"], "16x64x576xbf16",
-                            "2x128x16x513xf32")}[scheme]
+    q, kv, buf = {
+        "heads": (["16x16x576xbf16"] * 2, "128x64x576xbf16", "16x16x16x513xf32"),
+        "batch": (["2x128x512xbf16", "2x128x64xbf16"], "16x64x576xbf16", "2x128x16x513xf32"),
+    }[scheme]
     assert stage1["operand_types"][:3] == [*q, kv], stage1
     assert stage1["operand_types"][7] == buf and stage1["result_types"] == [buf], stage1
     assert stage2["operand_types"][0] == buf, stage2
@@ -534,8 +746,9 @@ def test_triton_path_lowers_for_cuda_once_per_shard_with_the_buffer_aliased(chil
 
 def test_errors_name_what_to_change(child):
     got = _get(child, "errors")
-    assert re.search(r"q: scheme='heads' splits its heads \(12\) over mesh axis 'x' of size 8",
-                     got["heads"]), got["heads"]
+    assert re.search(
+        r"q: scheme='heads' splits its heads \(12\) over mesh axis 'x' of size 8", got["heads"]
+    ), got["heads"]
     assert "q: scheme='batch' splits its batch (6)" in got["batch"], got["batch"]
     assert "axis 'y' is not an axis of the mesh" in got["axis"], got["axis"]
     assert "scheme must be 'heads' or 'batch'" in got["scheme"], got["scheme"]
@@ -545,35 +758,37 @@ def test_errors_name_what_to_change(child):
     assert "Pass sm_count explicitly" in got["sm_count"], got["sm_count"]
 
 
-
 if __name__ == "__main__":
     _child(int(sys.argv[1]), sys.argv[2:] or list(CHECKS))
 
 
 @pytest.mark.parametrize("scheme", ["heads", "batch"])
-def test_fp8_and_batch_invariant_pass_through_on_one_device(scheme):
+def test_fp8_and_batch_invariant_pass_through_on_one_device(scheme, rng):
     """k_scale (replicated) and batch_invariant reach every shard's mla_decode."""
     import jax
     import jax.numpy as jnp
     from jax.sharding import Mesh
 
     import mla_jax
-    from tests.cases import TINY, random_case
     from mla_jax.cache import quantize_fp8
     from mla_jax.sharded import reserve_sharded_logits_buffer, sharded_mla_decode
+    from tests.cases import TINY, random_case
 
-    rng = np.random.default_rng()
-    case = random_case(rng, batch=2, heads=4, dims=TINY, page_size=16, pages_per_seq=8,
-                       seq_lens=[100, 37])
+    case = random_case(
+        rng, batch=2, heads=4, dims=TINY, page_size=16, pages_per_seq=8, seq_lens=[100, 37]
+    )
     kv8, k_scale = quantize_fp8(jnp.asarray(case.kv_cache))
     args = (jnp.asarray(case.q), kv8, jnp.asarray(case.block_table), jnp.asarray(case.seq_lens))
     # "auto": triton on a GPU, where the xla backend refuses batch_invariant.
     kw = dict(scale=case.scale, backend="auto", k_scale=k_scale, batch_invariant=True)
     mesh = Mesh(np.array(jax.devices()[:1]), ("x",))
-    buf = reserve_sharded_logits_buffer(mesh, "x", scheme, 2, 4, 128, kv_lora_rank=TINY[0], rope_dim=TINY[1],
-                                        sm_count=4)
+    buf = reserve_sharded_logits_buffer(
+        mesh, "x", scheme, 2, 4, 128, kv_lora_rank=TINY[0], rope_dim=TINY[1], sm_count=4
+    )
     out, lse, _ = sharded_mla_decode(mesh, "x", scheme, *args, buf, **kw)
-    ref_buf = mla_jax.reserve_logits_buffer(2, 4, 128, kv_lora_rank=TINY[0], rope_dim=TINY[1], sm_count=4)
+    ref_buf = mla_jax.reserve_logits_buffer(
+        2, 4, 128, kv_lora_rank=TINY[0], rope_dim=TINY[1], sm_count=4
+    )
     want_out, want_lse, _ = mla_jax.mla_decode(*args, ref_buf, **kw)
     np.testing.assert_array_equal(np.asarray(out), np.asarray(want_out))
     np.testing.assert_array_equal(np.asarray(lse), np.asarray(want_lse))

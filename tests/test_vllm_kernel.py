@@ -11,19 +11,22 @@ import numpy as np
 import pytest
 import torch
 
-from tests.cases import DEEPSEEK, random_case
-from mla_jax.tools import vllm_kernel
 from mla_jax.reference import mla_decode_reference_np
+from mla_jax.tools import vllm_kernel
+from tests.cases import DEEPSEEK, random_case
 
 ROOT = Path(__file__).resolve().parents[1]
-REAL_FILE = Path(os.environ.get(vllm_kernel.ENV_VAR)
-                 or ROOT / ".vllm" / "triton_decode_attention.py")
+REAL_FILE = Path(
+    os.environ.get(vllm_kernel.ENV_VAR) or ROOT / ".vllm" / "triton_decode_attention.py"
+)
 needs_real_file = pytest.mark.skipif(
-    not REAL_FILE.is_file(), reason=f"no copy of vLLM's kernel at {REAL_FILE} (see "
-    "mla_jax/tools/vllm_kernel.py for how to get it)")
+    not REAL_FILE.is_file(),
+    reason=f"no copy of vLLM's kernel at {REAL_FILE} (see "
+    "mla_jax/tools/vllm_kernel.py for how to get it)",
+)
 
 # A miniature of the real file: its vllm imports, a Triton kernel, the entry point.
-FAKE_KERNEL = '''
+FAKE_KERNEL = """
 import logging
 
 import torch
@@ -45,7 +48,7 @@ def _copy(x_ptr, y_ptr, N: tl.constexpr):
 
 def decode_attention_fwd(*args, **kwargs):
     return "called"
-'''
+"""
 
 
 def test_load_without_a_path_is_none(monkeypatch, tmp_path):
@@ -86,20 +89,45 @@ def test_load_imports_the_patched_file(tmp_path, monkeypatch):
 def test_real_file_loads_with_the_signature_vllm_decode_calls():
     module = vllm_kernel.load(REAL_FILE)
     params = list(inspect.signature(module.decode_attention_fwd).parameters)
-    assert params == ["q", "k_buffer", "v_buffer", "o", "lse", "req_to_token", "b_seq_len",
-                      "attn_logits", "num_kv_splits", "sm_scale", "page_size", "logit_cap",
-                      "k_scale", "v_scale", "is_mla"]
+    assert params == [
+        "q",
+        "k_buffer",
+        "v_buffer",
+        "o",
+        "lse",
+        "req_to_token",
+        "b_seq_len",
+        "attn_logits",
+        "num_kv_splits",
+        "sm_scale",
+        "page_size",
+        "logit_cap",
+        "k_scale",
+        "v_scale",
+        "is_mla",
+    ]
 
 
 def _case(batch=3, heads=16, page_size=16):
     rng = np.random.default_rng(0)
-    return random_case(rng, batch=batch, heads=heads, dims=DEEPSEEK, page_size=page_size,
-                       pages_per_seq=5, seq_lens=[80, 1, 37][:batch])
+    return random_case(
+        rng,
+        batch=batch,
+        heads=heads,
+        dims=DEEPSEEK,
+        page_size=page_size,
+        pages_per_seq=5,
+        seq_lens=[80, 1, 37][:batch],
+    )
 
 
 def _torch(case):
-    return (torch.from_numpy(case.q), torch.from_numpy(case.kv_cache),
-            torch.from_numpy(case.block_table), torch.from_numpy(case.seq_lens))
+    return (
+        torch.from_numpy(case.q),
+        torch.from_numpy(case.kv_cache),
+        torch.from_numpy(case.block_table),
+        torch.from_numpy(case.seq_lens),
+    )
 
 
 def test_vllm_decode_passes_what_forward_mqa_passes():
@@ -112,9 +140,10 @@ def test_vllm_decode_passes_what_forward_mqa_passes():
 
     scale_t = torch.tensor(0.5)
     fake = type("Fake", (), {"decode_attention_fwd": staticmethod(decode_attention_fwd)})
-    out, lse = vllm_kernel.vllm_decode(fake, q, kv_cache, block_table, seq_lens,
-                                       scale=case.scale, num_kv_splits=4, k_scale=scale_t)
-    (args, kwargs), = calls
+    out, lse = vllm_kernel.vllm_decode(
+        fake, q, kv_cache, block_table, seq_lens, scale=case.scale, num_kv_splits=4, k_scale=scale_t
+    )
+    ((args, kwargs),) = calls
     q_, k, v, o, lse_, req_to_token, b_seq_len, attn_logits, splits, sm_scale, page = args
     assert q_ is q and req_to_token is block_table and b_seq_len is seq_lens
     assert k.shape == (kv_cache.shape[0], 16, 1, 576) and k.data_ptr() == kv_cache.data_ptr()
@@ -133,27 +162,29 @@ def test_vllm_decode_checks_shapes():
     q, kv_cache, block_table, seq_lens = _torch(_case())
     mod = vllm_kernel.torch_reference_module()
     with pytest.raises(ValueError, match="kv_cache"):
-        vllm_kernel.vllm_decode(mod, q, kv_cache[..., :512], block_table, seq_lens,
-                                scale=0.1, num_kv_splits=1)
+        vllm_kernel.vllm_decode(
+            mod, q, kv_cache[..., :512], block_table, seq_lens, scale=0.1, num_kv_splits=1
+        )
     with pytest.raises(ValueError, match="batch 3"):
-        vllm_kernel.vllm_decode(mod, q, kv_cache, block_table[:2], seq_lens,
-                                scale=0.1, num_kv_splits=1)
+        vllm_kernel.vllm_decode(
+            mod, q, kv_cache, block_table[:2], seq_lens, scale=0.1, num_kv_splits=1
+        )
 
 
 def test_torch_stand_in_matches_the_reference():
     case = _case()
-    out, lse = vllm_kernel.vllm_decode(vllm_kernel.torch_reference_module(), *_torch(case),
-                                       scale=case.scale, num_kv_splits=2)
-    ref_out, ref_lse = mla_decode_reference_np(case.q, case.kv_cache, case.block_table,
-                                               case.seq_lens, scale=case.scale)
+    out, lse = vllm_kernel.vllm_decode(
+        vllm_kernel.torch_reference_module(), *_torch(case), scale=case.scale, num_kv_splits=2
+    )
+    ref_out, ref_lse = mla_decode_reference_np(
+        case.q, case.kv_cache, case.block_table, case.seq_lens, scale=case.scale
+    )
     np.testing.assert_allclose(out.numpy(), ref_out, atol=2e-5)
     np.testing.assert_allclose(lse.numpy(), ref_lse, atol=2e-5)
 
 
-INTERPRETED = textwrap.dedent('''
-    import sys
+INTERPRETED = textwrap.dedent("""
     import numpy as np, torch
-    sys.path.insert(0, {root!r})
     from tests.cases import DEEPSEEK, random_case
     from mla_jax.tools import vllm_kernel
     from mla_jax.reference import mla_decode_reference_np
@@ -168,7 +199,7 @@ INTERPRETED = textwrap.dedent('''
                                                case.seq_lens, scale=case.scale)
     np.testing.assert_allclose(out.numpy(), ref_out, atol=2e-5)
     np.testing.assert_allclose(lse.numpy(), ref_lse, atol=2e-5)
-''')
+""")
 
 
 @needs_real_file
@@ -176,10 +207,19 @@ INTERPRETED = textwrap.dedent('''
 def test_real_kernel_in_the_interpreter_matches_the_reference():
     """vLLM's own kernel (float32, Triton interpreter) through vllm_decode: the
     arguments mean to it what they mean to the reference."""
-    script = INTERPRETED.format(root=str(ROOT), path=str(REAL_FILE))
-    env = {**os.environ, "TRITON_INTERPRET": "1"}  # before triton defines any kernel
-    result = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
-                            text=True, timeout=300, check=False)
+    script = INTERPRETED.format(path=str(REAL_FILE))
+    # TRITON_INTERPRET before triton defines any kernel; the repository on the path so
+    # the child imports the package ``tests`` as the suite does.
+    pythonpath = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": pythonpath}
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
 
 
