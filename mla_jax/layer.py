@@ -61,8 +61,10 @@ class YarnScaling:
 
     def __post_init__(self):
         if not self.factor > 0 or self.original_max_position_embeddings < 1:
-            raise ValueError(f"YarnScaling: got factor={self.factor}, original_max_position_"
-                             f"embeddings={self.original_max_position_embeddings}, needed both > 0")
+            raise ValueError(
+                f"YarnScaling: got factor={self.factor}, original_max_position_"
+                f"embeddings={self.original_max_position_embeddings}, needed both > 0"
+            )
 
     def rope_factor(self) -> float:
         """What ``cos`` and ``sin`` are multiplied by."""
@@ -70,7 +72,8 @@ class YarnScaling:
             return self.attention_factor
         if self.mscale and self.mscale_all_dim:
             return _yarn_mscale(self.factor, self.mscale) / _yarn_mscale(
-                self.factor, self.mscale_all_dim)
+                self.factor, self.mscale_all_dim
+            )
         return _yarn_mscale(self.factor)
 
     def softmax_factor(self) -> float:
@@ -81,9 +84,11 @@ class YarnScaling:
 
     def inv_freq(self, dim: int, base: float) -> np.ndarray:
         """float32 ``[dim // 2]``, computed in float32 like transformers."""
+
         def correction_dim(rotations):
-            return (dim * math.log(self.original_max_position_embeddings
-                                   / (rotations * 2 * math.pi))) / (2 * math.log(base))
+            return (
+                dim * math.log(self.original_max_position_embeddings / (rotations * 2 * math.pi))
+            ) / (2 * math.log(base))
 
         low, high = correction_dim(self.beta_fast), correction_dim(self.beta_slow)
         if self.truncate:
@@ -91,12 +96,12 @@ class YarnScaling:
         low, high = max(low, 0), min(high, dim - 1)
         if low == high:
             high += 0.001  # as transformers: no zero-width ramp
-        pos_freqs = np.float32(base) ** (np.arange(0, dim, 2, dtype=np.float32)
-                                         / np.float32(dim))
+        pos_freqs = np.float32(base) ** (np.arange(0, dim, 2, dtype=np.float32) / np.float32(dim))
         extrapolation = np.float32(1) / pos_freqs
         interpolation = np.float32(1) / (np.float32(self.factor) * pos_freqs)
-        ramp = np.clip((np.arange(dim // 2, dtype=np.float32) - np.float32(low))
-                       / np.float32(high - low), 0, 1).astype(np.float32)
+        ramp = np.clip(
+            (np.arange(dim // 2, dtype=np.float32) - np.float32(low)) / np.float32(high - low), 0, 1
+        ).astype(np.float32)
         keep = np.float32(1) - ramp
         return (interpolation * (1 - keep) + extrapolation * keep).astype(np.float32)
 
@@ -123,15 +128,23 @@ class MLAConfig:
     rope_scaling: YarnScaling | None = None
 
     def __post_init__(self):
-        for name in ("hidden_size", "num_heads", "kv_lora_rank", "qk_rope_head_dim",
-                     "qk_nope_head_dim", "v_head_dim"):
+        for name in (
+            "hidden_size",
+            "num_heads",
+            "kv_lora_rank",
+            "qk_rope_head_dim",
+            "qk_nope_head_dim",
+            "v_head_dim",
+        ):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
         if self.q_lora_rank is not None and (
-                not isinstance(self.q_lora_rank, int) or self.q_lora_rank < 1):
-            raise ValueError(f"q_lora_rank must be a positive int or None, got "
-                             f"{self.q_lora_rank!r}")
+            not isinstance(self.q_lora_rank, int) or self.q_lora_rank < 1
+        ):
+            raise ValueError(
+                f"q_lora_rank must be a positive int or None, got {self.q_lora_rank!r}"
+            )
         # The Triton kernels tile both latent parts with tl.arange and tl.dot.
         for name in ("kv_lora_rank", "qk_rope_head_dim"):
             value = getattr(self, name)
@@ -154,39 +167,63 @@ class MLAConfig:
         dim, base = self.qk_rope_head_dim, self.rope_theta
         if self.rope_scaling is not None:
             return self.rope_scaling.inv_freq(dim, base)
-        return (1.0 / (np.float32(base) ** (np.arange(0, dim, 2, dtype=np.float32)
-                                            / np.float32(dim)))).astype(np.float32)
+        return (
+            1.0 / (np.float32(base) ** (np.arange(0, dim, 2, dtype=np.float32) / np.float32(dim)))
+        ).astype(np.float32)
 
 
-_YARN_40 = dict(factor=40.0, original_max_position_embeddings=4096, beta_fast=32.0,
-                beta_slow=1.0)
-PRESETS: MappingProxyType[str, MLAConfig] = MappingProxyType({
-    "deepseek-v3": MLAConfig(hidden_size=7168, num_heads=128, q_lora_rank=1536,
-                             kv_lora_rank=512, qk_rope_head_dim=64, qk_nope_head_dim=128,
-                             v_head_dim=128,
-                             rope_scaling=YarnScaling(**_YARN_40, mscale=1.0,
-                                                      mscale_all_dim=1.0)),
-    "deepseek-v2-lite": MLAConfig(hidden_size=2048, num_heads=16, q_lora_rank=None,
-                                  kv_lora_rank=512, qk_rope_head_dim=64,
-                                  qk_nope_head_dim=128, v_head_dim=128,
-                                  rope_scaling=YarnScaling(**_YARN_40, mscale=0.707,
-                                                           mscale_all_dim=0.707)),
-    "tiny": MLAConfig(hidden_size=64, num_heads=4, q_lora_rank=32, kv_lora_rank=32,
-                      qk_rope_head_dim=16, qk_nope_head_dim=16, v_head_dim=16),
-})
+_YARN_40 = {
+    "factor": 40.0,
+    "original_max_position_embeddings": 4096,
+    "beta_fast": 32.0,
+    "beta_slow": 1.0,
+}
+PRESETS: MappingProxyType[str, MLAConfig] = MappingProxyType(
+    {
+        "deepseek-v3": MLAConfig(
+            hidden_size=7168,
+            num_heads=128,
+            q_lora_rank=1536,
+            kv_lora_rank=512,
+            qk_rope_head_dim=64,
+            qk_nope_head_dim=128,
+            v_head_dim=128,
+            rope_scaling=YarnScaling(**_YARN_40, mscale=1.0, mscale_all_dim=1.0),
+        ),
+        "deepseek-v2-lite": MLAConfig(
+            hidden_size=2048,
+            num_heads=16,
+            q_lora_rank=None,
+            kv_lora_rank=512,
+            qk_rope_head_dim=64,
+            qk_nope_head_dim=128,
+            v_head_dim=128,
+            rope_scaling=YarnScaling(**_YARN_40, mscale=0.707, mscale_all_dim=0.707),
+        ),
+        "tiny": MLAConfig(
+            hidden_size=64,
+            num_heads=4,
+            q_lora_rank=32,
+            kv_lora_rank=32,
+            qk_rope_head_dim=16,
+            qk_nope_head_dim=16,
+            v_head_dim=16,
+        ),
+    }
+)
 
 
 class MLAParams(NamedTuple):
     """One layer's weights (``H`` = num_heads, ``C`` = kv_lora_rank), ``x @ w`` layout."""
 
-    wq_a: jax.Array | None       # [hidden, q_lora_rank]; None without a q LoRA
-    q_a_norm: jax.Array | None   # [q_lora_rank]; None without a q LoRA
-    wq_b: jax.Array              # [q_lora_rank, H, nope + rope], or q_proj [hidden, H, ...]
-    wkv_a: jax.Array             # [hidden, C + rope]
-    kv_a_norm: jax.Array         # [C]
-    w_uk: jax.Array              # [C, H, nope]: k_nope = kv_c @ w_uk
-    w_uv: jax.Array              # [C, H, v_head]: v = kv_c @ w_uv
-    wo: jax.Array                # [H, v_head, hidden]
+    wq_a: jax.Array | None  # [hidden, q_lora_rank]; None without a q LoRA
+    q_a_norm: jax.Array | None  # [q_lora_rank]; None without a q LoRA
+    wq_b: jax.Array  # [q_lora_rank, H, nope + rope], or q_proj [hidden, H, ...]
+    wkv_a: jax.Array  # [hidden, C + rope]
+    kv_a_norm: jax.Array  # [C]
+    w_uk: jax.Array  # [C, H, nope]: k_nope = kv_c @ w_uk
+    w_uv: jax.Array  # [C, H, v_head]: v = kv_c @ w_uv
+    wo: jax.Array  # [H, v_head, hidden]
 
 
 def init_params(config: MLAConfig, key: jax.Array, dtype: jnp.dtype = jnp.float32) -> MLAParams:
@@ -204,9 +241,10 @@ def init_params(config: MLAConfig, key: jax.Array, dtype: jnp.dtype = jnp.float3
     if c.q_lora_rank is not None:
         shapes["wq_a"] = ((c.hidden_size, c.q_lora_rank), c.hidden_size)
     keys = dict(zip(shapes, jax.random.split(key, len(shapes))))
-    weights = {name: (jax.random.normal(keys[name], shape, jnp.float32)
-                      * fan_in ** -0.5).astype(dtype)
-               for name, (shape, fan_in) in shapes.items()}
+    weights = {
+        name: (jax.random.normal(keys[name], shape, jnp.float32) * fan_in**-0.5).astype(dtype)
+        for name, (shape, fan_in) in shapes.items()
+    }
     weights.setdefault("wq_a", None)
     q_a_norm = None if c.q_lora_rank is None else jnp.ones(c.q_lora_rank, dtype)
     return MLAParams(q_a_norm=q_a_norm, kv_a_norm=jnp.ones(c.kv_lora_rank, dtype), **weights)
@@ -248,15 +286,15 @@ def _queries(params: MLAParams, config: MLAConfig, x, positions):
     else:
         q = rms_norm(x @ params.wq_a, params.q_a_norm, config.rms_norm_eps)
     q = jnp.einsum("...q,qhd->...hd", q, params.wq_b)
-    q_nope, q_pe = q[..., :config.qk_nope_head_dim], q[..., config.qk_nope_head_dim:]
+    q_nope, q_pe = q[..., : config.qk_nope_head_dim], q[..., config.qk_nope_head_dim :]
     return q_nope, apply_rope(q_pe, positions[..., None], config)
 
 
 def _latent_row(params: MLAParams, config: MLAConfig, x, positions):
     """Cache rows ``[..., kv_lora_rank + rope]``: normed ``kv_c`` ++ rotated ``k_pe``."""
     kv = x @ params.wkv_a
-    kv_c = rms_norm(kv[..., :config.kv_lora_rank], params.kv_a_norm, config.rms_norm_eps)
-    k_pe = apply_rope(kv[..., config.kv_lora_rank:], positions, config)
+    kv_c = rms_norm(kv[..., : config.kv_lora_rank], params.kv_a_norm, config.rms_norm_eps)
+    k_pe = apply_rope(kv[..., config.kv_lora_rank :], positions, config)
     return jnp.concatenate([kv_c, k_pe], axis=-1)
 
 
@@ -264,8 +302,9 @@ def _check_x(config: MLAConfig, x: jax.Array, positions: jax.Array) -> None:
     if x.ndim != 2 or x.shape[1] != config.hidden_size:
         raise ValueError(f"x: got {list(x.shape)}, needed [B, {config.hidden_size}]")
     if positions.dtype != jnp.int32 or positions.shape != x.shape[:1]:
-        raise ValueError(f"positions: got {positions.dtype}{list(positions.shape)}, "
-                         f"needed int32 [{x.shape[0]}]")
+        raise ValueError(
+            f"positions: got {positions.dtype}{list(positions.shape)}, needed int32 [{x.shape[0]}]"
+        )
 
 
 def mla_decode_layer(
@@ -303,9 +342,15 @@ def mla_decode_layer(
     row = _latent_row(params, config, x, positions)
     kv_cache = append_latent(kv_cache, row.astype(kv_cache.dtype), block_table, positions)
     out, _, logits_buffer = mla_decode(
-        (q_latent.astype(kv_cache.dtype), q_pe.astype(kv_cache.dtype)), kv_cache,
-        block_table, positions + 1, logits_buffer, scale=config.softmax_scale,
-        max_seq_len=None, backend=backend)
+        (q_latent.astype(kv_cache.dtype), q_pe.astype(kv_cache.dtype)),
+        kv_cache,
+        block_table,
+        positions + 1,
+        logits_buffer,
+        scale=config.softmax_scale,
+        max_seq_len=None,
+        backend=backend,
+    )
     v = jnp.einsum("bhc,chv->bhv", out.astype(x.dtype), params.w_uv)
     return jnp.einsum("bhv,hvd->bd", v, params.wo), kv_cache, logits_buffer
 
@@ -315,11 +360,12 @@ def _dense_attention(params: MLAParams, config: MLAConfig, q_nope, q_pe, rows, l
     ``rows [B, T, C + rope]``; ``live [B, S, T]`` says which keys each query sees.
     Returns the heads' values ``[B, S, H, v_head]`` float32."""
     f32 = jnp.float32
-    kv_c, k_pe = rows[..., :config.kv_lora_rank], rows[..., config.kv_lora_rank:]
+    kv_c, k_pe = rows[..., : config.kv_lora_rank], rows[..., config.kv_lora_rank :]
     k_nope = jnp.einsum("btc,chn->bthn", kv_c, params.w_uk, preferred_element_type=f32)
     values = jnp.einsum("btc,chv->bthv", kv_c, params.w_uv, preferred_element_type=f32)
-    logits = (jnp.einsum("bshn,bthn->bhst", q_nope.astype(f32), k_nope)
-              + jnp.einsum("bshr,btr->bhst", q_pe.astype(f32), k_pe.astype(f32)))
+    logits = jnp.einsum("bshn,bthn->bhst", q_nope.astype(f32), k_nope) + jnp.einsum(
+        "bshr,btr->bhst", q_pe.astype(f32), k_pe.astype(f32)
+    )
     logits = jnp.where(live[:, None], logits * config.softmax_scale, -jnp.inf)
     weights = jax.nn.softmax(logits, axis=-1)
     # A query with no live key (a padding row past its prompt) gives zeros, not NaN.
@@ -356,14 +402,16 @@ def mla_prefill_layer(
     if x.ndim != 3 or x.shape[2] != config.hidden_size:
         raise ValueError(f"x: got {list(x.shape)}, needed [B, T, {config.hidden_size}]")
     if lengths.dtype != jnp.int32 or lengths.shape != x.shape[:1]:
-        raise ValueError(f"lengths: got {lengths.dtype}{list(lengths.shape)}, "
-                         f"needed int32 [{x.shape[0]}]")
+        raise ValueError(
+            f"lengths: got {lengths.dtype}{list(lengths.shape)}, needed int32 [{x.shape[0]}]"
+        )
     batch, steps = x.shape[:2]
     positions = jnp.broadcast_to(jnp.arange(steps, dtype=jnp.int32), (batch, steps))
     q_nope, q_pe = _queries(params, config, x, positions)
     rows = _latent_row(params, config, x, positions)
-    kv_cache = write_latents(kv_cache, rows.astype(kv_cache.dtype), block_table,
-                             jnp.zeros_like(lengths), lengths)
+    kv_cache = write_latents(
+        kv_cache, rows.astype(kv_cache.dtype), block_table, jnp.zeros_like(lengths), lengths
+    )
     t = jnp.arange(steps)
     live = (t[None, None, :] <= t[None, :, None]) & (t[None, None, :] < lengths[:, None, None])
     # The keys as the cache holds them, so prefill and decode see the same rows.
@@ -400,6 +448,7 @@ def naive_mla_attention(
         keys = jnp.concatenate([latents.astype(jnp.float32), row[:, None]], axis=1)
         t = jnp.arange(keys.shape[1])
         live = (t[None, :] < positions[:, None]) | (t == latents.shape[1])[None, :]
-        heads = _dense_attention(params, config, q_nope[:, None], q_pe[:, None], keys,
-                                 live[:, None])
+        heads = _dense_attention(
+            params, config, q_nope[:, None], q_pe[:, None], keys, live[:, None]
+        )
         return jnp.einsum("bhv,hvd->bd", heads[:, 0], params.wo), row

@@ -21,7 +21,6 @@ kernels, and decode throughput of a DeepSeek-V2-Lite-shaped model.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 import tempfile
@@ -44,14 +43,30 @@ CONTEXT = 4096
 def v2_lite(layers: int, dry_run: bool) -> DeepseekConfig:
     if dry_run:
         attention = PRESETS["tiny"]
-        return DeepseekConfig(model_type="deepseek_v2", vocab_size=512, num_hidden_layers=layers,
-                              attention=attention, intermediate_size=128,
-                              moe_intermediate_size=32, n_routed_experts=16, n_shared_experts=2,
-                              num_experts_per_tok=6, first_k_dense_replace=1)
-    return DeepseekConfig(model_type="deepseek_v2", vocab_size=102400, num_hidden_layers=layers,
-                          attention=PRESETS["deepseek-v2-lite"], intermediate_size=10944,
-                          moe_intermediate_size=1408, n_routed_experts=64, n_shared_experts=2,
-                          num_experts_per_tok=6, first_k_dense_replace=1)
+        return DeepseekConfig(
+            model_type="deepseek_v2",
+            vocab_size=512,
+            num_hidden_layers=layers,
+            attention=attention,
+            intermediate_size=128,
+            moe_intermediate_size=32,
+            n_routed_experts=16,
+            n_shared_experts=2,
+            num_experts_per_tok=6,
+            first_k_dense_replace=1,
+        )
+    return DeepseekConfig(
+        model_type="deepseek_v2",
+        vocab_size=102400,
+        num_hidden_layers=layers,
+        attention=PRESETS["deepseek-v2-lite"],
+        intermediate_size=10944,
+        moe_intermediate_size=1408,
+        n_routed_experts=64,
+        n_shared_experts=2,
+        num_experts_per_tok=6,
+        first_k_dense_replace=1,
+    )
 
 
 def log(lines: list[str], text: str) -> None:
@@ -77,21 +92,25 @@ def parity(backend: str, lines: list[str]) -> dict:
             model.save_pretrained(f"{tmp}/{kind}")
             config, params = load_checkpoint(f"{tmp}/{kind}")
             prompts = np.random.default_rng(1).integers(0, config.vocab_size, (3, 40))
-            out = generate(params, config, prompts, lens, 20, backend=backend,
-                           return_logits=True)
+            out = generate(params, config, prompts, lens, 20, backend=backend, return_logits=True)
             same, err = True, 0.0
             for b, n in enumerate(lens):
-                same &= bool((np.asarray(out.tokens[b]) == hf.greedy(model, prompts[b, :n], 20))
-                             .all())
+                same &= bool(
+                    (np.asarray(out.tokens[b]) == hf.greedy(model, prompts[b, :n], 20)).all()
+                )
                 sequence = np.concatenate([prompts[b, :n], np.asarray(out.tokens[b])])
-                want = hf.logits(model, sequence)[n - 1:n + 19]
-                err = max(err, float(np.abs(np.asarray(out.logits[b]) - want).max()
-                                     / np.abs(want).max()))
+                want = hf.logits(model, sequence)[n - 1 : n + 19]
+                err = max(
+                    err, float(np.abs(np.asarray(out.logits[b]) - want).max() / np.abs(want).max())
+                )
             ok = same and err < 1e-4
             results[kind] = {"tokens_identical": same, "logits_max_rel_err": err, "pass": ok}
-            log(lines, f"parity {kind} ({backend}): 20 greedy tokens x 3 ragged prompts "
-                       f"identical: {same}; step logits max rel err {err:.2e} -> "
-                       f"{'PASS' if ok else 'FAIL'}")
+            log(
+                lines,
+                f"parity {kind} ({backend}): 20 greedy tokens x 3 ragged prompts "
+                f"identical: {same}; step logits max rel err {err:.2e} -> "
+                f"{'PASS' if ok else 'FAIL'}",
+            )
     return results
 
 
@@ -108,7 +127,6 @@ def timed(fn, repeats: int = 3) -> float:
 
 def throughput(args, lines: list[str]) -> dict:
     config = v2_lite(args.layers, args.dry_run)
-    a = config.attention
     context = 64 if args.dry_run else CONTEXT
     dtype = jnp.float32 if args.dry_run else jnp.bfloat16
     backend = "xla" if args.dry_run else "triton"
@@ -117,91 +135,139 @@ def throughput(args, lines: list[str]) -> dict:
     params = jax.jit(init_params, static_argnums=(0, 2))(config, jax.random.key(0), dtype)
     jax.block_until_ready(params)
     n_params = sum(x.size for x in jax.tree.leaves(params))
-    log(lines, f"model: V2-Lite shapes, {config.num_hidden_layers} layers, {n_params / 1e9:.2f}B "
-               f"params {jnp.dtype(dtype).name}, random weights ({time.perf_counter() - start:.1f} s "
-               f"to build); backend {backend}, contexts {context} tokens")
-    results = {"layers": config.num_hidden_layers, "params": int(n_params), "context": context,
-               "backend": backend, "dtype": jnp.dtype(dtype).name, "batches": {}}
+    log(
+        lines,
+        f"model: V2-Lite shapes, {config.num_hidden_layers} layers, {n_params / 1e9:.2f}B "
+        f"params {jnp.dtype(dtype).name}, random weights ({time.perf_counter() - start:.1f} s "
+        f"to build); backend {backend}, contexts {context} tokens",
+    )
+    results = {
+        "layers": config.num_hidden_layers,
+        "params": int(n_params),
+        "context": context,
+        "backend": backend,
+        "dtype": jnp.dtype(dtype).name,
+        "batches": {},
+    }
     for batch in args.batches:
-        max_len = context + 2 * args.steps + 8
-        state = new_decode_state(config, batch, max_len, page_size=64, dtype=dtype,
-                                 sm_count=sm)
-        keys = jax.random.split(jax.random.key(batch), config.num_hidden_layers)
-        state = state._replace(
-            kv_caches=tuple(jax.random.normal(k, c.shape, dtype) for k, c in
-                            zip(keys, state.kv_caches)),
-            positions=jnp.full(batch, context, jnp.int32))
-        logits = jax.random.normal(jax.random.key(7), (batch, config.vocab_size), jnp.float32)
-        kwargs = dict(num_steps=args.steps, temperature=0.0, top_k=None, eos_id=None,
-                      backend=backend, sm_count=sm, return_logits=False)
-        t0 = time.perf_counter()
-        tokens, _, state = decode_loop(params, config, logits, state, jax.random.key(0), **kwargs)
-        tokens.block_until_ready()
-        compile_s = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        tokens, _, state = decode_loop(params, config, logits, state, jax.random.key(0), **kwargs)
-        tokens.block_until_ready()
-        step_s = (time.perf_counter() - t0) / args.steps
-
-        # The attention op alone: mla_decode over one cache, as many calls as layers.
-        cache = state.kv_caches[0]
-        q = jax.random.normal(jax.random.key(3), (batch, a.num_heads, a.latent_dim), dtype)
-        seq_lens = jnp.full(batch, context + 1, jnp.int32)
-        buffer = reserve_logits_buffer(batch, a.num_heads, max_len, kv_lora_rank=a.kv_lora_rank,
-                                       sm_count=sm)
-
-        @jax.jit
-        def attention_steps(q, cache, table, seq_lens, buffer):
-            def body(i, carry):
-                total, buffer = carry
-                out, _, buffer = mla_decode(q, cache, table, seq_lens, buffer,
-                                            scale=a.softmax_scale, backend=backend,
-                                            sm_count=sm)
-                # Summed so no call's output is dead code.
-                return total + out[..., 0].astype(jnp.float32), buffer
-            total = jnp.zeros((batch, a.num_heads), jnp.float32)
-            return jax.lax.fori_loop(0, config.num_hidden_layers * args.steps, body,
-                                     (total, buffer))[0]
-
-        attn_s = timed(lambda: attention_steps(q, cache, state.block_table, seq_lens,
-                                               buffer).block_until_ready()) / args.steps
-        entry = {"step_ms": step_s * 1e3, "tokens_per_s": batch / step_s,
-                 "attention_ms_per_step": attn_s * 1e3, "attention_share": attn_s / step_s,
-                 "decode_compile_s": compile_s}
+        entry = _decode_throughput(params, config, batch, context, dtype, backend, sm, args.steps)
         results["batches"][batch] = entry
-        log(lines, f"decode B={batch}: {step_s * 1e3:.2f} ms/step, {batch / step_s:.0f} tokens/s; "
-                   f"attention alone ({config.num_hidden_layers} x mla_decode) "
-                   f"{attn_s * 1e3:.2f} ms = {100 * attn_s / step_s:.0f}% of the step; "
-                   f"first call (compile + run) {compile_s:.1f} s")
-        del state, cache, buffer
-
+        log(
+            lines,
+            f"decode B={batch}: {entry['step_ms']:.2f} ms/step, "
+            f"{entry['tokens_per_s']:.0f} tokens/s; attention alone "
+            f"({config.num_hidden_layers} x mla_decode) "
+            f"{entry['attention_ms_per_step']:.2f} ms = "
+            f"{100 * entry['attention_share']:.0f}% of the step; first call "
+            f"(compile + run) {entry['decode_compile_s']:.1f} s",
+        )
     for batch in args.prefill_batches:
-        state = new_decode_state(config, batch, context, page_size=64, dtype=dtype,
-                                 sm_count=sm)
-        prompts = jax.random.randint(jax.random.key(5), (batch, context), 0, config.vocab_size)
-        lens = jnp.full(batch, context, jnp.int32)
-        holder = {"caches": state.kv_caches}
-
-        def run():
-            logits, holder["caches"] = _prefill(params, config, prompts, lens, holder["caches"],
-                                                state.block_table)
-            logits.block_until_ready()
-
-        prefill_s = timed(run, repeats=2)
-        results.setdefault("prefill", {})[batch] = {"seconds": prefill_s,
-                                                    "tokens_per_s": batch * context / prefill_s}
-        log(lines, f"prefill B={batch} x {context} tokens: {prefill_s * 1e3:.1f} ms "
-                   f"({batch * context / prefill_s:.0f} tokens/s; dense causal attention)")
-        del state, holder
+        seconds = _prefill_time(params, config, batch, context, dtype, sm)
+        results.setdefault("prefill", {})[batch] = {
+            "seconds": seconds,
+            "tokens_per_s": batch * context / seconds,
+        }
+        log(
+            lines,
+            f"prefill B={batch} x {context} tokens: {seconds * 1e3:.1f} ms "
+            f"({batch * context / seconds:.0f} tokens/s; dense causal attention)",
+        )
     return results
 
 
+def _decode_throughput(params, config, batch, context, dtype, backend, sm, steps) -> dict:
+    """Seconds per step of the decode loop from ``context``-token caches of random
+    latents, and of the attention op alone (``mla_decode``, once per layer)."""
+    a = config.attention
+    max_len = context + 2 * steps + 8
+    state = new_decode_state(config, batch, max_len, page_size=64, dtype=dtype, sm_count=sm)
+    keys = jax.random.split(jax.random.key(batch), config.num_hidden_layers)
+    state = state._replace(
+        kv_caches=tuple(
+            jax.random.normal(k, c.shape, dtype) for k, c in zip(keys, state.kv_caches)
+        ),
+        positions=jnp.full(batch, context, jnp.int32),
+    )
+    logits = jax.random.normal(jax.random.key(7), (batch, config.vocab_size), jnp.float32)
+    kwargs = {
+        "num_steps": steps,
+        "temperature": 0.0,
+        "top_k": None,
+        "eos_id": None,
+        "backend": backend,
+        "sm_count": sm,
+        "return_logits": False,
+    }
+    start = time.perf_counter()
+    tokens, _, state = decode_loop(params, config, logits, state, jax.random.key(0), **kwargs)
+    tokens.block_until_ready()
+    compile_s = time.perf_counter() - start
+    start = time.perf_counter()
+    tokens, _, state = decode_loop(params, config, logits, state, jax.random.key(0), **kwargs)
+    tokens.block_until_ready()
+    step_s = (time.perf_counter() - start) / steps
+
+    q = jax.random.normal(jax.random.key(3), (batch, a.num_heads, a.latent_dim), dtype)
+    seq_lens = jnp.full(batch, context + 1, jnp.int32)
+    buffer = reserve_logits_buffer(
+        batch, a.num_heads, max_len, kv_lora_rank=a.kv_lora_rank, sm_count=sm
+    )
+
+    @jax.jit
+    def attention_steps(q, cache, table, seq_lens, buffer):
+        def body(i, carry):
+            total, buffer = carry
+            out, _, buffer = mla_decode(
+                q,
+                cache,
+                table,
+                seq_lens,
+                buffer,
+                scale=a.softmax_scale,
+                backend=backend,
+                sm_count=sm,
+            )
+            # Summed so no call's output is dead code.
+            return total + out[..., 0].astype(jnp.float32), buffer
+
+        total = jnp.zeros((batch, a.num_heads), jnp.float32)
+        return jax.lax.fori_loop(0, config.num_hidden_layers * steps, body, (total, buffer))[0]
+
+    args = (q, state.kv_caches[0], state.block_table, seq_lens, buffer)
+    attn_s = timed(lambda: attention_steps(*args).block_until_ready()) / steps
+    return {
+        "step_ms": step_s * 1e3,
+        "tokens_per_s": batch / step_s,
+        "attention_ms_per_step": attn_s * 1e3,
+        "attention_share": attn_s / step_s,
+        "decode_compile_s": compile_s,
+    }
+
+
+def _prefill_time(params, config, batch, context, dtype, sm) -> float:
+    """Median seconds to prefill ``batch`` prompts of ``context`` tokens."""
+    state = new_decode_state(config, batch, context, page_size=64, dtype=dtype, sm_count=sm)
+    prompts = jax.random.randint(jax.random.key(5), (batch, context), 0, config.vocab_size)
+    lens = jnp.full(batch, context, jnp.int32)
+    caches = [state.kv_caches]
+
+    def run():
+        logits, caches[0] = _prefill(params, config, prompts, lens, caches[0], state.block_table)
+        logits.block_until_ready()
+
+    return timed(run, repeats=2)
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--out", type=Path, required=True, help="folder for the log and JSON")
-    parser.add_argument("--dry-run", action="store_true",
-                        help="tiny shapes, xla backend: checks the script on any machine")
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="tiny shapes, xla backend: checks the script on any machine",
+    )
     parser.add_argument("--layers", type=int, default=27, help="layers (27: V2-Lite)")
     parser.add_argument("--steps", type=int, default=32, help="decode steps timed per call")
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 64])
@@ -214,15 +280,20 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     lines: list[str] = []
     log(lines, f"jax {jax.__version__}, device {jax.devices()[0].device_kind}")
-    report = {"device": jax.devices()[0].device_kind, "args": {
-        k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}}
+    report = {
+        "device": jax.devices()[0].device_kind,
+        "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+    }
     if not args.skip_parity:
         report["parity"] = parity("xla" if args.dry_run else "triton", lines)
     report["throughput"] = throughput(args, lines)
     (args.out / "deepseek_gpu.log").write_text("\n".join(lines) + "\n")
     (args.out / "deepseek_gpu.json").write_text(json.dumps(report, indent=1, default=str))
-    failed = [k for k, v in report.get("parity", {}).items()
-              if isinstance(v, dict) and not v.get("pass", True)]
+    failed = [
+        k
+        for k, v in report.get("parity", {}).items()
+        if isinstance(v, dict) and not v.get("pass", True)
+    ]
     return 1 if failed else 0
 
 

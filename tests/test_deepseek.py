@@ -17,8 +17,8 @@ import pytest
 pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")
 
-from mla_jax.deepseek import generate, load_checkpoint, new_decode_state, prefill  # noqa: E402
-from mla_jax.deepseek import hf_reference as hf  # noqa: E402
+from mla_jax.deepseek import generate, load_checkpoint, new_decode_state, prefill
+from mla_jax.deepseek import hf_reference as hf
 
 CASES = {"v3": ("deepseek_v3", 24), "v2": ("deepseek_v2", None)}  # (model_type, q_lora_rank)
 PROMPT_LENS = np.array([40, 23, 7])  # positions up to 60, past the 16-token pre-training
@@ -42,8 +42,9 @@ def case(request, tmp_path_factory):
 def generated(case):
     """20 greedy tokens per prompt, with their logits (xla backend)."""
     _, _, config, params, prompts = case
-    return generate(params, config, prompts, PROMPT_LENS, NEW_TOKENS, backend="xla",
-                    return_logits=True)
+    return generate(
+        params, config, prompts, PROMPT_LENS, NEW_TOKENS, backend="xla", return_logits=True
+    )
 
 
 def _rel(got, want):
@@ -53,8 +54,14 @@ def _rel(got, want):
 def _prefill_logits(config, params, prompts, dtype=jnp.float32):
     state = new_decode_state(config, len(prompts), prompts.shape[1], dtype=dtype)
     logits, _ = jax.jit(prefill, static_argnames=("config", "all_logits"))(
-        params, config, jnp.asarray(prompts, jnp.int32), jnp.asarray(PROMPT_LENS, jnp.int32),
-        state.kv_caches, state.block_table, all_logits=True)
+        params,
+        config,
+        jnp.asarray(prompts, jnp.int32),
+        jnp.asarray(PROMPT_LENS, jnp.int32),
+        state.kv_caches,
+        state.block_table,
+        all_logits=True,
+    )
     return np.asarray(logits)
 
 
@@ -84,12 +91,13 @@ def test_greedy_generation_matches(case, generated):
     assert out.tokens.shape == (3, NEW_TOKENS) and out.tokens.dtype == jnp.int32
     assert out.logits.shape == (3, NEW_TOKENS, config.vocab_size)
     for b, n in enumerate(PROMPT_LENS):
-        np.testing.assert_array_equal(out.tokens[b], hf.greedy(model, prompts[b, :n], NEW_TOKENS),
-                                      err_msg=f"row {b}")
+        np.testing.assert_array_equal(
+            out.tokens[b], hf.greedy(model, prompts[b, :n], NEW_TOKENS), err_msg=f"row {b}"
+        )
         # Teacher-forced: the whole sequence in one forward pass, logits at the
         # positions each new token was chosen from.
         sequence = np.concatenate([prompts[b, :n], np.asarray(out.tokens[b])])
-        want = hf.logits(model, sequence)[n - 1:n - 1 + NEW_TOKENS]
+        want = hf.logits(model, sequence)[n - 1 : n - 1 + NEW_TOKENS]
         assert _rel(out.logits[b], want) < RTOL, f"row {b}"
 
 
@@ -128,9 +136,20 @@ def test_sampling_top_1_and_eos(case, generated):
         pytest.skip("the sampling path is the same for both models")
     greedy = np.asarray(generated.tokens)
     eos = int(greedy[0, 3])
-    sampled = np.asarray(generate(params, config, prompts, PROMPT_LENS, NEW_TOKENS,
-                                  key=jax.random.key(3), temperature=0.7, top_k=1, eos_id=eos,
-                                  backend="xla").tokens)
+    sampled = np.asarray(
+        generate(
+            params,
+            config,
+            prompts,
+            PROMPT_LENS,
+            NEW_TOKENS,
+            key=jax.random.key(3),
+            temperature=0.7,
+            top_k=1,
+            eos_id=eos,
+            backend="xla",
+        ).tokens
+    )
     for row, want in zip(sampled, greedy):
         hits = np.flatnonzero(want == eos)
         if hits.size:
@@ -149,14 +168,21 @@ def _write_config(folder, **changes):
     path.write_text(json.dumps(config))
 
 
-@pytest.mark.parametrize("changes, message", [
-    ({"quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]}},
-     "quantization_config \\('fp8'\\)"),
-    ({"rope_parameters": {"rope_type": "longrope", "rope_theta": 1e4}},
-     "rope_scaling type: got 'longrope'"),
-    ({"model_type": "llama"}, "model_type: got 'llama'"),
-    ({"hidden_act": "gelu"}, "hidden_act: got 'gelu'"),
-])
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        (
+            {"quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]}},
+            "quantization_config \\('fp8'\\)",
+        ),
+        (
+            {"rope_parameters": {"rope_type": "longrope", "rope_theta": 1e4}},
+            "rope_scaling type: got 'longrope'",
+        ),
+        ({"model_type": "llama"}, "model_type: got 'llama'"),
+        ({"hidden_act": "gelu"}, "hidden_act: got 'gelu'"),
+    ],
+)
 def test_unsupported_checkpoints_raise(case, tmp_path, changes, message):
     _, folder, _, _, _ = case
     for f in folder.iterdir():

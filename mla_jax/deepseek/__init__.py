@@ -9,9 +9,32 @@ The attention decodes through ``mla_jax.mla_decode`` (Triton on a GPU, XLA elsew
 from mla_jax.deepseek.checkpoint import load_checkpoint
 from mla_jax.deepseek.config import DeepseekConfig, from_hf_dict
 from mla_jax.deepseek.generate import GenerateOutput, generate, new_decode_state
-from mla_jax.deepseek.model import (DecoderLayerParams, DeepseekParams, MLPParams, MoEParams,
-                                    decode_step, init_params, moe, prefill, route)
+from mla_jax.deepseek.model import (
+    DecoderLayerParams,
+    DeepseekParams,
+    MLPParams,
+    MoEParams,
+    decode_step,
+    init_params,
+    moe,
+    prefill,
+    route,
+)
 
-__all__ = ["DecoderLayerParams", "DeepseekConfig", "DeepseekParams", "GenerateOutput",
-           "MLPParams", "MoEParams", "decode_step", "from_hf_dict", "generate",
-           "init_params", "load_checkpoint", "moe", "new_decode_state", "prefill", "route"]
+__all__ = [
+    "DecoderLayerParams",
+    "DeepseekConfig",
+    "DeepseekParams",
+    "GenerateOutput",
+    "MLPParams",
+    "MoEParams",
+    "decode_step",
+    "from_hf_dict",
+    "generate",
+    "init_params",
+    "load_checkpoint",
+    "moe",
+    "new_decode_state",
+    "prefill",
+    "route",
+]

@@ -36,7 +36,7 @@ class _Tensors:
         if not files:
             raise ValueError(f"path: no *.safetensors in {str(folder)!r}")
         self._handles = {f: safe_open(str(folder / f), framework="flax") for f in files}
-        self._where = {name: f for f, h in self._handles.items() for name in h.keys()}
+        self._where = {name: f for f, h in self._handles.items() for name in h.keys()}  # noqa: SIM118
         self.used: set[str] = set()
 
     def __contains__(self, name: str) -> bool:
@@ -51,8 +51,9 @@ class _Tensors:
         self.used.add(name)
         array = self._handles[self._where[name]].get_tensor(name)
         if str(array.dtype).startswith("float8"):
-            raise ValueError(f"checkpoint: tensor {name!r} is {array.dtype}; quantised "
-                             "weights are not supported")
+            raise ValueError(
+                f"checkpoint: tensor {name!r} is {array.dtype}; quantised weights are not supported"
+            )
         return array if dtype is None else array.astype(dtype)
 
 
@@ -73,19 +74,24 @@ def _attention(t: _Tensors, prefix: str, config: DeepseekConfig, dtype) -> MLAPa
         wq_b = _linear(t, f"{prefix}.q_b_proj", dtype)
     # kv_b_proj's rows are per head [k_nope | v]: W_UK and W_UV for absorption.
     kv_b = t.get(f"{prefix}.kv_b_proj.weight", dtype).reshape(
-        heads, a.qk_nope_head_dim + a.v_head_dim, a.kv_lora_rank)
+        heads, a.qk_nope_head_dim + a.v_head_dim, a.kv_lora_rank
+    )
     return MLAParams(
-        wq_a=wq_a, q_a_norm=q_a_norm, wq_b=wq_b.reshape(wq_b.shape[0], heads, qk),
+        wq_a=wq_a,
+        q_a_norm=q_a_norm,
+        wq_b=wq_b.reshape(wq_b.shape[0], heads, qk),
         wkv_a=_linear(t, f"{prefix}.kv_a_proj_with_mqa", dtype),
         kv_a_norm=t.get(f"{prefix}.kv_a_layernorm.weight", dtype),
-        w_uk=kv_b[:, :a.qk_nope_head_dim].transpose(2, 0, 1),
-        w_uv=kv_b[:, a.qk_nope_head_dim:].transpose(2, 0, 1),
-        wo=_linear(t, f"{prefix}.o_proj", dtype).reshape(heads, a.v_head_dim, a.hidden_size))
+        w_uk=kv_b[:, : a.qk_nope_head_dim].transpose(2, 0, 1),
+        w_uv=kv_b[:, a.qk_nope_head_dim :].transpose(2, 0, 1),
+        wo=_linear(t, f"{prefix}.o_proj", dtype).reshape(heads, a.v_head_dim, a.hidden_size),
+    )
 
 
 def _mlp(t: _Tensors, prefix: str, dtype) -> MLPParams:
-    return MLPParams(*(_linear(t, f"{prefix}.{n}", dtype)
-                       for n in ("gate_proj", "up_proj", "down_proj")))
+    return MLPParams(
+        *(_linear(t, f"{prefix}.{n}", dtype) for n in ("gate_proj", "up_proj", "down_proj"))
+    )
 
 
 def _experts(t: _Tensors, prefix: str, config: DeepseekConfig, dtype):
@@ -93,8 +99,11 @@ def _experts(t: _Tensors, prefix: str, config: DeepseekConfig, dtype):
     if f"{prefix}.gate_up_proj" in t:  # fused: gate_up [E, 2I, hidden], down [E, hidden, I]
         gate_up = t.get(f"{prefix}.gate_up_proj", dtype)
         inter = config.moe_intermediate_size
-        return (gate_up[:, :inter].transpose(0, 2, 1), gate_up[:, inter:].transpose(0, 2, 1),
-                t.get(f"{prefix}.down_proj", dtype).transpose(0, 2, 1))
+        return (
+            gate_up[:, :inter].transpose(0, 2, 1),
+            gate_up[:, inter:].transpose(0, 2, 1),
+            t.get(f"{prefix}.down_proj", dtype).transpose(0, 2, 1),
+        )
     per_expert = [_mlp(t, f"{prefix}.{e}", dtype) for e in range(config.n_routed_experts)]
     return tuple(jnp.stack(ws) for ws in zip(*per_expert))
 
@@ -107,8 +116,14 @@ def _moe(t: _Tensors, prefix: str, config: DeepseekConfig, dtype) -> MoEParams:
         bias = None
     gate, up, down = _experts(t, f"{prefix}.experts", config, dtype)
     shared = _mlp(t, f"{prefix}.shared_experts", dtype) if config.n_shared_experts else None
-    return MoEParams(router=_linear(t, f"{prefix}.gate", ROUTER_DTYPE), router_bias=bias,
-                     gate=gate, up=up, down=down, shared=shared)
+    return MoEParams(
+        router=_linear(t, f"{prefix}.gate", ROUTER_DTYPE),
+        router_bias=bias,
+        gate=gate,
+        up=up,
+        down=down,
+        shared=shared,
+    )
 
 
 def load_checkpoint(path: str | Path, *, dtype=None) -> tuple[DeepseekConfig, DeepseekParams]:
@@ -140,25 +155,36 @@ def load_checkpoint(path: str | Path, *, dtype=None) -> tuple[DeepseekConfig, De
     layers = []
     for i in range(config.num_hidden_layers):
         prefix = f"model.layers.{i}"
-        mlp = (_moe(t, f"{prefix}.mlp", config, dtype) if config.is_moe_layer(i)
-               else _mlp(t, f"{prefix}.mlp", dtype))
-        layers.append(DecoderLayerParams(
-            input_norm=t.get(f"{prefix}.input_layernorm.weight", dtype),
-            attn=_attention(t, f"{prefix}.self_attn", config, dtype),
-            post_attn_norm=t.get(f"{prefix}.post_attention_layernorm.weight", dtype),
-            mlp=mlp))
+        mlp = (
+            _moe(t, f"{prefix}.mlp", config, dtype)
+            if config.is_moe_layer(i)
+            else _mlp(t, f"{prefix}.mlp", dtype)
+        )
+        layers.append(
+            DecoderLayerParams(
+                input_norm=t.get(f"{prefix}.input_layernorm.weight", dtype),
+                attn=_attention(t, f"{prefix}.self_attn", config, dtype),
+                post_attn_norm=t.get(f"{prefix}.post_attention_layernorm.weight", dtype),
+                mlp=mlp,
+            )
+        )
     embed = t.get("model.embed_tokens.weight", dtype)
     if config.tie_word_embeddings:
         lm_head = embed.T
     else:
         lm_head = _linear(t, "lm_head", dtype)
-    params = DeepseekParams(embed=embed, layers=tuple(layers),
-                            norm=t.get("model.norm.weight", dtype), lm_head=lm_head)
+    params = DeepseekParams(
+        embed=embed, layers=tuple(layers), norm=t.get("model.norm.weight", dtype), lm_head=lm_head
+    )
     # Layers past num_hidden_layers (V3's multi-token-prediction layer) are not used.
-    unused = sorted(n for n in t.names() - t.used
-                    if not n.startswith("model.layers.")
-                    or int(n.split(".")[2]) < config.num_hidden_layers)
+    unused = sorted(
+        n
+        for n in t.names() - t.used
+        if not n.startswith("model.layers.") or int(n.split(".")[2]) < config.num_hidden_layers
+    )
     if unused:
-        raise ValueError(f"checkpoint: {len(unused)} tensors this model does not read, "
-                         f"e.g. {unused[:3]} (an unsupported variant?)")
+        raise ValueError(
+            f"checkpoint: {len(unused)} tensors this model does not read, "
+            f"e.g. {unused[:3]} (an unsupported variant?)"
+        )
     return config, params

@@ -28,8 +28,8 @@ DEFAULT_SM_COUNT = 132
 
 
 class GenerateOutput(NamedTuple):
-    tokens: jax.Array          # int32 [B, max_new_tokens]
-    logits: jax.Array | None   # float32 [B, max_new_tokens, vocab]: what each token came from
+    tokens: jax.Array  # int32 [B, max_new_tokens]
+    logits: jax.Array | None  # float32 [B, max_new_tokens, vocab]: what each token came from
 
 
 def new_decode_state(
@@ -56,9 +56,11 @@ def new_decode_state(
     return DecodeState(
         kv_caches=tuple(jnp.zeros(shape, dtype) for _ in range(config.num_hidden_layers)),
         block_table=block_table,
-        logits_buffer=reserve_logits_buffer(batch, a.num_heads, max_len,
-                                            kv_lora_rank=a.kv_lora_rank, sm_count=sm_count),
-        positions=jnp.zeros(batch, jnp.int32))
+        logits_buffer=reserve_logits_buffer(
+            batch, a.num_heads, max_len, kv_lora_rank=a.kv_lora_rank, sm_count=sm_count
+        ),
+        positions=jnp.zeros(batch, jnp.int32),
+    )
 
 
 def _sample(logits, key, step, temperature, top_k):
@@ -71,15 +73,25 @@ def _sample(logits, key, step, temperature, top_k):
     return jax.random.categorical(jax.random.fold_in(key, step), logits).astype(jnp.int32)
 
 
-_prefill = jax.jit(prefill, static_argnames=("config", "all_logits"),
-                   donate_argnames=("kv_caches",))
+_prefill = jax.jit(
+    prefill, static_argnames=("config", "all_logits"), donate_argnames=("kv_caches",)
+)
 
 
 @functools.partial(
     jax.jit,
-    static_argnames=("config", "num_steps", "temperature", "top_k", "eos_id", "backend",
-                     "sm_count", "return_logits"),
-    donate_argnames=("state",))
+    static_argnames=(
+        "config",
+        "num_steps",
+        "temperature",
+        "top_k",
+        "eos_id",
+        "backend",
+        "sm_count",
+        "return_logits",
+    ),
+    donate_argnames=("state",),
+)
 def decode_loop(
     params: DeepseekParams,
     config: DeepseekConfig,
@@ -102,6 +114,7 @@ def decode_loop(
       tokens int32 ``[B, num_steps]``, the logits each came from (float32
       ``[B, num_steps, vocab]``, or None), and the state.
     """
+
     def sample(logits, step, done):
         token = _sample(logits, key, step, temperature, top_k)
         if eos_id is not None:
@@ -112,13 +125,15 @@ def decode_loop(
     def body(carry, step):
         logits, state, done = carry
         token, done = sample(logits, step, done)
-        next_logits, state = decode_step(params, config, token, state, backend=backend,
-                                         sm_count=sm_count)
+        next_logits, state = decode_step(
+            params, config, token, state, backend=backend, sm_count=sm_count
+        )
         return (next_logits, state, done), (token, logits if return_logits else None)
 
     done = jnp.zeros(first_logits.shape[0], bool)
     (logits, state, done), (tokens, all_logits) = lax.scan(
-        body, (first_logits, state, done), jnp.arange(num_steps - 1))
+        body, (first_logits, state, done), jnp.arange(num_steps - 1)
+    )
     last, _ = sample(logits, num_steps - 1, done)
     tokens = jnp.concatenate([tokens, last[None]], axis=0).T
     if return_logits:
@@ -169,28 +184,48 @@ def generate(
     if prompts.ndim != 2 or prompts.shape[1] < 1:
         raise ValueError(f"prompts: got shape {list(prompts.shape)}, needed [B, T >= 1]")
     batch, width = prompts.shape
-    if (lens.shape != (batch,) or not np.issubdtype(lens.dtype, np.integer)
-            or lens.min() < 1 or lens.max() > width):
-        raise ValueError(f"prompt_lens: got {lens.dtype}{list(lens.shape)} {lens.tolist()}, "
-                         f"needed {batch} ints in [1, {width}]")
+    if (
+        lens.shape != (batch,)
+        or not np.issubdtype(lens.dtype, np.integer)
+        or lens.min() < 1
+        or lens.max() > width
+    ):
+        raise ValueError(
+            f"prompt_lens: got {lens.dtype}{list(lens.shape)} {lens.tolist()}, "
+            f"needed {batch} ints in [1, {width}]"
+        )
     if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be a positive int, got {max_new_tokens!r}")
     if temperature < 0 or (temperature > 0 and key is None):
-        raise ValueError(f"temperature: got {temperature} with key={key}, needed 0 (greedy) "
-                         "or a positive temperature with a PRNG key")
+        raise ValueError(
+            f"temperature: got {temperature} with key={key}, needed 0 (greedy) "
+            "or a positive temperature with a PRNG key"
+        )
     if top_k is not None and not 1 <= top_k <= config.vocab_size:
         raise ValueError(f"top_k: got {top_k}, needed None or in [1, {config.vocab_size}]")
     if sm_count is None:
         sm_count = gpu_sm_count() if jax.default_backend() == "gpu" else DEFAULT_SM_COUNT
     dtype = params.embed.dtype if cache_dtype is None else jnp.dtype(cache_dtype)
-    state = new_decode_state(config, batch, width + max_new_tokens, page_size=page_size,
-                             dtype=dtype, sm_count=sm_count)
+    state = new_decode_state(
+        config, batch, width + max_new_tokens, page_size=page_size, dtype=dtype, sm_count=sm_count
+    )
     lens = jnp.asarray(lens, jnp.int32)
-    first_logits, caches = _prefill(params, config, prompts, lens, state.kv_caches,
-                                    state.block_table)
+    first_logits, caches = _prefill(
+        params, config, prompts, lens, state.kv_caches, state.block_table
+    )
     state = state._replace(kv_caches=caches, positions=lens)
     tokens, logits, _ = decode_loop(
-        params, config, first_logits, state, jax.random.key(0) if key is None else key,
-        num_steps=max_new_tokens, temperature=float(temperature), top_k=top_k, eos_id=eos_id,
-        backend=backend, sm_count=sm_count, return_logits=return_logits)
+        params,
+        config,
+        first_logits,
+        state,
+        jax.random.key(0) if key is None else key,
+        num_steps=max_new_tokens,
+        temperature=float(temperature),
+        top_k=top_k,
+        eos_id=eos_id,
+        backend=backend,
+        sm_count=sm_count,
+        return_logits=return_logits,
+    )
     return GenerateOutput(tokens, logits)

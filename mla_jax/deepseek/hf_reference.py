@@ -13,13 +13,25 @@ from typing import Any, Literal
 
 import numpy as np
 
-YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16,
-        "beta_fast": 32, "beta_slow": 1, "mscale": 0.707, "mscale_all_dim": 0.707,
-        "rope_theta": 10000.0}
+YARN = {
+    "rope_type": "yarn",
+    "factor": 4.0,
+    "original_max_position_embeddings": 16,
+    "beta_fast": 32,
+    "beta_slow": 1,
+    "mscale": 0.707,
+    "mscale_all_dim": 0.707,
+    "rope_theta": 10000.0,
+}
 
 
-def tiny_config(kind: Literal["deepseek_v2", "deepseek_v3"], *, q_lora_rank: int | None = 24,
-                yarn: bool = True, **overrides: Any):
+def tiny_config(
+    kind: Literal["deepseek_v2", "deepseek_v3"],
+    *,
+    q_lora_rank: int | None = 24,
+    yarn: bool = True,
+    **overrides: Any,
+):
     """A transformers config: 3 layers (1 dense, 2 MoE), 4 heads, 8 experts in 4 groups.
 
     YaRN stretches a 16-token pre-training context 4x, so prompts of a few dozen tokens
@@ -28,14 +40,31 @@ def tiny_config(kind: Literal["deepseek_v2", "deepseek_v3"], *, q_lora_rank: int
     """
     from transformers import DeepseekV2Config, DeepseekV3Config
 
-    common = dict(
-        vocab_size=128, hidden_size=64, intermediate_size=96, moe_intermediate_size=32,
-        num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=4, n_shared_experts=1,
-        n_routed_experts=8, kv_lora_rank=32, q_lora_rank=q_lora_rank, qk_rope_head_dim=16,
-        v_head_dim=16, qk_nope_head_dim=16, num_experts_per_tok=2, first_k_dense_replace=1,
-        initializer_range=0.3, max_position_embeddings=64, n_group=4, topk_group=2,
-        rms_norm_eps=1e-5, eos_token_id=None,  # greedy runs go the full length
-        rope_parameters=dict(YARN) if yarn else {"rope_type": "default", "rope_theta": 10000.0})
+    common = {
+        "vocab_size": 128,
+        "hidden_size": 64,
+        "intermediate_size": 96,
+        "moe_intermediate_size": 32,
+        "num_hidden_layers": 3,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 4,
+        "n_shared_experts": 1,
+        "n_routed_experts": 8,
+        "kv_lora_rank": 32,
+        "q_lora_rank": q_lora_rank,
+        "qk_rope_head_dim": 16,
+        "v_head_dim": 16,
+        "qk_nope_head_dim": 16,
+        "num_experts_per_tok": 2,
+        "first_k_dense_replace": 1,
+        "initializer_range": 0.3,
+        "max_position_embeddings": 64,
+        "n_group": 4,
+        "topk_group": 2,
+        "rms_norm_eps": 1e-5,
+        "eos_token_id": None,  # greedy runs go the full length
+        "rope_parameters": dict(YARN) if yarn else {"rope_type": "default", "rope_theta": 10000.0},
+    }
     if kind == "deepseek_v3":
         common.update(routed_scaling_factor=2.5)
         return DeepseekV3Config(**{**common, **overrides})
@@ -55,7 +84,7 @@ def tiny_model(config, *, seed: int = 0):
     model = cls(config).eval()
     if config.model_type == "deepseek_v3":
         with torch.no_grad():
-            for layer in model.model.layers[config.first_k_dense_replace:]:
+            for layer in model.model.layers[config.first_k_dense_replace :]:
                 layer.mlp.gate.e_score_correction_bias.normal_(0.0, 0.1)
     return model
 
@@ -77,14 +106,15 @@ def save_fused(folder: str | Path, out: str | Path, *, shards: int = 2) -> None:
         parts = name.split(".")
         if "experts" in parts and parts[parts.index("experts") + 1].isdigit():
             i = parts.index("experts")
-            prefix = ".".join(parts[:i + 1])
+            prefix = ".".join(parts[: i + 1])
             experts.setdefault(prefix, {}).setdefault(int(parts[i + 1]), {})[parts[i + 2]] = value
         else:
             fused[name] = value
     for prefix, per_expert in experts.items():
         order = [per_expert[e] for e in sorted(per_expert)]
         fused[f"{prefix}.gate_up_proj"] = np.stack(
-            [np.concatenate([e["gate_proj"], e["up_proj"]]) for e in order])
+            [np.concatenate([e["gate_proj"], e["up_proj"]]) for e in order]
+        )
         fused[f"{prefix}.down_proj"] = np.stack([e["down_proj"] for e in order])
     names = sorted(fused)
     weight_map = {}
@@ -94,7 +124,8 @@ def save_fused(folder: str | Path, out: str | Path, *, shards: int = 2) -> None:
         save_file({n: np.ascontiguousarray(fused[n]) for n in part}, str(out / file))
         weight_map.update(dict.fromkeys(part, file))
     (out / "model.safetensors.index.json").write_text(
-        json.dumps({"metadata": {}, "weight_map": weight_map}, indent=1))
+        json.dumps({"metadata": {}, "weight_map": weight_map}, indent=1)
+    )
     (out / "config.json").write_text((folder / "config.json").read_text())
 
 
@@ -103,8 +134,12 @@ def logits(model, tokens: np.ndarray) -> np.ndarray:
     import torch
 
     with torch.no_grad():
-        return model(torch.as_tensor(np.asarray(tokens)[None], dtype=torch.long)
-                     ).logits[0].float().numpy()
+        return (
+            model(torch.as_tensor(np.asarray(tokens)[None], dtype=torch.long))
+            .logits[0]
+            .float()
+            .numpy()
+        )
 
 
 def greedy(model, prompt: np.ndarray, max_new_tokens: int) -> np.ndarray:
@@ -112,6 +147,10 @@ def greedy(model, prompt: np.ndarray, max_new_tokens: int) -> np.ndarray:
     import torch
 
     with torch.no_grad():
-        out = model.generate(torch.as_tensor(np.asarray(prompt)[None], dtype=torch.long),
-                             max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=0)
-    return out[0, len(prompt):].numpy()
+        out = model.generate(
+            torch.as_tensor(np.asarray(prompt)[None], dtype=torch.long),
+            max_new_tokens=max_new_tokens,
+            do_sample=False,
+            pad_token_id=0,
+        )
+    return out[0, len(prompt) :].numpy()

@@ -16,8 +16,8 @@ import jax.numpy as jnp
 
 from mla_jax.decode import Backend
 from mla_jax.deepseek.config import DeepseekConfig
-from mla_jax.layer import (MLAParams, init_params as init_attention, mla_decode_layer,
-                           mla_prefill_layer, rms_norm)
+from mla_jax.layer import MLAParams, mla_decode_layer, mla_prefill_layer, rms_norm
+from mla_jax.layer import init_params as init_attention
 from mla_jax.loop import DecodeState
 
 
@@ -25,70 +25,86 @@ class MLPParams(NamedTuple):
     """A SwiGLU MLP, ``x @ w`` layout: ``down(silu(x @ gate) * (x @ up))``."""
 
     gate: jax.Array  # [hidden, I]
-    up: jax.Array    # [hidden, I]
+    up: jax.Array  # [hidden, I]
     down: jax.Array  # [I, hidden]
 
 
 class MoEParams(NamedTuple):
     """A routed mixture of SwiGLU experts plus the shared experts (one fused MLP)."""
 
-    router: jax.Array              # float32 [hidden, E]
+    router: jax.Array  # float32 [hidden, E]
     router_bias: jax.Array | None  # float32 [E]: V3's e_score_correction_bias; None for V2
-    gate: jax.Array                # [E, hidden, I]
-    up: jax.Array                  # [E, hidden, I]
-    down: jax.Array                # [E, I, hidden]
-    shared: MLPParams | None       # n_shared_experts * I wide; None without shared experts
+    gate: jax.Array  # [E, hidden, I]
+    up: jax.Array  # [E, hidden, I]
+    down: jax.Array  # [E, I, hidden]
+    shared: MLPParams | None  # n_shared_experts * I wide; None without shared experts
 
 
 class DecoderLayerParams(NamedTuple):
-    input_norm: jax.Array      # [hidden]
+    input_norm: jax.Array  # [hidden]
     attn: MLAParams
     post_attn_norm: jax.Array  # [hidden]
     mlp: MLPParams | MoEParams
 
 
 class DeepseekParams(NamedTuple):
-    embed: jax.Array                         # [vocab, hidden]
+    embed: jax.Array  # [vocab, hidden]
     layers: tuple[DecoderLayerParams, ...]
-    norm: jax.Array                          # [hidden]
-    lm_head: jax.Array                       # [hidden, vocab]
+    norm: jax.Array  # [hidden]
+    lm_head: jax.Array  # [hidden, vocab]
 
 
-def init_params(config: DeepseekConfig, key: jax.Array,
-                dtype: jnp.dtype = jnp.bfloat16) -> DeepseekParams:
+def init_params(
+    config: DeepseekConfig, key: jax.Array, dtype: jnp.dtype = jnp.bfloat16
+) -> DeepseekParams:
     """Random weights of the right shapes (normal, variance 1/fan_in; norms 1): for
     throughput runs, not a trained model. Jit it to build big models on the device."""
     hidden, experts = config.hidden_size, config.n_routed_experts
 
     def normal(k, shape, fan_in, dt=dtype):
-        return (jax.random.normal(k, shape, jnp.float32) * fan_in ** -0.5).astype(dt)
+        return (jax.random.normal(k, shape, jnp.float32) * fan_in**-0.5).astype(dt)
 
     def mlp(k, width, lead=()):
         kg, ku, kd = jax.random.split(k, 3)
-        return (normal(kg, (*lead, hidden, width), hidden),
-                normal(ku, (*lead, hidden, width), hidden),
-                normal(kd, (*lead, width, hidden), width))
+        return (
+            normal(kg, (*lead, hidden, width), hidden),
+            normal(ku, (*lead, hidden, width), hidden),
+            normal(kd, (*lead, width, hidden), width),
+        )
 
     k_embed, k_head, *k_layers = jax.random.split(key, config.num_hidden_layers + 2)
     layers = []
     for i, k in enumerate(k_layers):
         k_attn, k_mlp, k_router, k_shared = jax.random.split(k, 4)
         if config.is_moe_layer(i):
-            shared = (MLPParams(*mlp(k_shared, config.n_shared_experts
-                                     * config.moe_intermediate_size))
-                      if config.n_shared_experts else None)
-            bias = (jnp.zeros(experts, jnp.float32) if config.model_type == "deepseek_v3"
-                    else None)
-            block = MoEParams(normal(k_router, (hidden, experts), hidden, jnp.float32), bias,
-                              *mlp(k_mlp, config.moe_intermediate_size, (experts,)), shared)
+            shared = (
+                MLPParams(*mlp(k_shared, config.n_shared_experts * config.moe_intermediate_size))
+                if config.n_shared_experts
+                else None
+            )
+            bias = jnp.zeros(experts, jnp.float32) if config.model_type == "deepseek_v3" else None
+            block = MoEParams(
+                normal(k_router, (hidden, experts), hidden, jnp.float32),
+                bias,
+                *mlp(k_mlp, config.moe_intermediate_size, (experts,)),
+                shared,
+            )
         else:
             block = MLPParams(*mlp(k_mlp, config.intermediate_size))
-        layers.append(DecoderLayerParams(jnp.ones(hidden, dtype),
-                                         init_attention(config.attention, k_attn, dtype),
-                                         jnp.ones(hidden, dtype), block))
-    return DeepseekParams(normal(k_embed, (config.vocab_size, hidden), 1.0), tuple(layers),
-                          jnp.ones(hidden, dtype),
-                          normal(k_head, (hidden, config.vocab_size), hidden))
+        layers.append(
+            DecoderLayerParams(
+                jnp.ones(hidden, dtype),
+                init_attention(config.attention, k_attn, dtype),
+                jnp.ones(hidden, dtype),
+                block,
+            )
+        )
+    return DeepseekParams(
+        normal(k_embed, (config.vocab_size, hidden), 1.0),
+        tuple(layers),
+        jnp.ones(hidden, dtype),
+        normal(k_head, (hidden, config.vocab_size), hidden),
+    )
 
 
 def mlp(params: MLPParams, x: jax.Array) -> jax.Array:
@@ -105,15 +121,13 @@ def _top_groups(scores: jax.Array, config: DeepseekConfig, group_score) -> jax.A
     return jnp.repeat(chosen, experts // config.n_group, axis=1)
 
 
-def route(params: MoEParams, config: DeepseekConfig, x: jax.Array
-          ) -> tuple[jax.Array, jax.Array]:
+def route(params: MoEParams, config: DeepseekConfig, x: jax.Array) -> tuple[jax.Array, jax.Array]:
     """Each token's experts and weights: float32 ``[N, k]`` and int32 ``[N, k]``.
 
     The router runs in float32 (as transformers'); see ``DeepseekConfig`` for the
     V2 and V3 rules.
     """
-    logits = jnp.dot(x.astype(jnp.float32), params.router,
-                     precision=jax.lax.Precision.HIGHEST)
+    logits = jnp.dot(x.astype(jnp.float32), params.router, precision=jax.lax.Precision.HIGHEST)
     k = config.num_experts_per_tok
     if config.model_type == "deepseek_v2":
         scores = jax.nn.softmax(logits, axis=-1)
@@ -135,8 +149,9 @@ def route(params: MoEParams, config: DeepseekConfig, x: jax.Array
 def _experts_gathered(params: MoEParams, x, weights, experts):
     """Each token through its own ``k`` experts' weights (gathered): reads ``N * k``
     experts' weights, the least when ``N * k`` is below the expert count (decode)."""
-    h = (jax.nn.silu(jnp.einsum("nh,nkhi->nki", x, params.gate[experts]))
-         * jnp.einsum("nh,nkhi->nki", x, params.up[experts]))
+    h = jax.nn.silu(jnp.einsum("nh,nkhi->nki", x, params.gate[experts])) * jnp.einsum(
+        "nh,nkhi->nki", x, params.up[experts]
+    )
     out = jnp.einsum("nki,nkih->nkh", h, params.down[experts])
     return jnp.einsum("nkh,nk->nh", out.astype(jnp.float32), weights)
 
@@ -149,8 +164,9 @@ def _experts_grouped(params: MoEParams, x, weights, experts):
     order = jnp.argsort(flat)
     rows = x[order // k]
     sizes = jnp.bincount(flat, length=params.gate.shape[0]).astype(jnp.int32)
-    h = (jax.nn.silu(jax.lax.ragged_dot(rows, params.gate, sizes))
-         * jax.lax.ragged_dot(rows, params.up, sizes))
+    h = jax.nn.silu(jax.lax.ragged_dot(rows, params.gate, sizes)) * jax.lax.ragged_dot(
+        rows, params.up, sizes
+    )
     out = jax.lax.ragged_dot(h, params.down, sizes).astype(jnp.float32)
     out = out * weights.reshape(-1)[order][:, None]
     return jnp.zeros((n, x.shape[1]), jnp.float32).at[order // k].add(out)
@@ -180,8 +196,9 @@ def moe(params: MoEParams, config: DeepseekConfig, x: jax.Array) -> jax.Array:
 def _ffn(layer: DecoderLayerParams, config: DeepseekConfig, h: jax.Array) -> jax.Array:
     """The residual MLP/MoE half of a decoder layer."""
     x = rms_norm(h, layer.post_attn_norm, config.rms_norm_eps)
-    return h + (moe(layer.mlp, config, x) if isinstance(layer.mlp, MoEParams)
-                else mlp(layer.mlp, x))
+    return h + (
+        moe(layer.mlp, config, x) if isinstance(layer.mlp, MoEParams) else mlp(layer.mlp, x)
+    )
 
 
 def _logits(params: DeepseekParams, config: DeepseekConfig, h: jax.Array) -> jax.Array:
@@ -191,9 +208,11 @@ def _logits(params: DeepseekParams, config: DeepseekConfig, h: jax.Array) -> jax
 
 def _check_params(params: DeepseekParams, config: DeepseekConfig, num_caches: int) -> None:
     if len(params.layers) != config.num_hidden_layers or num_caches != len(params.layers):
-        raise ValueError(f"params.layers: got {len(params.layers)} layers and {num_caches} "
-                         f"caches, needed config.num_hidden_layers={config.num_hidden_layers} "
-                         "of each")
+        raise ValueError(
+            f"params.layers: got {len(params.layers)} layers and {num_caches} "
+            f"caches, needed config.num_hidden_layers={config.num_hidden_layers} "
+            "of each"
+        )
 
 
 def prefill(
@@ -221,14 +240,17 @@ def prefill(
     """
     _check_params(params, config, len(kv_caches))
     if tokens.ndim != 2 or lengths.shape != tokens.shape[:1] or lengths.dtype != jnp.int32:
-        raise ValueError(f"tokens/lengths: got {tokens.dtype}{list(tokens.shape)} and "
-                         f"{lengths.dtype}{list(lengths.shape)}, needed [B, T] and int32 [B]")
+        raise ValueError(
+            f"tokens/lengths: got {tokens.dtype}{list(tokens.shape)} and "
+            f"{lengths.dtype}{list(lengths.shape)}, needed [B, T] and int32 [B]"
+        )
     h = params.embed[tokens]
     caches = []
     for layer, cache in zip(params.layers, kv_caches):
         x = rms_norm(h, layer.input_norm, config.rms_norm_eps)
-        attn, cache = mla_prefill_layer(layer.attn, config.attention, x, cache, block_table,
-                                        lengths)
+        attn, cache = mla_prefill_layer(
+            layer.attn, config.attention, x, cache, block_table, lengths
+        )
         h = _ffn(layer, config, h + attn)
         caches.append(cache)
     if not all_logits:
@@ -262,9 +284,18 @@ def decode_step(
     for layer, cache in zip(params.layers, state.kv_caches):
         x = rms_norm(h, layer.input_norm, config.rms_norm_eps)
         attn, cache, buffer = mla_decode_layer(
-            layer.attn, config.attention, x, cache, state.block_table, state.positions, buffer,
-            backend=backend, **decode_kwargs)
+            layer.attn,
+            config.attention,
+            x,
+            cache,
+            state.block_table,
+            state.positions,
+            buffer,
+            backend=backend,
+            **decode_kwargs,
+        )
         h = _ffn(layer, config, h + attn)
         caches.append(cache)
-    return _logits(params, config, h), DecodeState(tuple(caches), state.block_table, buffer,
-                                                   state.positions + 1)
+    return _logits(params, config, h), DecodeState(
+        tuple(caches), state.block_table, buffer, state.positions + 1
+    )
