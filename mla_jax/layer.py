@@ -317,6 +317,7 @@ def mla_decode_layer(
     logits_buffer: LogitsBuffer,
     *,
     backend: Backend = "auto",
+    compute_capability: int | None = None,
 ) -> tuple[jax.Array, jax.Array, LogitsBuffer]:
     """One decode step of the absorbed MLA layer.
 
@@ -330,7 +331,7 @@ def mla_decode_layer(
       logits_buffer: from ``reserve_logits_buffer(..., kv_lora_rank=config.kv_lora_rank,
         rope_dim=config.qk_rope_head_dim)``; donated by ``mla_decode`` when this runs
         outside ``jit``.
-      backend: passed to ``mla_decode``.
+      backend, compute_capability: passed to ``mla_decode``.
 
     Returns:
       ``y [B, hidden]`` in x's dtype, the cache with the new rows, the logits buffer.
@@ -349,6 +350,7 @@ def mla_decode_layer(
         logits_buffer,
         scale=config.softmax_scale,
         max_seq_len=None,
+        compute_capability=compute_capability,
         backend=backend,
     )
     v = jnp.einsum("bhc,chv->bhv", out.astype(x.dtype), params.w_uv)

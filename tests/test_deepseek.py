@@ -190,3 +190,46 @@ def test_unsupported_checkpoints_raise(case, tmp_path, changes, message):
     _write_config(tmp_path, **changes)
     with pytest.raises(ValueError, match=message):
         load_checkpoint(tmp_path)
+
+
+def test_decode_loop_lowers_for_sm90(case):
+    """The whole generation loop with the Triton kernels, lowered for an H100/H200
+    (CUDA capability 9.0) on a machine without a GPU."""
+    pytest.importorskip("jax_triton")
+    from jax import export
+
+    from mla_jax.deepseek.generate import decode_loop
+
+    _, _, config, params, _ = case
+    if config.model_type != "deepseek_v3":
+        pytest.skip("one model is enough to lower")
+    spec = jax.ShapeDtypeStruct
+    state = jax.eval_shape(lambda: new_decode_state(config, 2, 128, dtype=jnp.float32))
+    logits = spec((2, config.vocab_size), jnp.float32)
+
+    def loop(params, logits, state, key):
+        return decode_loop(
+            params,
+            config,
+            logits,
+            state,
+            key,
+            num_steps=4,
+            temperature=0.0,
+            top_k=None,
+            eos_id=None,
+            backend="triton",
+            sm_count=132,
+            return_logits=False,
+            compute_capability=90,
+        )
+
+    disabled = [export.DisabledSafetyCheck.custom_call("triton_kernel_call")]
+    exported = export.export(jax.jit(loop), platforms=["cuda"], disabled_checks=disabled)(
+        jax.eval_shape(lambda: params), logits, state, jax.eval_shape(lambda: jax.random.key(0))
+    )
+    text = exported.mlir_module()
+    # Stage 1 and stage 2 (in the one decode-step function every layer calls), inside
+    # one while loop.
+    assert text.count("@triton_kernel_call") >= 2
+    assert "stablehlo.while" in text

@@ -89,6 +89,7 @@ _prefill = jax.jit(
         "backend",
         "sm_count",
         "return_logits",
+        "compute_capability",
     ),
     donate_argnames=("state",),
 )
@@ -106,6 +107,7 @@ def decode_loop(
     backend: Backend,
     sm_count: int,
     return_logits: bool,
+    compute_capability: int | None = None,
 ) -> tuple[jax.Array, jax.Array | None, DecodeState]:
     """``num_steps`` tokens from ``first_logits`` (each prompt's last): sample, decode,
     repeat, in one ``lax.scan``; ``state`` is donated.
@@ -126,7 +128,13 @@ def decode_loop(
         logits, state, done = carry
         token, done = sample(logits, step, done)
         next_logits, state = decode_step(
-            params, config, token, state, backend=backend, sm_count=sm_count
+            params,
+            config,
+            token,
+            state,
+            backend=backend,
+            sm_count=sm_count,
+            compute_capability=compute_capability,
         )
         return (next_logits, state, done), (token, logits if return_logits else None)
 

@@ -265,7 +265,8 @@ def decode_step(
     state: DecodeState,
     *,
     backend: Backend = "auto",
-    **decode_kwargs,
+    sm_count: int | None = None,
+    compute_capability: int | None = None,
 ) -> tuple[jax.Array, DecodeState]:
     """One token per sequence through the model at ``state.positions``.
 
@@ -273,7 +274,8 @@ def decode_step(
       tokens: int32 ``[B]``, the token at ``state.positions``.
       state: per-layer caches, block table, logits buffer, positions (tokens
         ``[0, positions)`` cached).
-      backend: ``mla_decode``'s backend.
+      backend, sm_count, compute_capability: passed to ``mla_decode`` (lowering for
+        ``compute_capability`` needs no GPU).
 
     Returns:
       float32 logits ``[B, vocab]`` for the next token, and the state one token on.
@@ -292,7 +294,8 @@ def decode_step(
             state.positions,
             buffer,
             backend=backend,
-            **decode_kwargs,
+            sm_count=sm_count,
+            compute_capability=compute_capability,
         )
         h = _ffn(layer, config, h + attn)
         caches.append(cache)
