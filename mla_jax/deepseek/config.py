@@ -164,8 +164,7 @@ def from_hf_dict(hf: Mapping[str, Any]) -> DeepseekConfig:
     Raises ValueError naming what is not supported: another ``model_type``, a
     ``quantization_config`` (fp8 block-quantised weights), a ``hidden_act`` other than
     silu, attention or MLP biases, a RoPE scaling other than YaRN, a V2 MoE on only
-    some layers (``moe_layer_freq``), and V3 with ``rope_interleave`` turned off but
-    partial rotary factors.
+    some layers (``moe_layer_freq``), a ``partial_rotary_factor`` other than 1.
     """
     model_type = hf.get("model_type")
     if model_type not in MODEL_TYPES:
@@ -229,7 +228,8 @@ def from_hf_dict(hf: Mapping[str, Any]) -> DeepseekConfig:
         num_experts_per_tok=hf["num_experts_per_tok"],
         first_k_dense_replace=hf.get("first_k_dense_replace") or 0,
         routed_scaling_factor=float(hf.get("routed_scaling_factor", 1.0)),
-        topk_method=hf.get("topk_method") or "greedy"
+        # transformers' V3 always routes the noaux_tc way, whatever the config says.
+        topk_method=(hf.get("topk_method") or "greedy")
         if model_type == "deepseek_v2"
         else "noaux_tc",
         n_group=hf.get("n_group") or 1,
