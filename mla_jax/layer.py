@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from types import MappingProxyType
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -172,7 +172,7 @@ class MLAConfig:
         ).astype(np.float32)
 
 
-_YARN_40 = {
+_YARN_40: dict[str, Any] = {
     "factor": 40.0,
     "original_max_position_embeddings": 4096,
     "beta_fast": 32.0,
@@ -284,6 +284,7 @@ def _queries(params: MLAParams, config: MLAConfig, x, positions):
     if params.wq_a is None:
         q = x
     else:
+        assert params.q_a_norm is not None, "a q LoRA has its norm"
         q = rms_norm(x @ params.wq_a, params.q_a_norm, config.rms_norm_eps)
     q = jnp.einsum("...q,qhd->...hd", q, params.wq_b)
     q_nope, q_pe = q[..., : config.qk_nope_head_dim], q[..., config.qk_nope_head_dim :]

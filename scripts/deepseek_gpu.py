@@ -34,10 +34,13 @@ import numpy as np
 from mla_jax.buffers import gpu_sm_count, reserve_logits_buffer
 from mla_jax.decode import mla_decode
 from mla_jax.deepseek import DeepseekConfig, generate, init_params, load_checkpoint
-from mla_jax.deepseek.generate import DEFAULT_SM_COUNT, _prefill, decode_loop, new_decode_state
+from mla_jax.deepseek.generate import _prefill, decode_loop, new_decode_state
 from mla_jax.layer import PRESETS
 
 CONTEXT = 4096
+# What the logits buffers are reserved for on a dry run (an H200's multiprocessor
+# count; there may be no GPU to ask).
+DRY_RUN_SM_COUNT = 132
 
 
 def v2_lite(layers: int, dry_run: bool) -> DeepseekConfig:
@@ -74,7 +77,7 @@ def log(lines: list[str], text: str) -> None:
     lines.append(text)
 
 
-def parity(backend: str, lines: list[str]) -> dict:
+def parity(backend: str, sm: int, lines: list[str]) -> dict:
     """The tests' parity checks through ``backend``; {} when transformers is missing."""
     try:
         import torch  # noqa: F401
@@ -82,7 +85,7 @@ def parity(backend: str, lines: list[str]) -> dict:
     except ImportError as e:
         log(lines, f"parity: SKIPPED, needs torch and transformers ({e})")
         return {"skipped": str(e)}
-    from mla_jax.deepseek import hf_reference as hf
+    from mla_jax.tools import hf_reference as hf
 
     results = {}
     lens = np.array([40, 23, 7])
@@ -92,7 +95,9 @@ def parity(backend: str, lines: list[str]) -> dict:
             model.save_pretrained(f"{tmp}/{kind}")
             config, params = load_checkpoint(f"{tmp}/{kind}")
             prompts = np.random.default_rng(1).integers(0, config.vocab_size, (3, 40))
-            out = generate(params, config, prompts, lens, 20, backend=backend, return_logits=True)
+            out = generate(
+                params, config, prompts, lens, 20, backend=backend, return_logits=True, sm_count=sm
+            )
             same, err = True, 0.0
             for b, n in enumerate(lens):
                 same &= bool(
@@ -125,12 +130,11 @@ def timed(fn, repeats: int = 3) -> float:
     return float(np.median(times))
 
 
-def throughput(args, lines: list[str]) -> dict:
+def throughput(args, sm: int, lines: list[str]) -> dict:
     config = v2_lite(args.layers, args.dry_run)
     context = 64 if args.dry_run else CONTEXT
     dtype = jnp.float32 if args.dry_run else jnp.bfloat16
     backend = "xla" if args.dry_run else "triton"
-    sm = DEFAULT_SM_COUNT if args.dry_run else gpu_sm_count()
     start = time.perf_counter()
     params = jax.jit(init_params, static_argnums=(0, 2))(config, jax.random.key(0), dtype)
     jax.block_until_ready(params)
@@ -195,7 +199,6 @@ def _decode_throughput(params, config, batch, context, dtype, backend, sm, steps
         "top_k": None,
         "eos_id": None,
         "backend": backend,
-        "sm_count": sm,
         "return_logits": False,
     }
     start = time.perf_counter()
@@ -210,12 +213,17 @@ def _decode_throughput(params, config, batch, context, dtype, backend, sm, steps
     q = jax.random.normal(jax.random.key(3), (batch, a.num_heads, a.latent_dim), dtype)
     seq_lens = jnp.full(batch, context + 1, jnp.int32)
     buffer = reserve_logits_buffer(
-        batch, a.num_heads, max_len, kv_lora_rank=a.kv_lora_rank, sm_count=sm
+        batch,
+        a.num_heads,
+        max_len,
+        kv_lora_rank=a.kv_lora_rank,
+        rope_dim=a.qk_rope_head_dim,
+        sm_count=sm,
     )
 
     @jax.jit
     def attention_steps(q, cache, table, seq_lens, buffer):
-        def body(i, carry):
+        def body(_, carry):
             total, buffer = carry
             out, _, buffer = mla_decode(
                 q,
@@ -225,7 +233,6 @@ def _decode_throughput(params, config, batch, context, dtype, backend, sm, steps
                 buffer,
                 scale=a.softmax_scale,
                 backend=backend,
-                sm_count=sm,
             )
             # Summed so no call's output is dead code.
             return total + out[..., 0].astype(jnp.float32), buffer
@@ -280,13 +287,15 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     lines: list[str] = []
     log(lines, f"jax {jax.__version__}, device {jax.devices()[0].device_kind}")
+    sm = DRY_RUN_SM_COUNT if args.dry_run else gpu_sm_count()
     report = {
         "device": jax.devices()[0].device_kind,
+        "sm_count": sm,
         "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
     }
     if not args.skip_parity:
-        report["parity"] = parity("xla" if args.dry_run else "triton", lines)
-    report["throughput"] = throughput(args, lines)
+        report["parity"] = parity("xla" if args.dry_run else "triton", sm, lines)
+    report["throughput"] = throughput(args, sm, lines)
     (args.out / "deepseek_gpu.log").write_text("\n".join(lines) + "\n")
     (args.out / "deepseek_gpu.json").write_text(json.dumps(report, indent=1, default=str))
     failed = [

@@ -16,15 +16,11 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from mla_jax.buffers import gpu_sm_count, reserve_logits_buffer
+from mla_jax.buffers import reserve_logits_buffer
 from mla_jax.decode import Backend
 from mla_jax.deepseek.config import DeepseekConfig
 from mla_jax.deepseek.model import DeepseekParams, decode_step, prefill
 from mla_jax.loop import DecodeState
-
-# The split rule's multiprocessor count where no GPU can be asked (an H200's); with
-# the xla backend it only decides how the attention is split, not what it computes.
-DEFAULT_SM_COUNT = 132
 
 
 class GenerateOutput(NamedTuple):
@@ -45,10 +41,9 @@ def new_decode_state(
 
     One cache per layer, ``[batch * pages, page_size, latent_dim]`` zeros in ``dtype``,
     sequence ``b`` on pages ``[b * pages, (b + 1) * pages)``; a logits buffer reserved
-    for ``max_len``; positions 0.
+    for ``max_len`` with ``sm_count`` (``None`` asks the GPU; without one, pass it,
+    e.g. 132 for an H200); positions 0.
     """
-    if sm_count is None:
-        sm_count = gpu_sm_count() if jax.default_backend() == "gpu" else DEFAULT_SM_COUNT
     a = config.attention
     pages = -(-max_len // page_size)
     block_table = jnp.arange(batch * pages, dtype=jnp.int32).reshape(batch, pages)
@@ -57,7 +52,12 @@ def new_decode_state(
         kv_caches=tuple(jnp.zeros(shape, dtype) for _ in range(config.num_hidden_layers)),
         block_table=block_table,
         logits_buffer=reserve_logits_buffer(
-            batch, a.num_heads, max_len, kv_lora_rank=a.kv_lora_rank, sm_count=sm_count
+            batch,
+            a.num_heads,
+            max_len,
+            kv_lora_rank=a.kv_lora_rank,
+            rope_dim=a.qk_rope_head_dim,
+            sm_count=sm_count,
         ),
         positions=jnp.zeros(batch, jnp.int32),
     )
@@ -87,7 +87,6 @@ _prefill = jax.jit(
         "top_k",
         "eos_id",
         "backend",
-        "sm_count",
         "return_logits",
         "compute_capability",
     ),
@@ -105,7 +104,6 @@ def decode_loop(
     top_k: int | None,
     eos_id: int | None,
     backend: Backend,
-    sm_count: int,
     return_logits: bool,
     compute_capability: int | None = None,
 ) -> tuple[jax.Array, jax.Array | None, DecodeState]:
@@ -133,7 +131,6 @@ def decode_loop(
             token,
             state,
             backend=backend,
-            sm_count=sm_count,
             compute_capability=compute_capability,
         )
         return (next_logits, state, done), (token, logits if return_logits else None)
@@ -182,7 +179,9 @@ def generate(
       return_logits: also return the float32 logits each token was chosen from.
       cache_dtype: the paged caches' dtype (the attention dtype); default the
         embedding's.
-      sm_count: for the split rule; default the GPU's, or an H200's without a GPU.
+      sm_count: the multiprocessor count the logits buffer is reserved for (the
+        split rule plans with it); ``None`` asks the GPU. Without a GPU, pass it
+        (132 for an H200/H100 SXM).
 
     Returns:
       ``GenerateOutput(tokens int32 [B, max_new_tokens], logits or None)``.
@@ -211,17 +210,15 @@ def generate(
         )
     if top_k is not None and not 1 <= top_k <= config.vocab_size:
         raise ValueError(f"top_k: got {top_k}, needed None or in [1, {config.vocab_size}]")
-    if sm_count is None:
-        sm_count = gpu_sm_count() if jax.default_backend() == "gpu" else DEFAULT_SM_COUNT
     dtype = params.embed.dtype if cache_dtype is None else jnp.dtype(cache_dtype)
     state = new_decode_state(
         config, batch, width + max_new_tokens, page_size=page_size, dtype=dtype, sm_count=sm_count
     )
-    lens = jnp.asarray(lens, jnp.int32)
+    lengths = jnp.asarray(lens, jnp.int32)
     first_logits, caches = _prefill(
-        params, config, prompts, lens, state.kv_caches, state.block_table
+        params, config, prompts, lengths, state.kv_caches, state.block_table
     )
-    state = state._replace(kv_caches=caches, positions=lens)
+    state = state._replace(kv_caches=caches, positions=lengths)
     tokens, logits, _ = decode_loop(
         params,
         config,
@@ -233,7 +230,6 @@ def generate(
         top_k=top_k,
         eos_id=eos_id,
         backend=backend,
-        sm_count=sm_count,
         return_logits=return_logits,
     )
     return GenerateOutput(tokens, logits)

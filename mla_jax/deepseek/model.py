@@ -83,11 +83,14 @@ def init_params(
                 else None
             )
             bias = jnp.zeros(experts, jnp.float32) if config.model_type == "deepseek_v3" else None
-            block = MoEParams(
-                normal(k_router, (hidden, experts), hidden, jnp.float32),
-                bias,
-                *mlp(k_mlp, config.moe_intermediate_size, (experts,)),
-                shared,
+            gate, up, down = mlp(k_mlp, config.moe_intermediate_size, (experts,))
+            block: MLPParams | MoEParams = MoEParams(
+                router=normal(k_router, (hidden, experts), hidden, jnp.float32),
+                router_bias=bias,
+                gate=gate,
+                up=up,
+                down=down,
+                shared=shared,
             )
         else:
             block = MLPParams(*mlp(k_mlp, config.intermediate_size))
@@ -137,6 +140,7 @@ def route(params: MoEParams, config: DeepseekConfig, x: jax.Array) -> tuple[jax.
         weights, experts = jax.lax.top_k(scores, k)
     else:
         scores = jax.nn.sigmoid(logits)
+        assert params.router_bias is not None, "V3's router has e_score_correction_bias"
         choice = scores + params.router_bias
         keep = _top_groups(choice, config, lambda g: jax.lax.top_k(g, 2)[0].sum(axis=-1))
         experts = jax.lax.top_k(jnp.where(keep, choice, -jnp.inf), k)[1]
@@ -265,7 +269,6 @@ def decode_step(
     state: DecodeState,
     *,
     backend: Backend = "auto",
-    sm_count: int | None = None,
     compute_capability: int | None = None,
 ) -> tuple[jax.Array, DecodeState]:
     """One token per sequence through the model at ``state.positions``.
@@ -274,8 +277,9 @@ def decode_step(
       tokens: int32 ``[B]``, the token at ``state.positions``.
       state: per-layer caches, block table, logits buffer, positions (tokens
         ``[0, positions)`` cached).
-      backend, sm_count, compute_capability: passed to ``mla_decode`` (lowering for
-        ``compute_capability`` needs no GPU).
+      backend, compute_capability: passed to ``mla_decode`` (lowering for
+        ``compute_capability`` needs no GPU). The split rule and SM count are the
+        ones ``state.logits_buffer`` was reserved with.
 
     Returns:
       float32 logits ``[B, vocab]`` for the next token, and the state one token on.
@@ -294,7 +298,6 @@ def decode_step(
             state.positions,
             buffer,
             backend=backend,
-            sm_count=sm_count,
             compute_capability=compute_capability,
         )
         h = _ffn(layer, config, h + attn)

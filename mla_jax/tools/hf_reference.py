@@ -40,7 +40,7 @@ def tiny_config(
     """
     from transformers import DeepseekV2Config, DeepseekV3Config
 
-    common = {
+    common: dict[str, Any] = {
         "vocab_size": 128,
         "hidden_size": 64,
         "intermediate_size": 96,
@@ -101,7 +101,8 @@ def save_fused(folder: str | Path, out: str | Path, *, shards: int = 2) -> None:
     tensors = {}
     for f in sorted(folder.glob("*.safetensors")):
         tensors.update(load_file(str(f)))
-    fused, experts = {}, {}
+    fused: dict[str, np.ndarray] = {}
+    experts: dict[str, dict[int, dict[str, np.ndarray]]] = {}
     for name, value in tensors.items():
         parts = name.split(".")
         if "experts" in parts and parts[parts.index("experts") + 1].isdigit():
