@@ -118,3 +118,52 @@ def quantize_fp8(kv_cache: jax.Array, scale: float | jax.Array | None = None
         scale = jnp.maximum(jnp.max(jnp.abs(wide)), jnp.finfo(jnp.float32).tiny) / FP8_MAX
     scale = jnp.asarray(scale, jnp.float32)
     return jnp.clip(wide / scale, -FP8_MAX, FP8_MAX).astype(FP8_DTYPE), scale
+
+
+def write_latents(
+    kv_cache: jax.Array,
+    latents: jax.Array,
+    block_table: jax.Array,
+    start_positions: jax.Array,
+    lengths: jax.Array,
+) -> jax.Array:
+    """Writes up to ``T`` consecutive latent rows per sequence (a prompt's, at prefill).
+
+    Row ``t`` of sequence ``b`` goes to token position ``start_positions[b] + t`` when
+    ``t < lengths[b]``; later rows (padding) are dropped. Positions outside the block
+    table, or on a negative or out-of-range page entry, write nothing, as in
+    ``append_latent``. A pure scatter: in place when ``kv_cache`` is donated.
+
+    Args:
+      kv_cache: ``[num_pages, page_size, width]``.
+      latents: ``[B, T, width]`` in ``kv_cache``'s dtype.
+      block_table: int32 ``[B, pages_per_seq]``.
+      start_positions: int32 ``[B]``, where each sequence's first row goes.
+      lengths: int32 ``[B]``, how many of its ``T`` rows are real.
+
+    Returns:
+      The cache with the rows written, same shape and dtype.
+    """
+    if kv_cache.ndim != 3:
+        raise shape_error("kv_cache", list(kv_cache.shape), "[num_pages, page_size, width]")
+    num_pages, page_size, width = kv_cache.shape
+    if latents.ndim != 3 or latents.shape[2] != width:
+        raise shape_error("latents", list(latents.shape),
+                           f"[B, T, {width}] to match kv_cache {list(kv_cache.shape)}")
+    if latents.dtype != kv_cache.dtype:
+        raise shape_error("latents dtype", latents.dtype, f"kv_cache's {kv_cache.dtype}")
+    batch, steps = latents.shape[:2]
+    check_block_table(block_table, batch)
+    check_row_vector("start_positions", start_positions, batch)
+    check_row_vector("lengths", lengths, batch)
+
+    t = jnp.arange(steps, dtype=jnp.int32)
+    positions = start_positions[:, None] + t[None, :]
+    pages_per_seq = block_table.shape[1]
+    slot = positions // page_size
+    page = jnp.take_along_axis(block_table, jnp.clip(slot, 0, pages_per_seq - 1), axis=1)
+    inside = ((t[None, :] < lengths[:, None]) & (positions >= 0) & (slot < pages_per_seq)
+              & (page >= 0))
+    # An out-of-bounds page index with mode="drop" skips the row (see append_latent).
+    page = jnp.where(inside, page, num_pages)
+    return kv_cache.at[page, positions % page_size].set(latents, mode="drop")

@@ -1,45 +1,150 @@
-"""A DeepSeek-style MLA attention layer for decode, in pure JAX.
+"""DeepSeek-V2/V3's MLA attention layer, in pure JAX, with the math of transformers'
+``DeepseekV2Attention`` / ``DeepseekV3Attention``.
+
+The rope part of the query and key rotates interleaved pairs ``(x0, x1), (x2, x3), ...``
+(``rope_interleave``; V2's complex rotation is the same), with YaRN frequencies and
+``mscale`` when ``rope_scaling`` is set; the query comes through a LoRA
+(``q_a_proj``, norm, ``q_b_proj``) or, with ``q_lora_rank=None``, one ``q_proj``.
 
 ``mla_decode_layer`` takes the absorbed path: ``W_UK`` is folded into the query so
 attention runs over the cached latent rows themselves (``mla_decode``), and ``W_UV``
-is applied once to the latent output. ``naive_mla_attention`` is the same layer
-without absorption (keys and values decompressed for every cached token), the
-reference the absorbed path is tested against.
+is applied once to the latent output. ``mla_prefill_layer`` runs a whole prompt with
+causal attention and writes its rows into the paged cache. ``naive_mla_attention`` is
+the decode step without absorption (keys and values decompressed for every cached
+token), the reference the absorbed path is tested against.
+
+A cache row is ``kv_c ++ k_pe`` with the rotated ``k_pe`` stored de-interleaved
+(the even lanes, then the odd ones, as transformers' V3 returns them); queries are
+permuted the same way, so every ``q . k`` is DeepSeek's.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from types import MappingProxyType
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from mla_jax.buffers import LogitsBuffer
-from mla_jax.cache import append_latent
+from mla_jax.cache import append_latent, write_latents
 from mla_jax.decode import Backend, mla_decode
+
+
+def _yarn_mscale(scale: float, mscale: float = 1.0) -> float:
+    return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
+
+
+@dataclasses.dataclass(frozen=True)
+class YarnScaling:
+    """YaRN RoPE scaling (``rope_scaling`` type ``"yarn"``), as transformers computes it.
+
+    ``factor`` stretches the low frequencies, ``original_max_position_embeddings``
+    is the pre-training context, ``beta_fast``/``beta_slow`` bound the ramp between
+    interpolated and extrapolated frequencies. ``cos``/``sin`` are multiplied by
+    ``attention_factor`` (default ``mscale(factor, mscale) / mscale(factor,
+    mscale_all_dim)`` when both are set, else ``mscale(factor)``), and the softmax
+    scale by ``mscale(factor, mscale_all_dim) ** 2`` when ``mscale_all_dim`` is set.
+    """
+
+    factor: float
+    original_max_position_embeddings: int
+    beta_fast: float = 32.0
+    beta_slow: float = 1.0
+    mscale: float = 0.0
+    mscale_all_dim: float = 0.0
+    attention_factor: float | None = None
+    truncate: bool = True
+
+    def __post_init__(self):
+        if not self.factor > 0 or self.original_max_position_embeddings < 1:
+            raise ValueError(
+                f"YarnScaling: got factor={self.factor}, original_max_position_"
+                f"embeddings={self.original_max_position_embeddings}, needed both > 0"
+            )
+
+    def rope_factor(self) -> float:
+        """What ``cos`` and ``sin`` are multiplied by."""
+        if self.attention_factor is not None:
+            return self.attention_factor
+        if self.mscale and self.mscale_all_dim:
+            return _yarn_mscale(self.factor, self.mscale) / _yarn_mscale(
+                self.factor, self.mscale_all_dim
+            )
+        return _yarn_mscale(self.factor)
+
+    def softmax_factor(self) -> float:
+        """What the softmax scale is multiplied by."""
+        if not self.mscale_all_dim:
+            return 1.0
+        return _yarn_mscale(self.factor, self.mscale_all_dim) ** 2
+
+    def inv_freq(self, dim: int, base: float) -> np.ndarray:
+        """float32 ``[dim // 2]``, computed in float32 like transformers."""
+
+        def correction_dim(rotations):
+            return (
+                dim * math.log(self.original_max_position_embeddings / (rotations * 2 * math.pi))
+            ) / (2 * math.log(base))
+
+        low, high = correction_dim(self.beta_fast), correction_dim(self.beta_slow)
+        if self.truncate:
+            low, high = math.floor(low), math.ceil(high)
+        low, high = max(low, 0), min(high, dim - 1)
+        if low == high:
+            high += 0.001  # as transformers: no zero-width ramp
+        pos_freqs = np.float32(base) ** (np.arange(0, dim, 2, dtype=np.float32) / np.float32(dim))
+        extrapolation = np.float32(1) / pos_freqs
+        interpolation = np.float32(1) / (np.float32(self.factor) * pos_freqs)
+        ramp = np.clip(
+            (np.arange(dim // 2, dtype=np.float32) - np.float32(low)) / np.float32(high - low), 0, 1
+        ).astype(np.float32)
+        keep = np.float32(1) - ramp
+        return (interpolation * (1 - keep) + extrapolation * keep).astype(np.float32)
 
 
 @dataclasses.dataclass(frozen=True)
 class MLAConfig:
-    """Sizes of one MLA layer (DeepSeek-V2/V3 naming)."""
+    """Sizes of one MLA layer (DeepSeek-V2/V3 naming).
+
+    ``q_lora_rank=None`` is a plain ``q_proj`` (DeepSeek-V2-Lite). ``rope_interleave``
+    rotates interleaved pairs (DeepSeek's checkpoints); ``False`` rotates the two
+    contiguous halves (transformers' V3 with ``rope_interleave=False``).
+    """
 
     hidden_size: int
     num_heads: int
-    q_lora_rank: int
+    q_lora_rank: int | None
     kv_lora_rank: int
     qk_rope_head_dim: int
     qk_nope_head_dim: int
     v_head_dim: int
     rope_theta: float = 10000.0
     rms_norm_eps: float = 1e-6
+    rope_interleave: bool = True
+    rope_scaling: YarnScaling | None = None
 
     def __post_init__(self):
-        for field in dataclasses.fields(self):
-            value = getattr(self, field.name)
-            if field.type == "int" and (not isinstance(value, int) or value < 1):
-                raise ValueError(f"{field.name} must be a positive int, got {value!r}")
+        for name in (
+            "hidden_size",
+            "num_heads",
+            "kv_lora_rank",
+            "qk_rope_head_dim",
+            "qk_nope_head_dim",
+            "v_head_dim",
+        ):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if self.q_lora_rank is not None and (
+            not isinstance(self.q_lora_rank, int) or self.q_lora_rank < 1
+        ):
+            raise ValueError(
+                f"q_lora_rank must be a positive int or None, got {self.q_lora_rank!r}"
+            )
         # The Triton kernels tile both latent parts with tl.arange and tl.dot.
         for name in ("kv_lora_rank", "qk_rope_head_dim"):
             value = getattr(self, name)
@@ -53,50 +158,96 @@ class MLAConfig:
 
     @property
     def softmax_scale(self) -> float:
-        """DeepSeek's ``1 / sqrt(qk_nope_head_dim + qk_rope_head_dim)``."""
-        return (self.qk_nope_head_dim + self.qk_rope_head_dim) ** -0.5
+        """``(qk_nope_head_dim + qk_rope_head_dim) ** -0.5``, times YaRN's ``mscale**2``."""
+        scale = (self.qk_nope_head_dim + self.qk_rope_head_dim) ** -0.5
+        return scale * (self.rope_scaling.softmax_factor() if self.rope_scaling else 1.0)
+
+    def rope_inv_freq(self) -> np.ndarray:
+        """float32 ``[qk_rope_head_dim // 2]``: each rotary pair's frequency."""
+        dim, base = self.qk_rope_head_dim, self.rope_theta
+        if self.rope_scaling is not None:
+            return self.rope_scaling.inv_freq(dim, base)
+        return (
+            1.0 / (np.float32(base) ** (np.arange(0, dim, 2, dtype=np.float32) / np.float32(dim)))
+        ).astype(np.float32)
 
 
-PRESETS: MappingProxyType[str, MLAConfig] = MappingProxyType({
-    "deepseek-v3": MLAConfig(hidden_size=7168, num_heads=128, q_lora_rank=1536,
-                             kv_lora_rank=512, qk_rope_head_dim=64,
-                             qk_nope_head_dim=128, v_head_dim=128),
-    "tiny": MLAConfig(hidden_size=64, num_heads=4, q_lora_rank=32, kv_lora_rank=32,
-                      qk_rope_head_dim=16, qk_nope_head_dim=16, v_head_dim=16),
-})
+_YARN_40: dict[str, Any] = {
+    "factor": 40.0,
+    "original_max_position_embeddings": 4096,
+    "beta_fast": 32.0,
+    "beta_slow": 1.0,
+}
+PRESETS: MappingProxyType[str, MLAConfig] = MappingProxyType(
+    {
+        "deepseek-v3": MLAConfig(
+            hidden_size=7168,
+            num_heads=128,
+            q_lora_rank=1536,
+            kv_lora_rank=512,
+            qk_rope_head_dim=64,
+            qk_nope_head_dim=128,
+            v_head_dim=128,
+            rope_scaling=YarnScaling(**_YARN_40, mscale=1.0, mscale_all_dim=1.0),
+        ),
+        "deepseek-v2-lite": MLAConfig(
+            hidden_size=2048,
+            num_heads=16,
+            q_lora_rank=None,
+            kv_lora_rank=512,
+            qk_rope_head_dim=64,
+            qk_nope_head_dim=128,
+            v_head_dim=128,
+            rope_scaling=YarnScaling(**_YARN_40, mscale=0.707, mscale_all_dim=0.707),
+        ),
+        "tiny": MLAConfig(
+            hidden_size=64,
+            num_heads=4,
+            q_lora_rank=32,
+            kv_lora_rank=32,
+            qk_rope_head_dim=16,
+            qk_nope_head_dim=16,
+            v_head_dim=16,
+        ),
+    }
+)
 
 
 class MLAParams(NamedTuple):
-    """One layer's weights (``H`` = num_heads, ``C`` = kv_lora_rank)."""
+    """One layer's weights (``H`` = num_heads, ``C`` = kv_lora_rank), ``x @ w`` layout."""
 
-    wq_a: jax.Array       # [hidden, q_lora_rank]
-    q_a_norm: jax.Array   # [q_lora_rank]
-    wq_b: jax.Array       # [q_lora_rank, H, nope + rope]
-    wkv_a: jax.Array      # [hidden, C + rope]
+    wq_a: jax.Array | None  # [hidden, q_lora_rank]; None without a q LoRA
+    q_a_norm: jax.Array | None  # [q_lora_rank]; None without a q LoRA
+    wq_b: jax.Array  # [q_lora_rank, H, nope + rope], or q_proj [hidden, H, ...]
+    wkv_a: jax.Array  # [hidden, C + rope]
     kv_a_norm: jax.Array  # [C]
-    w_uk: jax.Array       # [C, H, nope]: k_nope = kv_c @ w_uk
-    w_uv: jax.Array       # [C, H, v_head]: v = kv_c @ w_uv
-    wo: jax.Array         # [H, v_head, hidden]
+    w_uk: jax.Array  # [C, H, nope]: k_nope = kv_c @ w_uk
+    w_uv: jax.Array  # [C, H, v_head]: v = kv_c @ w_uv
+    wo: jax.Array  # [H, v_head, hidden]
 
 
 def init_params(config: MLAConfig, key: jax.Array, dtype: jnp.dtype = jnp.float32) -> MLAParams:
     """Random weights, each matrix normal with variance 1/fan_in; norm weights 1."""
     c = config
     heads, qk_dim = c.num_heads, c.qk_nope_head_dim + c.qk_rope_head_dim
+    q_in = c.hidden_size if c.q_lora_rank is None else c.q_lora_rank
     shapes = {
-        "wq_a": ((c.hidden_size, c.q_lora_rank), c.hidden_size),
-        "wq_b": ((c.q_lora_rank, heads, qk_dim), c.q_lora_rank),
+        "wq_b": ((q_in, heads, qk_dim), q_in),
         "wkv_a": ((c.hidden_size, c.latent_dim), c.hidden_size),
         "w_uk": ((c.kv_lora_rank, heads, c.qk_nope_head_dim), c.kv_lora_rank),
         "w_uv": ((c.kv_lora_rank, heads, c.v_head_dim), c.kv_lora_rank),
         "wo": ((heads, c.v_head_dim, c.hidden_size), heads * c.v_head_dim),
     }
+    if c.q_lora_rank is not None:
+        shapes["wq_a"] = ((c.hidden_size, c.q_lora_rank), c.hidden_size)
     keys = dict(zip(shapes, jax.random.split(key, len(shapes))))
-    weights = {name: (jax.random.normal(keys[name], shape, jnp.float32)
-                      * fan_in ** -0.5).astype(dtype)
-               for name, (shape, fan_in) in shapes.items()}
-    return MLAParams(q_a_norm=jnp.ones(c.q_lora_rank, dtype),
-                     kv_a_norm=jnp.ones(c.kv_lora_rank, dtype), **weights)
+    weights = {
+        name: (jax.random.normal(keys[name], shape, jnp.float32) * fan_in**-0.5).astype(dtype)
+        for name, (shape, fan_in) in shapes.items()
+    }
+    weights.setdefault("wq_a", None)
+    q_a_norm = None if c.q_lora_rank is None else jnp.ones(c.q_lora_rank, dtype)
+    return MLAParams(q_a_norm=q_a_norm, kv_a_norm=jnp.ones(c.kv_lora_rank, dtype), **weights)
 
 
 def rms_norm(x: jax.Array, weight: jax.Array, eps: float) -> jax.Array:
@@ -106,33 +257,45 @@ def rms_norm(x: jax.Array, weight: jax.Array, eps: float) -> jax.Array:
     return (normed * weight.astype(jnp.float32)).astype(x.dtype)
 
 
-def apply_rope(x: jax.Array, positions: jax.Array, theta: float) -> jax.Array:
-    """Rotary embedding, rotate-half convention, on the last axis of ``x``.
+def apply_rope(x: jax.Array, positions: jax.Array, config: MLAConfig) -> jax.Array:
+    """DeepSeek's rotary embedding on the last axis of ``x`` (``qk_rope_head_dim`` wide).
 
+    With ``config.rope_interleave`` the pairs ``(x[2i], x[2i+1])`` rotate by
+    ``positions * inv_freq[i]`` and the result is returned de-interleaved (the pairs'
+    first lanes, then their second lanes), as transformers' V3 does; otherwise the
+    halves ``x[:d/2]``, ``x[d/2:]`` pair up. ``cos`` and ``sin`` carry YaRN's factor.
     ``positions`` broadcasts against ``x.shape[:-1]`` (``[B]`` for ``[B, rope]``,
-    ``[B, 1]`` for ``[B, H, rope]``). Only relative positions survive a q.k product.
+    ``[B, 1]`` for ``[B, H, rope]``). Computed in float32, returned in x's dtype.
     """
-    half = x.shape[-1] // 2
-    inv_freq = theta ** (-jnp.arange(half, dtype=jnp.float32) / half)
-    angles = positions.astype(jnp.float32)[..., None] * inv_freq
-    cos, sin = jnp.cos(angles), jnp.sin(angles)
-    x1, x2 = x[..., :half].astype(jnp.float32), x[..., half:].astype(jnp.float32)
-    return jnp.concatenate([x1 * cos - x2 * sin, x1 * sin + x2 * cos], axis=-1).astype(x.dtype)
+    factor = config.rope_scaling.rope_factor() if config.rope_scaling else 1.0
+    angles = positions.astype(jnp.float32)[..., None] * jnp.asarray(config.rope_inv_freq())
+    cos, sin = jnp.cos(angles) * factor, jnp.sin(angles) * factor
+    x32 = x.astype(jnp.float32)
+    if config.rope_interleave:
+        x1, x2 = x32[..., 0::2], x32[..., 1::2]
+    else:
+        half = x.shape[-1] // 2
+        x1, x2 = x32[..., :half], x32[..., half:]
+    return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1).astype(x.dtype)
 
 
 def _queries(params: MLAParams, config: MLAConfig, x, positions):
-    """``q_nope [B, H, nope]`` and rotated ``q_pe [B, H, rope]``."""
-    q = rms_norm(x @ params.wq_a, params.q_a_norm, config.rms_norm_eps)
-    q = jnp.einsum("bq,qhd->bhd", q, params.wq_b)
-    q_nope, q_pe = q[..., :config.qk_nope_head_dim], q[..., config.qk_nope_head_dim:]
-    return q_nope, apply_rope(q_pe, positions[:, None], config.rope_theta)
+    """``q_nope [..., H, nope]`` and rotated ``q_pe [..., H, rope]`` for ``x [..., hidden]``."""
+    if params.wq_a is None:
+        q = x
+    else:
+        assert params.q_a_norm is not None, "a q LoRA has its norm"
+        q = rms_norm(x @ params.wq_a, params.q_a_norm, config.rms_norm_eps)
+    q = jnp.einsum("...q,qhd->...hd", q, params.wq_b)
+    q_nope, q_pe = q[..., : config.qk_nope_head_dim], q[..., config.qk_nope_head_dim :]
+    return q_nope, apply_rope(q_pe, positions[..., None], config)
 
 
 def _latent_row(params: MLAParams, config: MLAConfig, x, positions):
-    """The token's cache row ``[B, kv_lora_rank + rope]``: normed ``kv_c`` ++ rotated ``k_pe``."""
+    """Cache rows ``[..., kv_lora_rank + rope]``: normed ``kv_c`` ++ rotated ``k_pe``."""
     kv = x @ params.wkv_a
-    kv_c = rms_norm(kv[:, :config.kv_lora_rank], params.kv_a_norm, config.rms_norm_eps)
-    k_pe = apply_rope(kv[:, config.kv_lora_rank:], positions, config.rope_theta)
+    kv_c = rms_norm(kv[..., : config.kv_lora_rank], params.kv_a_norm, config.rms_norm_eps)
+    k_pe = apply_rope(kv[..., config.kv_lora_rank :], positions, config)
     return jnp.concatenate([kv_c, k_pe], axis=-1)
 
 
@@ -140,8 +303,9 @@ def _check_x(config: MLAConfig, x: jax.Array, positions: jax.Array) -> None:
     if x.ndim != 2 or x.shape[1] != config.hidden_size:
         raise ValueError(f"x: got {list(x.shape)}, needed [B, {config.hidden_size}]")
     if positions.dtype != jnp.int32 or positions.shape != x.shape[:1]:
-        raise ValueError(f"positions: got {positions.dtype}{list(positions.shape)}, "
-                         f"needed int32 [{x.shape[0]}]")
+        raise ValueError(
+            f"positions: got {positions.dtype}{list(positions.shape)}, needed int32 [{x.shape[0]}]"
+        )
 
 
 def mla_decode_layer(
@@ -154,6 +318,7 @@ def mla_decode_layer(
     logits_buffer: LogitsBuffer,
     *,
     backend: Backend = "auto",
+    compute_capability: int | None = None,
 ) -> tuple[jax.Array, jax.Array, LogitsBuffer]:
     """One decode step of the absorbed MLA layer.
 
@@ -167,7 +332,7 @@ def mla_decode_layer(
       logits_buffer: from ``reserve_logits_buffer(..., kv_lora_rank=config.kv_lora_rank,
         rope_dim=config.qk_rope_head_dim)``; donated by ``mla_decode`` when this runs
         outside ``jit``.
-      backend: passed to ``mla_decode``.
+      backend, compute_capability: passed to ``mla_decode``.
 
     Returns:
       ``y [B, hidden]`` in x's dtype, the cache with the new rows, the logits buffer.
@@ -179,11 +344,83 @@ def mla_decode_layer(
     row = _latent_row(params, config, x, positions)
     kv_cache = append_latent(kv_cache, row.astype(kv_cache.dtype), block_table, positions)
     out, _, logits_buffer = mla_decode(
-        (q_latent.astype(kv_cache.dtype), q_pe.astype(kv_cache.dtype)), kv_cache,
-        block_table, positions + 1, logits_buffer, scale=config.softmax_scale,
-        max_seq_len=None, backend=backend)
+        (q_latent.astype(kv_cache.dtype), q_pe.astype(kv_cache.dtype)),
+        kv_cache,
+        block_table,
+        positions + 1,
+        logits_buffer,
+        scale=config.softmax_scale,
+        max_seq_len=None,
+        compute_capability=compute_capability,
+        backend=backend,
+    )
     v = jnp.einsum("bhc,chv->bhv", out.astype(x.dtype), params.w_uv)
     return jnp.einsum("bhv,hvd->bd", v, params.wo), kv_cache, logits_buffer
+
+
+def _dense_attention(params: MLAParams, config: MLAConfig, q_nope, q_pe, rows, live):
+    """Decompressed attention in float32: queries ``[B, S, H, *]`` over latent
+    ``rows [B, T, C + rope]``; ``live [B, S, T]`` says which keys each query sees.
+    Returns the heads' values ``[B, S, H, v_head]`` float32."""
+    f32 = jnp.float32
+    kv_c, k_pe = rows[..., : config.kv_lora_rank], rows[..., config.kv_lora_rank :]
+    k_nope = jnp.einsum("btc,chn->bthn", kv_c, params.w_uk, preferred_element_type=f32)
+    values = jnp.einsum("btc,chv->bthv", kv_c, params.w_uv, preferred_element_type=f32)
+    logits = jnp.einsum("bshn,bthn->bhst", q_nope.astype(f32), k_nope) + jnp.einsum(
+        "bshr,btr->bhst", q_pe.astype(f32), k_pe.astype(f32)
+    )
+    logits = jnp.where(live[:, None], logits * config.softmax_scale, -jnp.inf)
+    weights = jax.nn.softmax(logits, axis=-1)
+    # A query with no live key (a padding row past its prompt) gives zeros, not NaN.
+    weights = jnp.where(live[:, None].any(-1, keepdims=True), weights, 0.0)
+    return jnp.einsum("bhst,bthv->bshv", weights, values)
+
+
+def mla_prefill_layer(
+    params: MLAParams,
+    config: MLAConfig,
+    x: jax.Array,
+    kv_cache: jax.Array,
+    block_table: jax.Array,
+    lengths: jax.Array,
+) -> tuple[jax.Array, jax.Array]:
+    """A whole prompt through the MLA layer, its rows written into the paged cache.
+
+    Causal attention over the prompt, dense and masked (keys decompressed, logits and
+    softmax in float32): memory ``B * H * T * T`` floats, so long prompts at a large
+    batch are better prefilled a few sequences at a time (the cache is shared).
+
+    Args:
+      x: ``[B, T, hidden]``, right-padded: token ``t`` of sequence ``b`` is real when
+        ``t < lengths[b]``.
+      kv_cache: ``[num_pages, page_size, kv_lora_rank + rope]``; rows ``[0, lengths[b])``
+        of each sequence are written (``mla_jax.cache.write_latents``), padding is not.
+      block_table: int32 ``[B, pages_per_seq]``.
+      lengths: int32 ``[B]`` in ``[0, T]``; the prompt starts at position 0.
+
+    Returns:
+      ``y [B, T, hidden]`` in x's dtype (rows past a length are padding: computed,
+      not meaningful), and the cache with the prompt's rows.
+    """
+    if x.ndim != 3 or x.shape[2] != config.hidden_size:
+        raise ValueError(f"x: got {list(x.shape)}, needed [B, T, {config.hidden_size}]")
+    if lengths.dtype != jnp.int32 or lengths.shape != x.shape[:1]:
+        raise ValueError(
+            f"lengths: got {lengths.dtype}{list(lengths.shape)}, needed int32 [{x.shape[0]}]"
+        )
+    batch, steps = x.shape[:2]
+    positions = jnp.broadcast_to(jnp.arange(steps, dtype=jnp.int32), (batch, steps))
+    q_nope, q_pe = _queries(params, config, x, positions)
+    rows = _latent_row(params, config, x, positions)
+    kv_cache = write_latents(
+        kv_cache, rows.astype(kv_cache.dtype), block_table, jnp.zeros_like(lengths), lengths
+    )
+    t = jnp.arange(steps)
+    live = (t[None, None, :] <= t[None, :, None]) & (t[None, None, :] < lengths[:, None, None])
+    # The keys as the cache holds them, so prefill and decode see the same rows.
+    heads = _dense_attention(params, config, q_nope, q_pe, rows.astype(kv_cache.dtype), live)
+    y = jnp.einsum("bshv,hvd->bsd", heads.astype(x.dtype), params.wo)
+    return y, kv_cache
 
 
 def naive_mla_attention(
@@ -214,11 +451,7 @@ def naive_mla_attention(
         keys = jnp.concatenate([latents.astype(jnp.float32), row[:, None]], axis=1)
         t = jnp.arange(keys.shape[1])
         live = (t[None, :] < positions[:, None]) | (t == latents.shape[1])[None, :]
-        kv_c, k_pe = keys[..., :config.kv_lora_rank], keys[..., config.kv_lora_rank:]
-        k_nope = jnp.einsum("btc,chn->bthn", kv_c, params.w_uk)
-        values = jnp.einsum("btc,chv->bthv", kv_c, params.w_uv)
-        logits = (jnp.einsum("bhn,bthn->bht", q_nope, k_nope)
-                  + jnp.einsum("bhr,btr->bht", q_pe, k_pe)) * config.softmax_scale
-        weights = jax.nn.softmax(jnp.where(live[:, None, :], logits, -jnp.inf), axis=-1)
-        heads = jnp.einsum("bht,bthv->bhv", weights, values)
-        return jnp.einsum("bhv,hvd->bd", heads, params.wo), row
+        heads = _dense_attention(
+            params, config, q_nope[:, None], q_pe[:, None], keys, live[:, None]
+        )
+        return jnp.einsum("bhv,hvd->bd", heads[:, 0], params.wo), row

@@ -1,5 +1,7 @@
 """The absorbed MLA layer against the naive (decompressed) attention."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -27,7 +29,16 @@ def test_presets_and_checks():
     v3 = PRESETS["deepseek-v3"]
     assert (v3.hidden_size, v3.num_heads, v3.q_lora_rank, v3.kv_lora_rank) == (7168, 128, 1536, 512)
     assert (v3.qk_rope_head_dim, v3.qk_nope_head_dim, v3.v_head_dim) == (64, 128, 128)
-    assert v3.latent_dim == 576 and v3.softmax_scale == pytest.approx(192 ** -0.5)
+    # YaRN (factor 40, mscale_all_dim 1) multiplies the scale by mscale**2.
+    assert v3.latent_dim == 576
+    assert v3.softmax_scale == pytest.approx(192 ** -0.5 * (0.1 * np.log(40) + 1) ** 2)
+    assert TINY.softmax_scale == pytest.approx(32 ** -0.5)
+    lite = PRESETS["deepseek-v2-lite"]
+    assert lite.q_lora_rank is None and lite.num_heads == 16
+    lite_params = jax.eval_shape(lambda k: init_params(lite, k), jax.random.key(0))
+    assert lite_params.wq_a is None and lite_params.wq_b.shape == (2048, 16, 192)
+    with pytest.raises(ValueError, match="q_lora_rank must be a positive int or None, got 0"):
+        MLAConfig(64, 4, 0, 32, 16, 16, 16)
     with pytest.raises(ValueError, match="kv_lora_rank must be a power of two >= 16, got 48"):
         MLAConfig(64, 4, 32, 48, 16, 16, 16)
     with pytest.raises(ValueError, match="num_heads must be a positive int, got 0"):
@@ -43,11 +54,28 @@ def test_presets_and_checks():
 def test_rope_keeps_only_relative_position():
     q, k = jax.random.normal(jax.random.key(2), (2, 3, 16))
     pos = jnp.asarray([[0, 7, 300], [5, 12, 305]], jnp.int32)  # row 1 = row 0 + 5
-    dots = jnp.sum(apply_rope(q, pos, 1e4) * apply_rope(k, pos[:, ::-1], 1e4), axis=-1)
+    dots = jnp.sum(apply_rope(q, pos, TINY) * apply_rope(k, pos[:, ::-1], TINY), axis=-1)
     np.testing.assert_allclose(dots[0], dots[1], rtol=1e-4)
-    np.testing.assert_allclose(jnp.linalg.norm(apply_rope(q, pos, 1e4), axis=-1),
+    np.testing.assert_allclose(jnp.linalg.norm(apply_rope(q, pos, TINY), axis=-1),
                                jnp.broadcast_to(jnp.linalg.norm(q, axis=-1), (2, 3)), rtol=1e-5)
     assert not np.allclose(dots[0], jnp.sum(q * k, axis=-1), rtol=1e-2)
+
+
+def test_rope_pairs_are_interleaved():
+    """Pair ``(x[2i], x[2i+1])`` rotates as the complex number ``x[2i] + i x[2i+1]``,
+    by ``position * inv_freq[i]``; the result comes back de-interleaved."""
+    x = np.asarray(jax.random.normal(jax.random.key(3), (16,)))
+    pos = 11
+    angles = pos * TINY.rope_inv_freq().astype(np.float64)
+    want = (x[0::2] + 1j * x[1::2]) * np.exp(1j * angles)
+    got = np.asarray(apply_rope(jnp.asarray(x), jnp.asarray(pos, jnp.int32), TINY))
+    np.testing.assert_allclose(got, np.concatenate([want.real, want.imag]), rtol=1e-5,
+                               atol=1e-6)
+    halves = dataclasses.replace(TINY, rope_interleave=False)
+    want = (x[:8] + 1j * x[8:]) * np.exp(1j * angles)
+    got = np.asarray(apply_rope(jnp.asarray(x), jnp.asarray(pos, jnp.int32), halves))
+    np.testing.assert_allclose(got, np.concatenate([want.real, want.imag]), rtol=1e-5,
+                               atol=1e-6)
 
 
 @pytest.mark.parametrize("page_size, use_jit", [(16, False), (16, True), (1, True)])

@@ -11,7 +11,8 @@ NOTEBOOKS = sorted((Path(__file__).parent.parent / "notebooks").glob("*.ipynb"))
 
 def test_all_notebooks_are_there():
     assert [p.name for p in NOTEBOOKS] == [
-        "01_quickstart.ipynb", "02_compare_with_pytorch.ipynb", "03_performance.ipynb"]
+        "01_quickstart.ipynb", "02_compare_with_pytorch.ipynb", "03_performance.ipynb",
+        "04_deepseek.ipynb"]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)

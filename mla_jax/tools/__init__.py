@@ -1,3 +1,4 @@
 """Tools built on mla-jax's public API: the benchmark and its report, the comparison
-with PyTorch and vLLM, the demo, the loader of vLLM's kernel and the command line
+with PyTorch and vLLM, the demo, the loader of vLLM's kernel, the tiny transformers
+DeepSeek models of the parity checks (``hf_reference``) and the command line
 (``python -m mla_jax demo|compare|bench``). The library never imports them."""

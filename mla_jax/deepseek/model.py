@@ -1,0 +1,307 @@
+"""The DeepSeek-V2/V3 decoder in JAX: weights, MLP and MoE, prefill and one decode step.
+
+``prefill`` runs right-padded prompts through every layer with causal attention and
+writes their latent rows into the paged caches; ``decode_step`` runs one token per
+sequence through the absorbed attention (``mla_jax.mla_decode``, any backend). Both
+return float32 logits. The math is transformers' ``DeepseekV2ForCausalLM`` /
+``DeepseekV3ForCausalLM`` (pre-norm residual layers, SwiGLU MLPs).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from mla_jax.decode import Backend
+from mla_jax.deepseek.config import DeepseekConfig
+from mla_jax.layer import MLAParams, mla_decode_layer, mla_prefill_layer, rms_norm
+from mla_jax.layer import init_params as init_attention
+from mla_jax.loop import DecodeState
+
+
+class MLPParams(NamedTuple):
+    """A SwiGLU MLP, ``x @ w`` layout: ``down(silu(x @ gate) * (x @ up))``."""
+
+    gate: jax.Array  # [hidden, I]
+    up: jax.Array  # [hidden, I]
+    down: jax.Array  # [I, hidden]
+
+
+class MoEParams(NamedTuple):
+    """A routed mixture of SwiGLU experts plus the shared experts (one fused MLP)."""
+
+    router: jax.Array  # float32 [hidden, E]
+    router_bias: jax.Array | None  # float32 [E]: V3's e_score_correction_bias; None for V2
+    gate: jax.Array  # [E, hidden, I]
+    up: jax.Array  # [E, hidden, I]
+    down: jax.Array  # [E, I, hidden]
+    shared: MLPParams | None  # n_shared_experts * I wide; None without shared experts
+
+
+class DecoderLayerParams(NamedTuple):
+    input_norm: jax.Array  # [hidden]
+    attn: MLAParams
+    post_attn_norm: jax.Array  # [hidden]
+    mlp: MLPParams | MoEParams
+
+
+class DeepseekParams(NamedTuple):
+    embed: jax.Array  # [vocab, hidden]
+    layers: tuple[DecoderLayerParams, ...]
+    norm: jax.Array  # [hidden]
+    lm_head: jax.Array  # [hidden, vocab]
+
+
+def init_params(
+    config: DeepseekConfig, key: jax.Array, dtype: jnp.dtype = jnp.bfloat16
+) -> DeepseekParams:
+    """Random weights of the right shapes (normal, variance 1/fan_in; norms 1): for
+    throughput runs, not a trained model. Jit it to build big models on the device."""
+    hidden, experts = config.hidden_size, config.n_routed_experts
+
+    def normal(k, shape, fan_in, dt=dtype):
+        return (jax.random.normal(k, shape, jnp.float32) * fan_in**-0.5).astype(dt)
+
+    def mlp(k, width, lead=()):
+        kg, ku, kd = jax.random.split(k, 3)
+        return (
+            normal(kg, (*lead, hidden, width), hidden),
+            normal(ku, (*lead, hidden, width), hidden),
+            normal(kd, (*lead, width, hidden), width),
+        )
+
+    k_embed, k_head, *k_layers = jax.random.split(key, config.num_hidden_layers + 2)
+    layers = []
+    for i, k in enumerate(k_layers):
+        k_attn, k_mlp, k_router, k_shared = jax.random.split(k, 4)
+        if config.is_moe_layer(i):
+            shared = (
+                MLPParams(*mlp(k_shared, config.n_shared_experts * config.moe_intermediate_size))
+                if config.n_shared_experts
+                else None
+            )
+            bias = jnp.zeros(experts, jnp.float32) if config.model_type == "deepseek_v3" else None
+            gate, up, down = mlp(k_mlp, config.moe_intermediate_size, (experts,))
+            block: MLPParams | MoEParams = MoEParams(
+                router=normal(k_router, (hidden, experts), hidden, jnp.float32),
+                router_bias=bias,
+                gate=gate,
+                up=up,
+                down=down,
+                shared=shared,
+            )
+        else:
+            block = MLPParams(*mlp(k_mlp, config.intermediate_size))
+        layers.append(
+            DecoderLayerParams(
+                jnp.ones(hidden, dtype),
+                init_attention(config.attention, k_attn, dtype),
+                jnp.ones(hidden, dtype),
+                block,
+            )
+        )
+    return DeepseekParams(
+        normal(k_embed, (config.vocab_size, hidden), 1.0),
+        tuple(layers),
+        jnp.ones(hidden, dtype),
+        normal(k_head, (hidden, config.vocab_size), hidden),
+    )
+
+
+def mlp(params: MLPParams, x: jax.Array) -> jax.Array:
+    """SwiGLU over the last axis of ``x``."""
+    return (jax.nn.silu(x @ params.gate) * (x @ params.up)) @ params.down
+
+
+def _top_groups(scores: jax.Array, config: DeepseekConfig, group_score) -> jax.Array:
+    """bool ``[N, E]``: the experts in each token's ``topk_group`` best groups."""
+    n, experts = scores.shape
+    grouped = scores.reshape(n, config.n_group, experts // config.n_group)
+    best = jax.lax.top_k(group_score(grouped), config.topk_group)[1]
+    chosen = jax.nn.one_hot(best, config.n_group, dtype=jnp.int32).sum(axis=1) > 0
+    return jnp.repeat(chosen, experts // config.n_group, axis=1)
+
+
+def route(params: MoEParams, config: DeepseekConfig, x: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Each token's experts and weights: float32 ``[N, k]`` and int32 ``[N, k]``.
+
+    The router runs in float32 (as transformers'); see ``DeepseekConfig`` for the
+    V2 and V3 rules.
+    """
+    logits = jnp.dot(x.astype(jnp.float32), params.router, precision=jax.lax.Precision.HIGHEST)
+    k = config.num_experts_per_tok
+    if config.model_type == "deepseek_v2":
+        scores = jax.nn.softmax(logits, axis=-1)
+        if config.topk_method == "group_limited_greedy":
+            keep = _top_groups(scores, config, lambda g: g.max(axis=-1))
+            scores = jnp.where(keep, scores, 0.0)
+        weights, experts = jax.lax.top_k(scores, k)
+    else:
+        scores = jax.nn.sigmoid(logits)
+        assert params.router_bias is not None, "V3's router has e_score_correction_bias"
+        choice = scores + params.router_bias
+        keep = _top_groups(choice, config, lambda g: jax.lax.top_k(g, 2)[0].sum(axis=-1))
+        experts = jax.lax.top_k(jnp.where(keep, choice, -jnp.inf), k)[1]
+        weights = jnp.take_along_axis(scores, experts, axis=1)
+        if config.norm_topk_prob:
+            weights = weights / (weights.sum(axis=-1, keepdims=True) + 1e-20)
+    return weights * config.routed_scaling_factor, experts
+
+
+def _experts_gathered(params: MoEParams, x, weights, experts):
+    """Each token through its own ``k`` experts' weights (gathered): reads ``N * k``
+    experts' weights, the least when ``N * k`` is below the expert count (decode)."""
+    h = jax.nn.silu(jnp.einsum("nh,nkhi->nki", x, params.gate[experts])) * jnp.einsum(
+        "nh,nkhi->nki", x, params.up[experts]
+    )
+    out = jnp.einsum("nki,nkih->nkh", h, params.down[experts])
+    return jnp.einsum("nkh,nk->nh", out.astype(jnp.float32), weights)
+
+
+def _experts_grouped(params: MoEParams, x, weights, experts):
+    """The ``N * k`` (token, expert) pairs sorted by expert, one ``ragged_dot`` per
+    matrix: reads every expert's weights once, computes only the chosen pairs."""
+    n, k = experts.shape
+    flat = experts.reshape(-1)
+    order = jnp.argsort(flat)
+    rows = x[order // k]
+    sizes = jnp.bincount(flat, length=params.gate.shape[0]).astype(jnp.int32)
+    h = jax.nn.silu(jax.lax.ragged_dot(rows, params.gate, sizes)) * jax.lax.ragged_dot(
+        rows, params.up, sizes
+    )
+    out = jax.lax.ragged_dot(h, params.down, sizes).astype(jnp.float32)
+    out = out * weights.reshape(-1)[order][:, None]
+    return jnp.zeros((n, x.shape[1]), jnp.float32).at[order // k].add(out)
+
+
+def moe(params: MoEParams, config: DeepseekConfig, x: jax.Array) -> jax.Array:
+    """The mixture of experts on ``x [..., hidden]``, plus the shared experts.
+
+    Reference-grade, jit-able and exact, not a tuned kernel: at decode sizes
+    (``tokens * k <= experts``) each token gathers its experts' weights; otherwise the
+    (token, expert) pairs are sorted by expert and run through ``jax.lax.ragged_dot``.
+    The weighted sum of the experts is taken in float32.
+    """
+    shape = x.shape
+    x = x.reshape(-1, shape[-1])
+    weights, experts = route(params, config, x)
+    if experts.size <= config.n_routed_experts:
+        y = _experts_gathered(params, x, weights, experts)
+    else:
+        y = _experts_grouped(params, x, weights, experts)
+    y = y.astype(x.dtype)
+    if params.shared is not None:
+        y = y + mlp(params.shared, x)
+    return y.reshape(shape)
+
+
+def _ffn(layer: DecoderLayerParams, config: DeepseekConfig, h: jax.Array) -> jax.Array:
+    """The residual MLP/MoE half of a decoder layer."""
+    x = rms_norm(h, layer.post_attn_norm, config.rms_norm_eps)
+    return h + (
+        moe(layer.mlp, config, x) if isinstance(layer.mlp, MoEParams) else mlp(layer.mlp, x)
+    )
+
+
+def _logits(params: DeepseekParams, config: DeepseekConfig, h: jax.Array) -> jax.Array:
+    h = rms_norm(h, params.norm, config.rms_norm_eps)
+    return jnp.dot(h, params.lm_head, preferred_element_type=jnp.float32)
+
+
+def _check_params(params: DeepseekParams, config: DeepseekConfig, num_caches: int) -> None:
+    if len(params.layers) != config.num_hidden_layers or num_caches != len(params.layers):
+        raise ValueError(
+            f"params.layers: got {len(params.layers)} layers and {num_caches} "
+            f"caches, needed config.num_hidden_layers={config.num_hidden_layers} "
+            "of each"
+        )
+
+
+def prefill(
+    params: DeepseekParams,
+    config: DeepseekConfig,
+    tokens: jax.Array,
+    lengths: jax.Array,
+    kv_caches: tuple[jax.Array, ...],
+    block_table: jax.Array,
+    *,
+    all_logits: bool = False,
+) -> tuple[jax.Array, tuple[jax.Array, ...]]:
+    """Right-padded prompts through the model, their latent rows written to the caches.
+
+    Args:
+      tokens: int32 ``[B, T]``; token ``t`` of row ``b`` is real when ``t < lengths[b]``.
+      lengths: int32 ``[B]`` in ``[1, T]``; prompts start at position 0.
+      kv_caches: one paged cache per layer, ``[num_pages, page_size, latent_dim]``.
+      block_table: int32 ``[B, pages_per_seq]``, shared by the layers.
+      all_logits: return every position's logits, not only each prompt's last.
+
+    Returns:
+      float32 logits ``[B, vocab]`` at each prompt's last token (``[B, T, vocab]``
+      with ``all_logits``; padding positions meaningless), and the caches.
+    """
+    _check_params(params, config, len(kv_caches))
+    if tokens.ndim != 2 or lengths.shape != tokens.shape[:1] or lengths.dtype != jnp.int32:
+        raise ValueError(
+            f"tokens/lengths: got {tokens.dtype}{list(tokens.shape)} and "
+            f"{lengths.dtype}{list(lengths.shape)}, needed [B, T] and int32 [B]"
+        )
+    h = params.embed[tokens]
+    caches = []
+    for layer, cache in zip(params.layers, kv_caches):
+        x = rms_norm(h, layer.input_norm, config.rms_norm_eps)
+        attn, cache = mla_prefill_layer(
+            layer.attn, config.attention, x, cache, block_table, lengths
+        )
+        h = _ffn(layer, config, h + attn)
+        caches.append(cache)
+    if not all_logits:
+        h = jnp.take_along_axis(h, jnp.maximum(lengths - 1, 0)[:, None, None], axis=1)[:, 0]
+    return _logits(params, config, h), tuple(caches)
+
+
+def decode_step(
+    params: DeepseekParams,
+    config: DeepseekConfig,
+    tokens: jax.Array,
+    state: DecodeState,
+    *,
+    backend: Backend = "auto",
+    compute_capability: int | None = None,
+) -> tuple[jax.Array, DecodeState]:
+    """One token per sequence through the model at ``state.positions``.
+
+    Args:
+      tokens: int32 ``[B]``, the token at ``state.positions``.
+      state: per-layer caches, block table, logits buffer, positions (tokens
+        ``[0, positions)`` cached).
+      backend, compute_capability: passed to ``mla_decode`` (lowering for
+        ``compute_capability`` needs no GPU). The split rule and SM count are the
+        ones ``state.logits_buffer`` was reserved with.
+
+    Returns:
+      float32 logits ``[B, vocab]`` for the next token, and the state one token on.
+    """
+    _check_params(params, config, len(state.kv_caches))
+    h = params.embed[tokens]
+    buffer, caches = state.logits_buffer, []
+    for layer, cache in zip(params.layers, state.kv_caches):
+        x = rms_norm(h, layer.input_norm, config.rms_norm_eps)
+        attn, cache, buffer = mla_decode_layer(
+            layer.attn,
+            config.attention,
+            x,
+            cache,
+            state.block_table,
+            state.positions,
+            buffer,
+            backend=backend,
+            compute_capability=compute_capability,
+        )
+        h = _ffn(layer, config, h + attn)
+        caches.append(cache)
+    return _logits(params, config, h), DecodeState(
+        tuple(caches), state.block_table, buffer, state.positions + 1
+    )
