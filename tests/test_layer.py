@@ -90,11 +90,11 @@ def test_absorbed_matches_naive(page_size, use_jit):
     history = _dense(cache, table)  # rows past each prompt are random, never read
     positions = jnp.asarray([0, 5, 37], jnp.int32)
     layer = jitted_layer if use_jit else mla_decode_layer
-    pointers = (cache.unsafe_buffer_pointer(), buffer.unsafe_buffer_pointer())
+    pointers = (cache.unsafe_buffer_pointer(), buffer.data.unsafe_buffer_pointer())
     for step, key in enumerate(jax.random.split(jax.random.key(seed + 20), 5)):
         x = jax.random.normal(key, (batch, TINY.hidden_size))
         y, cache, buffer = layer(params, TINY, x, cache, table, positions, buffer,
-                                 backend="xla", sm_count=SM)
+                                 backend="xla")
         want, row = naive(params, TINY, x, jnp.asarray(history), positions)
         history[np.arange(batch), np.asarray(positions)] = row
         assert y.shape == (batch, TINY.hidden_size) and y.dtype == jnp.float32
@@ -103,7 +103,7 @@ def test_absorbed_matches_naive(page_size, use_jit):
         positions = positions + 1
     np.testing.assert_allclose(_dense(cache, table), history, rtol=1e-6, atol=1e-6)
     if use_jit:
-        assert (cache.unsafe_buffer_pointer(), buffer.unsafe_buffer_pointer()) == pointers
+        assert (cache.unsafe_buffer_pointer(), buffer.data.unsafe_buffer_pointer()) == pointers
 
 
 def test_bfloat16_cache_close_to_float32_naive():
@@ -114,7 +114,7 @@ def test_bfloat16_cache_close_to_float32_naive():
     x = jax.random.normal(jax.random.key(7), (2, TINY.hidden_size), jnp.bfloat16)
     want, _ = naive(params, TINY, x, jnp.asarray(_dense(cache, table)), positions)
     y, cache, _ = jitted_layer(params, TINY, x, cache, table, positions, buffer,
-                               backend="xla", sm_count=SM)
+                               backend="xla")
     assert y.dtype == jnp.bfloat16 and cache.dtype == jnp.bfloat16
     err = float(jnp.abs(y.astype(jnp.float32) - want).max() / jnp.abs(want).max())
     assert err < 2e-2
