@@ -31,6 +31,7 @@ import numpy as np
 
 from mla_jax.buffers import LogitsBuffer
 from mla_jax.cache import append_latent, write_latents
+from mla_jax.validate import validate_inputs
 from mla_jax.decode import Backend, mla_decode
 
 
@@ -319,6 +320,7 @@ def mla_decode_layer(
     *,
     backend: Backend = "auto",
     compute_capability: int | None = None,
+    validate: bool = False,
 ) -> tuple[jax.Array, jax.Array, LogitsBuffer]:
     """One decode step of the absorbed MLA layer.
 
@@ -333,11 +335,17 @@ def mla_decode_layer(
         rope_dim=config.qk_rope_head_dim)``; donated by ``mla_decode`` when this runs
         outside ``jit``.
       backend, compute_capability: passed to ``mla_decode``.
+      validate: check first that each row's append position and new length lie
+        inside the block table and on pages of the cache (``validate_inputs``): on
+        concrete arrays a ValueError naming the row before anything runs; under a
+        trace, checkify checks (wrap the enclosing function in ``checkify.checkify``).
 
     Returns:
       ``y [B, hidden]`` in x's dtype, the cache with the new rows, the logits buffer.
     """
     _check_x(config, x, positions)
+    if validate:
+        validate_inputs(kv_cache, block_table, positions + 1, positions=positions)
     q_nope, q_pe = _queries(params, config, x, positions)
     # Absorption: q_nope . (kv_c @ W_UK) == (W_UK @ q_nope) . kv_c, per head.
     q_latent = jnp.einsum("bhn,chn->bhc", q_nope, params.w_uk)

@@ -21,6 +21,7 @@ from mla_jax.buffers import LogitsBuffer, reserve_logits_buffer
 from mla_jax.cache import new_block_table
 from mla_jax.decode import Backend
 from mla_jax.layer import MLAConfig, MLAParams, mla_decode_layer
+from mla_jax.validate import validate_inputs
 from mla_jax.splits import DEFAULT_POLICY, Policy
 
 
@@ -116,6 +117,16 @@ def decode_step(
 @functools.partial(jax.jit,
                    static_argnames=("config", "num_steps", "backend", "unroll"),
                    donate_argnames=("state",))
+def _scan_steps(params_list, config, x0, state, num_steps, *, backend, unroll):
+    def body(carry, _):
+        x, state = carry
+        y, state = decode_step(params_list, config, x, state, backend=backend)
+        return (_rms_normalise(y, config.rms_norm_eps), state), y
+
+    (_, state), outputs = lax.scan(body, (x0, state), length=num_steps, unroll=unroll)
+    return outputs, state
+
+
 def decode_loop(
     params_list: Sequence[MLAParams],
     config: MLAConfig,
@@ -125,12 +136,13 @@ def decode_loop(
     *,
     backend: Backend = "auto",
     unroll: int = 1,
+    validate: bool = False,
 ) -> tuple[jax.Array, DecodeState]:
-    """``num_steps`` decode steps in one ``lax.scan``; ``state`` is donated.
+    """``num_steps`` decode steps in one jitted ``lax.scan``; ``state`` is donated.
 
     Step ``t``'s input is step ``t-1``'s output, RMS-normalised (``x0`` for the
     first). The caller keeps ``positions + num_steps <= max_len``: a row past the
-    block table is dropped, not written.
+    block table is dropped, not written (``validate=True`` checks it).
 
     Args:
       params_list: one ``MLAParams`` per layer, as many as ``state.kv_caches``.
@@ -140,15 +152,24 @@ def decode_loop(
         took 28 us rolled and 22 us with ``unroll=8`` (``scripts/step_timing.py``;
         docs/performance.md, "Small batches and the scan step"),
         for a longer compilation.
+      validate: before anything runs, check on the host that every position the
+        loop writes, ``positions`` to ``positions + num_steps - 1``, lies inside the
+        block table and on a page of the caches (``validate_inputs``): a ValueError
+        names the first row that does not. Needs concrete arrays (not under ``jit``).
 
     Returns:
       ``outputs [num_steps, B, hidden]`` (each step's output before normalising)
       and the advanced state; the one passed in is deleted.
     """
-    def body(carry, _):
-        x, state = carry
-        y, state = decode_step(params_list, config, x, state, backend=backend)
-        return (_rms_normalise(y, config.rms_norm_eps), state), y
+    if validate:
+        # Positions only grow, so the last step's length and append position bound
+        # every page and slot the loop touches.
+        validate_inputs(state.kv_caches[0], state.block_table, state.positions + num_steps,
+                        positions=state.positions + num_steps - 1)
+    return _scan_steps(params_list, config, x0, state, num_steps, backend=backend,
+                       unroll=unroll)
 
-    (_, state), outputs = lax.scan(body, (x0, state), length=num_steps, unroll=unroll)
-    return outputs, state
+
+# One executable serves every call with the same static arguments; the count of
+# them is the jitted scan's (the demo and the tests read it).
+decode_loop._cache_size = _scan_steps._cache_size  # type: ignore[attr-defined]

@@ -199,3 +199,45 @@ def test_a_nan_shard_never_disappears_in_a_merge():
     assert np.isfinite(np.asarray(parts[0][1])).all() and np.isnan(np.asarray(parts[1][1])).all()
     _, lse = mla_jax.merge_attention_states(*parts[0], *parts[1])
     assert np.isnan(np.asarray(lse)).all()
+
+
+def test_decode_loop_validates_the_positions_it_will_write():
+    """``decode_loop(validate=True)`` checks every position its steps write before
+    anything runs: a row that would run past its block table is named, and the state
+    (donated only when the loop runs) is left alive."""
+    import jax
+
+    from mla_jax.layer import PRESETS, init_params
+    from mla_jax.loop import decode_loop, init_decode_state
+
+    tiny = PRESETS["tiny"]
+    params = [init_params(tiny, jax.random.key(1))]
+    state = init_decode_state(tiny, 1, 3, 200, 16, sm_count=SM, key=jax.random.key(2),
+                              prompt_lens=[3, 90, 150])
+    x = jax.random.normal(jax.random.key(3), (3, tiny.hidden_size))
+    capacity = state.block_table.shape[1] * 16
+    steps = capacity - 150 + 1  # row 2's last step writes one token past the table
+    with pytest.raises(ValueError, match=rf"seq_lens\[2\] = {capacity + 1} exceeds the "
+                                         rf"block table's capacity of {capacity} tokens"):
+        decode_loop(params, tiny, x, state, steps, backend="xla", validate=True)
+    assert not state.logits_buffer.data.is_deleted()
+    outputs, _ = decode_loop(params, tiny, x, state, steps - 1, backend="xla", validate=True)
+    assert np.isfinite(np.asarray(outputs)).all()
+
+
+def test_layer_validates_its_append_position():
+    import jax
+
+    from mla_jax.layer import PRESETS, init_params, mla_decode_layer
+
+    tiny = PRESETS["tiny"]
+    params = init_params(tiny, jax.random.key(1))
+    kv = jnp.zeros((8, 16, tiny.latent_dim))
+    table = jnp.arange(8, dtype=jnp.int32).reshape(2, 4)
+    buf = mla_jax.reserve_logits_buffer(2, tiny.num_heads, 64, kv_lora_rank=tiny.kv_lora_rank,
+                                        rope_dim=tiny.qk_rope_head_dim, sm_count=SM)
+    x = jax.random.normal(jax.random.key(3), (2, tiny.hidden_size))
+    with pytest.raises(ValueError, match=r"seq_lens\[1\] = 65 exceeds the block table's "
+                                         "capacity of 64 tokens"):
+        mla_decode_layer(params, tiny, x, kv, table, jnp.asarray([5, 64], jnp.int32), buf,
+                         backend="xla", validate=True)
