@@ -20,10 +20,17 @@ def check_positive(**values: int) -> None:
 
 def check_block_table(block_table: jax.Array, batch: int) -> None:
     """int32 ``[batch, pages_per_seq >= 1]``."""
-    if (block_table.dtype != jnp.int32 or block_table.ndim != 2
-            or block_table.shape[0] != batch or block_table.shape[1] < 1):
-        raise shape_error("block_table", f"{block_table.dtype}{list(block_table.shape)}",
-                          f"int32 [{batch}, pages_per_seq >= 1]")
+    if (
+        block_table.dtype != jnp.int32
+        or block_table.ndim != 2
+        or block_table.shape[0] != batch
+        or block_table.shape[1] < 1
+    ):
+        raise shape_error(
+            "block_table",
+            f"{block_table.dtype}{list(block_table.shape)}",
+            f"int32 [{batch}, pages_per_seq >= 1]",
+        )
 
 
 def check_row_vector(name: str, x: jax.Array, batch: int) -> None:

@@ -59,15 +59,33 @@ def decode(
     """
     batch, num_heads = q_nope.shape[:2]
     stage1, stage2 = kernels.launch_params(
-        batch=batch, num_heads=num_heads, num_pages=kv_cache.shape[0],
-        page_size=kv_cache.shape[1], pages_per_seq=block_table.shape[1],
-        kv_lora_rank=kv_lora_rank, rope_dim=rope_dim, scale=scale, grid_splits=grid_splits,
-        q_nope_strides=_strides(q_nope), q_pe_strides=_strides(q_pe), qp_offset=qp_offset,
-        kv_strides=_strides(kv_cache), block_table_strides=_strides(block_table),
-        buffer_strides=_strides(logits_buffer), float32_inputs=q_nope.dtype == jnp.float32,
-        config=config)
+        batch=batch,
+        num_heads=num_heads,
+        num_pages=kv_cache.shape[0],
+        page_size=kv_cache.shape[1],
+        pages_per_seq=block_table.shape[1],
+        kv_lora_rank=kv_lora_rank,
+        rope_dim=rope_dim,
+        scale=scale,
+        grid_splits=grid_splits,
+        q_nope_strides=_strides(q_nope),
+        q_pe_strides=_strides(q_pe),
+        qp_offset=qp_offset,
+        kv_strides=_strides(kv_cache),
+        block_table_strides=_strides(block_table),
+        buffer_strides=_strides(logits_buffer),
+        float32_inputs=q_nope.dtype == jnp.float32,
+        config=config,
+    )
     buffer = jt.triton_call(
-        q_nope, q_pe, kv_cache, block_table, seq_lens, num_splits, kv_scale, logits_buffer,
+        q_nope,
+        q_pe,
+        kv_cache,
+        block_table,
+        seq_lens,
+        num_splits,
+        kv_scale,
+        logits_buffer,
         kernel=kernels.mla_decode_stage1,
         out_shape=jax.ShapeDtypeStruct(logits_buffer.shape, logits_buffer.dtype),
         grid=stage1["grid"],
@@ -79,7 +97,9 @@ def decode(
         **stage1["constexprs"],
     )
     out, lse = jt.triton_call(
-        buffer, seq_lens, num_splits,
+        buffer,
+        seq_lens,
+        num_splits,
         kernel=kernels.mla_decode_stage2,
         out_shape=(
             jax.ShapeDtypeStruct((batch, num_heads, kv_lora_rank), q_nope.dtype),

@@ -20,10 +20,16 @@ def _dot_f32(spec: str, a: jax.Array, b: jax.Array) -> jax.Array:
 
     XLA:CPU has no bf16 x bf16 -> f32 dot, so on CPU the operands are upcast first.
     """
-    dot = lambda x, y: jnp.einsum(spec, x, y, precision=lax.Precision.HIGHEST,  # noqa: E731
-                                  preferred_element_type=jnp.float32)
+    dot = lambda x, y: jnp.einsum(
+        spec,
+        x,
+        y,
+        precision=lax.Precision.HIGHEST,
+        preferred_element_type=jnp.float32,
+    )
     return lax.platform_dependent(
-        a, b, cpu=lambda x, y: dot(x.astype(jnp.float32), y.astype(jnp.float32)), default=dot)
+        a, b, cpu=lambda x, y: dot(x.astype(jnp.float32), y.astype(jnp.float32)), default=dot
+    )
 
 
 def _stage1_static(q, kv_cache, block_table, seq_lens, kv_scale, *, k, scale, kv_lora_rank):
@@ -32,13 +38,16 @@ def _stage1_static(q, kv_cache, block_table, seq_lens, kv_scale, *, k, scale, kv
     capacity = block_table.shape[1] * page_size
     width = -(-capacity // k)
     per_split = (seq_lens + k - 1) // k  # [B], vLLM's cdiv partition
-    tokens = (jnp.arange(k)[None, :, None] * per_split[:, None, None]
-              + jnp.arange(width)[None, None, :])  # [B, k, W]
+    tokens = (
+        jnp.arange(k)[None, :, None] * per_split[:, None, None] + jnp.arange(width)[None, None, :]
+    )  # [B, k, W]
     live = (jnp.arange(width)[None, None, :] < per_split[:, None, None]) & (
-        tokens < seq_lens[:, None, None])
+        tokens < seq_lens[:, None, None]
+    )
     tokens = jnp.where(live, tokens, 0)
-    pages = jnp.take_along_axis(block_table, (tokens // page_size).reshape(
-        tokens.shape[0], -1), axis=1).reshape(tokens.shape)
+    pages = jnp.take_along_axis(
+        block_table, (tokens // page_size).reshape(tokens.shape[0], -1), axis=1
+    ).reshape(tokens.shape)
     # An fp8 cache is widened to q's dtype; its scale folds into logits and output.
     rows = kv_cache[pages, tokens % page_size].astype(q.dtype)  # [B, k, W, D]
     logits = _dot_f32("bhd,bswd->bhsw", q, rows) * (scale * kv_scale)
@@ -65,8 +74,20 @@ def _split_counts(grid_splits: int) -> tuple[int, ...]:
     return (*counts, grid_splits)
 
 
-def decode(q, kv_cache, block_table, seq_lens, num_splits, grid_splits, kv_scale, logits_buffer,
-           *, scale, kv_lora_rank, static_splits):
+def decode(
+    q,
+    kv_cache,
+    block_table,
+    seq_lens,
+    num_splits,
+    grid_splits,
+    kv_scale,
+    logits_buffer,
+    *,
+    scale,
+    kv_lora_rank,
+    static_splits,
+):
     """Both stages on checked inputs; mirrors ``triton_backend.decode``.
 
     Args:
@@ -81,9 +102,22 @@ def decode(q, kv_cache, block_table, seq_lens, num_splits, grid_splits, kv_scale
     capacity = block_table.shape[1] * kv_cache.shape[1]
     seq_lens = jnp.clip(seq_lens, 0, capacity)
     block_table = jnp.clip(block_table, 0, kv_cache.shape[0] - 1)
-    stage1 = lambda k: lambda buf: lax.dynamic_update_slice(  # noqa: E731
-        buf, _stage1_static(q, kv_cache, block_table, seq_lens, kv_scale[0], k=k,
-                            scale=scale, kv_lora_rank=kv_lora_rank), (0, 0, 0, 0))
+    stage1 = lambda k: (
+        lambda buf: lax.dynamic_update_slice(
+            buf,
+            _stage1_static(
+                q,
+                kv_cache,
+                block_table,
+                seq_lens,
+                kv_scale[0],
+                k=k,
+                scale=scale,
+                kv_lora_rank=kv_lora_rank,
+            ),
+            (0, 0, 0, 0),
+        )
+    )
     if static_splits:
         buffer = stage1(grid_splits)(logits_buffer)
     else:
@@ -101,8 +135,12 @@ def decode(q, kv_cache, block_table, seq_lens, num_splits, grid_splits, kv_scale
     m = jnp.where(nonempty, jnp.max(part_lse, axis=-1), 0.0)
     w = jnp.where(mask, jnp.exp(part_lse - m[..., None]), 0.0)
     one = jnp.where(nonempty, jnp.sum(w, axis=-1), 1.0)
-    acc = jnp.einsum("bhs,bhsd->bhd", w, jnp.where(mask[..., None], parts[..., :kv_lora_rank], 0.0),
-                     precision=lax.Precision.HIGHEST)
+    acc = jnp.einsum(
+        "bhs,bhsd->bhd",
+        w,
+        jnp.where(mask[..., None], parts[..., :kv_lora_rank], 0.0),
+        precision=lax.Precision.HIGHEST,
+    )
     out = jnp.where(nonempty[..., None], acc / one[..., None], 0.0)
     lse = jnp.where(nonempty, m + jnp.log(one), -jnp.inf)
     return out.astype(q.dtype), lse, buffer

@@ -58,8 +58,10 @@ class LogitsBuffer:
 
     def describe(self) -> str:
         """The buffer as error messages name it."""
-        return (f"LogitsBuffer{list(self.data.shape)} (kv_lora_rank={self.kv_lora_rank}, "
-                f"rope_dim={self.rope_dim}, policy={self.policy!r}, sm_count={self.sm_count})")
+        return (
+            f"LogitsBuffer{list(self.data.shape)} (kv_lora_rank={self.kv_lora_rank}, "
+            f"rope_dim={self.rope_dim}, policy={self.policy!r}, sm_count={self.sm_count})"
+        )
 
 
 def gpu_sm_count(device: jax.Device | None = None) -> int:
@@ -98,14 +100,22 @@ def plan_logits_buffer(
     policy: Policy,
 ) -> tuple[tuple[int, int, int, int], dict]:
     """The shape of a reservation and its static settings, after checking them."""
-    check_positive(max_num_seqs=max_num_seqs, num_heads=num_heads, max_model_len=max_model_len,
-                   kv_lora_rank=kv_lora_rank, rope_dim=rope_dim, sm_count=sm_count)
+    check_positive(
+        max_num_seqs=max_num_seqs,
+        num_heads=num_heads,
+        max_model_len=max_model_len,
+        kv_lora_rank=kv_lora_rank,
+        rope_dim=rope_dim,
+        sm_count=sm_count,
+    )
     check_policy(policy)
-    splits = reserved_splits(policy, num_heads=num_heads, max_model_len=max_model_len,
-                             sm_count=sm_count)
+    splits = reserved_splits(
+        policy, num_heads=num_heads, max_model_len=max_model_len, sm_count=sm_count
+    )
     shape = logits_buffer_shape(max_num_seqs, num_heads, splits, kv_lora_rank)
-    return shape, dict(kv_lora_rank=kv_lora_rank, rope_dim=rope_dim, policy=policy,
-                       sm_count=sm_count)
+    return shape, dict(
+        kv_lora_rank=kv_lora_rank, rope_dim=rope_dim, policy=policy, sm_count=sm_count
+    )
 
 
 def reserve_logits_buffer(
@@ -142,7 +152,13 @@ def reserve_logits_buffer(
     if sm_count is None:
         sm_count = gpu_sm_count(device if isinstance(device, jax.Device) else None)
     shape, settings = plan_logits_buffer(
-        max_num_seqs, num_heads, max_model_len, kv_lora_rank=kv_lora_rank, rope_dim=rope_dim,
-        sm_count=sm_count, policy=policy)
+        max_num_seqs,
+        num_heads,
+        max_model_len,
+        kv_lora_rank=kv_lora_rank,
+        rope_dim=rope_dim,
+        sm_count=sm_count,
+        policy=policy,
+    )
     # NaN, not zeros: a read of a slot no kernel wrote shows up at once.
     return LogitsBuffer(jnp.full(shape, jnp.nan, LOGITS_DTYPE, device=device), **settings)

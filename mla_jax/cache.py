@@ -7,7 +7,6 @@ the layout ``mla_decode`` reads.
 
 from __future__ import annotations
 
-
 import jax
 import jax.numpy as jnp
 
@@ -38,8 +37,9 @@ def append_latent(
         raise shape_error("kv_cache", list(kv_cache.shape), "[num_pages, page_size, width]")
     num_pages, page_size, width = kv_cache.shape
     if latent.ndim != 2 or latent.shape[1] != width:
-        raise shape_error("latent", list(latent.shape),
-                           f"[B, {width}] to match kv_cache {list(kv_cache.shape)}")
+        raise shape_error(
+            "latent", list(latent.shape), f"[B, {width}] to match kv_cache {list(kv_cache.shape)}"
+        )
     if latent.dtype != kv_cache.dtype:
         raise shape_error("latent dtype", latent.dtype, f"kv_cache's {kv_cache.dtype}")
     batch = latent.shape[0]
@@ -48,8 +48,9 @@ def append_latent(
 
     pages_per_seq = block_table.shape[1]
     slot = positions // page_size
-    page = jnp.take_along_axis(block_table, jnp.clip(slot, 0, pages_per_seq - 1)[:, None],
-                               axis=1)[:, 0]
+    page = jnp.take_along_axis(block_table, jnp.clip(slot, 0, pages_per_seq - 1)[:, None], axis=1)[
+        :, 0
+    ]
     inside = (positions >= 0) & (slot < pages_per_seq) & (page >= 0)
     # Page index num_pages is out of bounds, so mode="drop" skips the row; clamping
     # (the default) would overwrite a live page, and a negative index would wrap.
@@ -101,8 +102,9 @@ FP8_DTYPE = jnp.float8_e4m3fn  # vLLM's fp8 KV cache format on NVIDIA GPUs
 FP8_MAX = 448.0  # the largest finite float8_e4m3fn
 
 
-def quantize_fp8(kv_cache: jax.Array, scale: float | jax.Array | None = None
-                 ) -> tuple[jax.Array, jax.Array]:
+def quantize_fp8(
+    kv_cache: jax.Array, scale: float | jax.Array | None = None
+) -> tuple[jax.Array, jax.Array]:
     """An fp8 (``float8_e4m3fn``) copy of a latent cache and its dequantisation scale.
 
     One scale for the whole cache, serving the key and value roles alike (vLLM's
@@ -148,8 +150,11 @@ def write_latents(
         raise shape_error("kv_cache", list(kv_cache.shape), "[num_pages, page_size, width]")
     num_pages, page_size, width = kv_cache.shape
     if latents.ndim != 3 or latents.shape[2] != width:
-        raise shape_error("latents", list(latents.shape),
-                           f"[B, T, {width}] to match kv_cache {list(kv_cache.shape)}")
+        raise shape_error(
+            "latents",
+            list(latents.shape),
+            f"[B, T, {width}] to match kv_cache {list(kv_cache.shape)}",
+        )
     if latents.dtype != kv_cache.dtype:
         raise shape_error("latents dtype", latents.dtype, f"kv_cache's {kv_cache.dtype}")
     batch, steps = latents.shape[:2]
@@ -162,8 +167,9 @@ def write_latents(
     pages_per_seq = block_table.shape[1]
     slot = positions // page_size
     page = jnp.take_along_axis(block_table, jnp.clip(slot, 0, pages_per_seq - 1), axis=1)
-    inside = ((t[None, :] < lengths[:, None]) & (positions >= 0) & (slot < pages_per_seq)
-              & (page >= 0))
+    inside = (
+        (t[None, :] < lengths[:, None]) & (positions >= 0) & (slot < pages_per_seq) & (page >= 0)
+    )
     # An out-of-bounds page index with mode="drop" skips the row (see append_latent).
     page = jnp.where(inside, page, num_pages)
     return kv_cache.at[page, positions % page_size].set(latents, mode="drop")

@@ -41,31 +41,48 @@ def _describe(x) -> str:
 def check_array(name: str, x) -> None:
     """``x`` must be an array (JAX or numpy, traced or not), not a list or scalar."""
     if not (hasattr(x, "shape") and hasattr(x, "dtype")):
-        raise ValueError(f"{name}: got a {type(x).__name__}, needed an array (jax.Array or "
-                         "numpy.ndarray); wrap it with jnp.asarray(..., jnp.int32) for indices")
+        raise ValueError(
+            f"{name}: got a {type(x).__name__}, needed an array (jax.Array or "
+            "numpy.ndarray); wrap it with jnp.asarray(..., jnp.int32) for indices"
+        )
 
 
 def check_buffer(logits_buffer) -> None:
     """``logits_buffer`` must be a ``LogitsBuffer`` whose array matches its settings."""
     if not isinstance(logits_buffer, LogitsBuffer):
-        got = (_describe(logits_buffer) if hasattr(logits_buffer, "dtype")
-               else type(logits_buffer).__name__)
-        raise ValueError(f"logits_buffer: got {got}, needed the LogitsBuffer that "
-                         "mla_jax.reserve_logits_buffer returns (or the previous step returned)")
+        got = (
+            _describe(logits_buffer)
+            if hasattr(logits_buffer, "dtype")
+            else type(logits_buffer).__name__
+        )
+        raise ValueError(
+            f"logits_buffer: got {got}, needed the LogitsBuffer that "
+            "mla_jax.reserve_logits_buffer returns (or the previous step returned)"
+        )
     data = logits_buffer.data
-    if (data.ndim != 4 or data.dtype != LOGITS_DTYPE
-            or data.shape[3] != logits_buffer.kv_lora_rank + 1):
-        raise shape_error("logits_buffer.data", _describe(data),
-                          f"float32 [max_num_seqs, num_heads, max_splits, "
-                          f"{logits_buffer.kv_lora_rank + 1}]")
+    if (
+        data.ndim != 4
+        or data.dtype != LOGITS_DTYPE
+        or data.shape[3] != logits_buffer.kv_lora_rank + 1
+    ):
+        raise shape_error(
+            "logits_buffer.data",
+            _describe(data),
+            f"float32 [max_num_seqs, num_heads, max_splits, {logits_buffer.kv_lora_rank + 1}]",
+        )
 
 
 def check_scale(scale) -> float:
     """A finite real Python number (it is compiled into the kernels)."""
-    if isinstance(scale, bool) or not isinstance(scale, numbers.Real) or not math.isfinite(
-            float(scale)):
-        raise ValueError(f"scale: got {scale!r}, needed a finite Python float (e.g. "
-                         "qk_head_dim ** -0.5); it is a compile-time constant, not an array")
+    if (
+        isinstance(scale, bool)
+        or not isinstance(scale, numbers.Real)
+        or not math.isfinite(float(scale))
+    ):
+        raise ValueError(
+            f"scale: got {scale!r}, needed a finite Python float (e.g. "
+            "qk_head_dim ** -0.5); it is a compile-time constant, not an array"
+        )
     return float(scale)
 
 
@@ -74,55 +91,73 @@ def _check_inputs(q_nope, q_pe, kv_cache, block_table, seq_lens, k_scale, buf: L
     lora, rope = buf.kv_lora_rank, buf.rope_dim
     width = lora + rope
     if kv_cache.ndim != 3 or kv_cache.shape[0] < 1 or kv_cache.shape[1] < 1:
-        raise shape_error("kv_cache", list(kv_cache.shape),
-                          f"[num_pages >= 1, page_size >= 1, {width}]")
+        raise shape_error(
+            "kv_cache", list(kv_cache.shape), f"[num_pages >= 1, page_size >= 1, {width}]"
+        )
     if kv_cache.shape[2] != width:
         raise ValueError(
             f"kv_cache: rows are {kv_cache.shape[2]} wide, but {buf.describe()} was reserved "
             f"for kv_lora_rank + rope_dim = {lora} + {rope} = {width}; reserve the buffer "
-            "with the cache's kv_lora_rank and rope_dim")
+            "with the cache's kv_lora_rank and rope_dim"
+        )
     if q_nope.ndim != 3 or q_nope.shape[0] < 1:
         raise shape_error("q", list(q_nope.shape), f"[B >= 1, H, {width}]")
     batch, heads = q_nope.shape[:2]
     if q_pe is None:
         if q_nope.shape[2] != width:
-            raise shape_error("q", list(q_nope.shape),
-                              f"[B, H, {width}] to match kv_cache {list(kv_cache.shape)}")
+            raise shape_error(
+                "q", list(q_nope.shape), f"[B, H, {width}] to match kv_cache {list(kv_cache.shape)}"
+            )
     else:
         if q_nope.shape[2] != lora:
             raise shape_error("q_nope", list(q_nope.shape), f"[B, H, {lora}]")
         if q_pe.shape != (batch, heads, rope):
-            raise shape_error("q_pe", list(q_pe.shape),
-                              f"{[batch, heads, rope]} (q_nope is {list(q_nope.shape)})")
+            raise shape_error(
+                "q_pe", list(q_pe.shape), f"{[batch, heads, rope]} (q_nope is {list(q_nope.shape)})"
+            )
         if q_pe.dtype != q_nope.dtype:
             raise shape_error("q_pe dtype", q_pe.dtype, f"q_nope's {q_nope.dtype}")
     if q_nope.dtype not in QUERY_DTYPES:
         raise shape_error("q dtype", q_nope.dtype, "bfloat16, float16 or float32")
     if kv_cache.dtype not in (q_nope.dtype, FP8_DTYPE):
-        raise shape_error("kv_cache dtype", kv_cache.dtype,
-                          f"q's dtype {q_nope.dtype} or float8_e4m3fn (with k_scale)")
+        raise shape_error(
+            "kv_cache dtype",
+            kv_cache.dtype,
+            f"q's dtype {q_nope.dtype} or float8_e4m3fn (with k_scale)",
+        )
     if kv_cache.dtype == FP8_DTYPE and k_scale is None:
-        raise ValueError("kv_cache is float8_e4m3fn: pass k_scale, the float32 scale it was "
-                         "quantised with (mla_jax.cache.quantize_fp8 returns it)")
+        raise ValueError(
+            "kv_cache is float8_e4m3fn: pass k_scale, the float32 scale it was "
+            "quantised with (mla_jax.cache.quantize_fp8 returns it)"
+        )
     if k_scale is not None and jnp.size(k_scale) != 1:
-        raise shape_error("k_scale", f"shape {list(jnp.shape(k_scale))}",
-                          "one scale for the whole cache: a Python float or a scalar array")
+        raise shape_error(
+            "k_scale",
+            f"shape {list(jnp.shape(k_scale))}",
+            "one scale for the whole cache: a Python float or a scalar array",
+        )
     check_block_table(block_table, batch)
     check_row_vector("seq_lens", seq_lens, batch)
     if batch > buf.max_num_seqs:
-        raise ValueError(f"q: batch {batch} exceeds the rows of {buf.describe()}; reserve "
-                         f"with max_num_seqs >= {batch}")
+        raise ValueError(
+            f"q: batch {batch} exceeds the rows of {buf.describe()}; reserve "
+            f"with max_num_seqs >= {batch}"
+        )
     if heads != buf.num_heads:
-        raise ValueError(f"q: {heads} heads, but {buf.describe()} was reserved for "
-                         f"{buf.num_heads}; reserve with num_heads={heads}")
+        raise ValueError(
+            f"q: {heads} heads, but {buf.describe()} was reserved for "
+            f"{buf.num_heads}; reserve with num_heads={heads}"
+        )
 
 
 def check_triton_sizes(kv_lora_rank: int, rope_dim: int) -> None:
     """The Triton kernels tile both latent parts with power-of-two ranges and dots."""
     for name, value in (("kv_lora_rank", kv_lora_rank), ("rope_dim", rope_dim)):
         if value < 16 or value & (value - 1):
-            raise ValueError(f"{name}={value}: the triton backend needs a power of two >= 16; "
-                             "use backend='xla' for other sizes")
+            raise ValueError(
+                f"{name}={value}: the triton backend needs a power of two >= 16; "
+                "use backend='xla' for other sizes"
+            )
 
 
 def split_max_seq_len(max_seq_len: int | jax.Array | None) -> tuple[int | None, jax.Array | None]:
@@ -130,8 +165,9 @@ def split_max_seq_len(max_seq_len: int | jax.Array | None) -> tuple[int | None, 
     time); an array (traced or not) is an int32 scalar read at run time; ``None``
     is neither (taken from ``seq_lens`` inside the step)."""
     if isinstance(max_seq_len, bool):
-        raise ValueError(f"max_seq_len: got {max_seq_len!r}, needed an int, an int32 scalar "
-                         "array or None")
+        raise ValueError(
+            f"max_seq_len: got {max_seq_len!r}, needed an int, an int32 scalar array or None"
+        )
     if isinstance(max_seq_len, numbers.Integral):
         if max_seq_len < 0:
             raise ValueError(f"max_seq_len must be >= 0, got {max_seq_len}")
@@ -139,8 +175,7 @@ def split_max_seq_len(max_seq_len: int | jax.Array | None) -> tuple[int | None, 
     if max_seq_len is None:
         return None, None
     check_array("max_seq_len", max_seq_len)
-    if jnp.ndim(max_seq_len) != 0 or not jnp.issubdtype(jnp.result_type(max_seq_len),
-                                                         jnp.integer):
+    if jnp.ndim(max_seq_len) != 0 or not jnp.issubdtype(jnp.result_type(max_seq_len), jnp.integer):
         raise shape_error("max_seq_len", _describe(max_seq_len), "an int32 scalar")
     return None, jnp.asarray(max_seq_len, jnp.int32)
 
@@ -157,7 +192,8 @@ def resolve_backend(backend: Backend, compute_capability: int | None) -> Backend
         raise ValueError(
             f"backend='triton' needs a CUDA GPU, and JAX's backend here is "
             f"{jax.default_backend()!r}; use backend='xla' (or 'auto'), or pass "
-            "compute_capability=90 to lower for CUDA without running (jax.export)")
+            "compute_capability=90 to lower for CUDA without running (jax.export)"
+        )
     if backend != "auto":
         return backend
     return "triton" if compute_capability is not None or on_gpu else "xla"
@@ -172,21 +208,43 @@ def _platform(x) -> str:
 
 @functools.partial(
     jax.jit,
-    static_argnames=("scale", "static_max_seq_len", "batch_invariant", "backend",
-                     "compute_capability"),
+    static_argnames=(
+        "scale",
+        "static_max_seq_len",
+        "batch_invariant",
+        "backend",
+        "compute_capability",
+    ),
     donate_argnames=("logits_buffer",),
 )
-def _decode_step(q_nope, q_pe, kv_cache, block_table, seq_lens, logits_buffer,
-                 dynamic_max_seq_len, k_scale, *, scale, static_max_seq_len, batch_invariant,
-                 backend, compute_capability):
+def _decode_step(
+    q_nope,
+    q_pe,
+    kv_cache,
+    block_table,
+    seq_lens,
+    logits_buffer,
+    dynamic_max_seq_len,
+    k_scale,
+    *,
+    scale,
+    static_max_seq_len,
+    batch_invariant,
+    backend,
+    compute_capability,
+):
     buf: LogitsBuffer = logits_buffer
     _check_inputs(q_nope, q_pe, kv_cache, block_table, seq_lens, k_scale, buf)
     kv_lora_rank, rope_dim = buf.kv_lora_rank, buf.rope_dim
-    kv_scale = jnp.ones((1,), jnp.float32) if k_scale is None else jnp.asarray(
-        k_scale, jnp.float32).reshape(1)
+    kv_scale = (
+        jnp.ones((1,), jnp.float32)
+        if k_scale is None
+        else jnp.asarray(k_scale, jnp.float32).reshape(1)
+    )
     batch, heads = q_nope.shape[:2]
-    splits = functools.partial(kv_splits, buf.policy, batch=batch, num_heads=heads,
-                               sm_count=buf.sm_count)
+    splits = functools.partial(
+        kv_splits, buf.policy, batch=batch, num_heads=heads, sm_count=buf.sm_count
+    )
     if batch_invariant:
         # One split: each row is one program's one pass over its tokens, whatever
         # the batch, so its rounding never depends on its batch mates.
@@ -198,16 +256,20 @@ def _decode_step(q_nope, q_pe, kv_cache, block_table, seq_lens, logits_buffer,
             raise ValueError(
                 f"max_seq_len={static_max_seq_len} needs {grid_splits} KV splits under "
                 f"policy={buf.policy!r}, sm_count={buf.sm_count}, but {buf.describe()} holds "
-                f"{buf.max_splits}; reserve it with max_model_len >= {static_max_seq_len}")
+                f"{buf.max_splits}; reserve it with max_model_len >= {static_max_seq_len}"
+            )
         num_splits = jnp.full((1,), grid_splits, jnp.int32)
     else:
         # Run-time count; a length past the reservation's reach is clamped to the
         # grid, which still partitions the row exactly. The grid is the most splits
         # this batch can ask for, not the buffer's axis (sized for batch 1).
-        length = (jnp.max(seq_lens, initial=0) if dynamic_max_seq_len is None
-                  else dynamic_max_seq_len)
-        grid_splits = min(buf.max_splits, max_kv_splits(
-            buf.policy, batch=batch, num_heads=heads, sm_count=buf.sm_count))
+        length = (
+            jnp.max(seq_lens, initial=0) if dynamic_max_seq_len is None else dynamic_max_seq_len
+        )
+        grid_splits = min(
+            buf.max_splits,
+            max_kv_splits(buf.policy, batch=batch, num_heads=heads, sm_count=buf.sm_count),
+        )
         num_splits = jnp.minimum(splits(max_seq_len=length), grid_splits).reshape(1)
 
     if backend == "triton":
@@ -216,15 +278,36 @@ def _decode_step(q_nope, q_pe, kv_cache, block_table, seq_lens, logits_buffer,
 
         q_pe_arg, qp_offset = (q_nope, kv_lora_rank) if q_pe is None else (q_pe, 0)
         out, lse, data = _triton_backend.decode(
-            q_nope, q_pe_arg, qp_offset, kv_cache, block_table, seq_lens, num_splits,
-            grid_splits, kv_scale, buf.data, scale=scale, kv_lora_rank=kv_lora_rank,
-            rope_dim=rope_dim, compute_capability=compute_capability)
+            q_nope,
+            q_pe_arg,
+            qp_offset,
+            kv_cache,
+            block_table,
+            seq_lens,
+            num_splits,
+            grid_splits,
+            kv_scale,
+            buf.data,
+            scale=scale,
+            kv_lora_rank=kv_lora_rank,
+            rope_dim=rope_dim,
+            compute_capability=compute_capability,
+        )
     else:
         q = q_nope if q_pe is None else jnp.concatenate([q_nope, q_pe], axis=-1)
         out, lse, data = xla_backend.decode(
-            q, kv_cache, block_table, seq_lens, num_splits, grid_splits, kv_scale, buf.data,
-            scale=scale, kv_lora_rank=kv_lora_rank,
-            static_splits=batch_invariant or static_max_seq_len is not None)
+            q,
+            kv_cache,
+            block_table,
+            seq_lens,
+            num_splits,
+            grid_splits,
+            kv_scale,
+            buf.data,
+            scale=scale,
+            kv_lora_rank=kv_lora_rank,
+            static_splits=batch_invariant or static_max_seq_len is not None,
+        )
     return out, lse, dataclasses.replace(buf, data=data)
 
 
@@ -232,8 +315,10 @@ def split_query(q) -> tuple[jax.Array, jax.Array | None]:
     """``(q_nope, q_pe)`` of a pair, ``(q, None)`` of one array; checks both forms."""
     if isinstance(q, (tuple, list)):
         if len(q) != 2:
-            raise ValueError(f"q: got a {type(q).__name__} of {len(q)} arrays, needed one "
-                             "array [B, H, kv_lora_rank + rope_dim] or the pair (q_nope, q_pe)")
+            raise ValueError(
+                f"q: got a {type(q).__name__} of {len(q)} arrays, needed one "
+                "array [B, H, kv_lora_rank + rope_dim] or the pair (q_nope, q_pe)"
+            )
         check_array("q_nope", q[0])
         check_array("q_pe", q[1])
         return q[0], q[1]
@@ -306,8 +391,7 @@ def mla_decode(
         what it got and what it needed, before any kernel runs.
     """
     q_nope, q_pe = split_query(q)
-    for name, x in (("kv_cache", kv_cache), ("block_table", block_table),
-                    ("seq_lens", seq_lens)):
+    for name, x in (("kv_cache", kv_cache), ("block_table", block_table), ("seq_lens", seq_lens)):
         check_array(name, x)
     check_buffer(logits_buffer)
     scale = check_scale(scale)
@@ -321,8 +405,20 @@ def mla_decode(
         raise ValueError(
             "batch_invariant=True with backend='xla' on a GPU: XLA:GPU chooses its dot "
             "algorithms by shape, so rows are not bitwise independent of the batch there; "
-            "use backend='triton' (or 'auto') on a GPU, or run the xla backend on the CPU")
+            "use backend='triton' (or 'auto') on a GPU, or run the xla backend on the CPU"
+        )
     return _decode_step(
-        q_nope, q_pe, kv_cache, block_table, seq_lens, logits_buffer, dynamic, k_scale,
-        scale=scale, static_max_seq_len=static, batch_invariant=bool(batch_invariant),
-        backend=resolved, compute_capability=compute_capability)
+        q_nope,
+        q_pe,
+        kv_cache,
+        block_table,
+        seq_lens,
+        logits_buffer,
+        dynamic,
+        k_scale,
+        scale=scale,
+        static_max_seq_len=static,
+        batch_invariant=bool(batch_invariant),
+        backend=resolved,
+        compute_capability=compute_capability,
+    )

@@ -53,8 +53,10 @@ def to_torch(x: jax.Array, *, copy: bool | None = None) -> torch.Tensor:
     ``copy=True`` returns an independent tensor; ``None`` and ``False`` never copy.
     """
     if len(x.devices()) != 1:
-        raise BufferError(f"to_torch needs a single-device array; x is on {x.devices()}: "
-                          "convert x.addressable_shards[i].data")
+        raise BufferError(
+            f"to_torch needs a single-device array; x is on {x.devices()}: "
+            "convert x.addressable_shards[i].data"
+        )
     t = torch.from_dlpack(x)
     return t.clone() if copy else t
 
@@ -69,8 +71,9 @@ def _is_dense(t: torch.Tensor) -> bool:
     return True
 
 
-def to_jax(t: torch.Tensor, *, device: jax.Device | None = None,
-           copy: bool | None = None) -> jax.Array:
+def to_jax(
+    t: torch.Tensor, *, device: jax.Device | None = None, copy: bool | None = None
+) -> jax.Array:
     """The array sharing ``t``'s memory where possible (see the module docstring).
 
     ``t`` is detached first (no copy). ``device`` defaults to ``t``'s device.
@@ -82,12 +85,15 @@ def to_jax(t: torch.Tensor, *, device: jax.Device | None = None,
         return jnp.from_dlpack(t.clone(memory_format=torch.contiguous_format), device=device)
     if not _is_dense(t):
         if copy is False:
-            raise BufferError(f"to_jax: strides {t.stride()} of shape {list(t.shape)} are "
-                              "not a dense buffer; JAX needs a copy (t.contiguous())")
+            raise BufferError(
+                f"to_jax: strides {t.stride()} of shape {list(t.shape)} are "
+                "not a dense buffer; JAX needs a copy (t.contiguous())"
+            )
         t = t.contiguous()
     if copy is False and t.dtype in _NARROWED_WITHOUT_X64 and not jax.config.read("jax_enable_x64"):
-        raise BufferError(f"to_jax: {t.dtype} is narrowed to 32 bits (a copy) while "
-                          "jax_enable_x64 is off")
+        raise BufferError(
+            f"to_jax: {t.dtype} is narrowed to 32 bits (a copy) while jax_enable_x64 is off"
+        )
     try:
         return jnp.from_dlpack(t, device=device, copy=copy)
     except ValueError as e:  # JAX's refusal to copy: misaligned data or another device

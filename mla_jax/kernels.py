@@ -64,8 +64,19 @@ def _load_chunks(ptrs, mask, CHUNK: tl.constexpr, NUM_CHUNKS: tl.constexpr, dtyp
 
 
 @triton.jit
-def _attend(q_nope, q_pe, kv_c, k_pe, tok_mask, m_i, l_i, acc, qk_scale,
-            DOT_PRECISION: tl.constexpr, NUM_CHUNKS: tl.constexpr):
+def _attend(
+    q_nope,
+    q_pe,
+    kv_c,
+    k_pe,
+    tok_mask,
+    m_i,
+    l_i,
+    acc,
+    qk_scale,
+    DOT_PRECISION: tl.constexpr,
+    NUM_CHUNKS: tl.constexpr,
+):
     """One KV block of the online softmax: returns the updated ``(m_i, l_i, acc)``.
 
     ``q_nope``, ``kv_c`` and ``acc`` are tuples of ``NUM_CHUNKS`` column chunks of the
@@ -93,27 +104,46 @@ def _attend(q_nope, q_pe, kv_c, k_pe, tok_mask, m_i, l_i, acc, qk_scale,
     p = p.to(kv_c[0].dtype)
     new_acc = ()
     for i in tl.static_range(NUM_CHUNKS):
-        new_acc = new_acc + (tl.dot(p, kv_c[i], acc=acc[i] * alpha[:, None],
-                                    input_precision=DOT_PRECISION),)
+        new_acc = new_acc + (
+            tl.dot(p, kv_c[i], acc=acc[i] * alpha[:, None], input_precision=DOT_PRECISION),
+        )
     return m_i, l_i, new_acc
 
 
 @triton.jit
 def mla_decode_stage1(
-    q_nope_ptr, q_pe_ptr, kv_ptr, block_table_ptr, seq_lens_ptr, num_splits_ptr, kv_scale_ptr,
-    buf_in_ptr,  # noqa: ARG001 -- aliased to buf_ptr; jax-triton passes both
+    q_nope_ptr,
+    q_pe_ptr,
+    kv_ptr,
+    block_table_ptr,
+    seq_lens_ptr,
+    num_splits_ptr,
+    kv_scale_ptr,
+    buf_in_ptr,
     buf_ptr,
     SM_SCALE: tl.constexpr,
-    NUM_HEADS: tl.constexpr, PAGE_SIZE: tl.constexpr, NUM_PAGES: tl.constexpr,
+    NUM_HEADS: tl.constexpr,
+    PAGE_SIZE: tl.constexpr,
+    NUM_PAGES: tl.constexpr,
     CAPACITY: tl.constexpr,
-    LORA: tl.constexpr, ROPE: tl.constexpr,
-    stride_qn_b: tl.constexpr, stride_qn_h: tl.constexpr,
-    stride_qp_b: tl.constexpr, stride_qp_h: tl.constexpr, QP_OFFSET: tl.constexpr,
-    stride_kv_page: tl.constexpr, stride_kv_row: tl.constexpr,
+    LORA: tl.constexpr,
+    ROPE: tl.constexpr,
+    stride_qn_b: tl.constexpr,
+    stride_qn_h: tl.constexpr,
+    stride_qp_b: tl.constexpr,
+    stride_qp_h: tl.constexpr,
+    QP_OFFSET: tl.constexpr,
+    stride_kv_page: tl.constexpr,
+    stride_kv_row: tl.constexpr,
     stride_bt_b: tl.constexpr,
-    stride_buf_b: tl.constexpr, stride_buf_h: tl.constexpr, stride_buf_s: tl.constexpr,
-    BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PRECISION: tl.constexpr,
-    PAGED_LOADS: tl.constexpr, LORA_CHUNKS: tl.constexpr,
+    stride_buf_b: tl.constexpr,
+    stride_buf_h: tl.constexpr,
+    stride_buf_s: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+    PAGED_LOADS: tl.constexpr,
+    LORA_CHUNKS: tl.constexpr,
 ):
     # Head tiles vary fastest: the tiles of one (row, split) run side by side and
     # read the same latent rows, so all but the first find them in L2.
@@ -137,11 +167,16 @@ def mla_decode_stage1(
     d_rope = tl.arange(0, ROPE)
     q_nope = _load_chunks(
         q_nope_ptr + row * stride_qn_b + heads[:, None] * stride_qn_h + d_lora[None, :],
-        head_mask[:, None], CHUNK, LORA_CHUNKS, q_nope_ptr.dtype.element_ty)
+        head_mask[:, None],
+        CHUNK,
+        LORA_CHUNKS,
+        q_nope_ptr.dtype.element_ty,
+    )
     q_pe = tl.load(
-        q_pe_ptr + row * stride_qp_b + heads[:, None] * stride_qp_h + QP_OFFSET
-        + d_rope[None, :],
-        mask=head_mask[:, None], other=0.0)
+        q_pe_ptr + row * stride_qp_b + heads[:, None] * stride_qp_h + QP_OFFSET + d_rope[None, :],
+        mask=head_mask[:, None],
+        other=0.0,
+    )
 
     # An fp8 cache is dequantised by one scale for keys and values (as vLLM's
     # k_scale): it folds into the softmax scale and the output, and the latent
@@ -172,49 +207,107 @@ def mla_decode_stage1(
             tokens = n0 + offs
             tok_mask = (tokens >= start) & (tokens < end)
             block = kv_ptr + page.to(tl.int64) * stride_kv_page + (n0 % PAGE_SIZE) * stride_kv_row
-            kv_c = _load_chunks(block + offs[:, None] * stride_kv_row + d_lora[None, :],
-                                tok_mask[:, None], CHUNK, LORA_CHUNKS, q_nope[0].dtype)
-            k_pe = tl.load(block + offs[:, None] * stride_kv_row + LORA + d_rope[None, :],
-                           mask=tok_mask[:, None], other=0.0).to(q_nope[0].dtype)
-            page = _clamp_page(tl.load(bt_row + (n0 + BLOCK_N) // PAGE_SIZE,
-                                       mask=n0 + BLOCK_N < end, other=0), NUM_PAGES)
-            m_i, l_i, acc = _attend(q_nope, q_pe, kv_c, k_pe, tok_mask, m_i, l_i, acc,
-                                    qk_scale, DOT_PRECISION, LORA_CHUNKS)
+            kv_c = _load_chunks(
+                block + offs[:, None] * stride_kv_row + d_lora[None, :],
+                tok_mask[:, None],
+                CHUNK,
+                LORA_CHUNKS,
+                q_nope[0].dtype,
+            )
+            k_pe = tl.load(
+                block + offs[:, None] * stride_kv_row + LORA + d_rope[None, :],
+                mask=tok_mask[:, None],
+                other=0.0,
+            ).to(q_nope[0].dtype)
+            page = _clamp_page(
+                tl.load(bt_row + (n0 + BLOCK_N) // PAGE_SIZE, mask=n0 + BLOCK_N < end, other=0),
+                NUM_PAGES,
+            )
+            m_i, l_i, acc = _attend(
+                q_nope,
+                q_pe,
+                kv_c,
+                k_pe,
+                tok_mask,
+                m_i,
+                l_i,
+                acc,
+                qk_scale,
+                DOT_PRECISION,
+                LORA_CHUNKS,
+            )
     else:
         # Pages shorter than a block: a page index per token.
         tokens = start + offs
-        pages = _clamp_page(tl.load(bt_row + tokens // PAGE_SIZE, mask=tokens < end, other=0),
-                            NUM_PAGES)
+        pages = _clamp_page(
+            tl.load(bt_row + tokens // PAGE_SIZE, mask=tokens < end, other=0), NUM_PAGES
+        )
         for n0 in range(start, end, BLOCK_N):
             tokens = n0 + offs
             tok_mask = tokens < end
             row_off = pages.to(tl.int64) * stride_kv_page + (tokens % PAGE_SIZE) * stride_kv_row
-            kv_c = _load_chunks(kv_ptr + row_off[:, None] + d_lora[None, :], tok_mask[:, None],
-                                CHUNK, LORA_CHUNKS, q_nope[0].dtype)
-            k_pe = tl.load(kv_ptr + row_off[:, None] + LORA + d_rope[None, :],
-                           mask=tok_mask[:, None], other=0.0).to(q_nope[0].dtype)
+            kv_c = _load_chunks(
+                kv_ptr + row_off[:, None] + d_lora[None, :],
+                tok_mask[:, None],
+                CHUNK,
+                LORA_CHUNKS,
+                q_nope[0].dtype,
+            )
+            k_pe = tl.load(
+                kv_ptr + row_off[:, None] + LORA + d_rope[None, :],
+                mask=tok_mask[:, None],
+                other=0.0,
+            ).to(q_nope[0].dtype)
             next_tokens = tokens + BLOCK_N
-            pages = _clamp_page(tl.load(bt_row + next_tokens // PAGE_SIZE,
-                                        mask=next_tokens < end, other=0), NUM_PAGES)
-            m_i, l_i, acc = _attend(q_nope, q_pe, kv_c, k_pe, tok_mask, m_i, l_i, acc,
-                                    qk_scale, DOT_PRECISION, LORA_CHUNKS)
+            pages = _clamp_page(
+                tl.load(bt_row + next_tokens // PAGE_SIZE, mask=next_tokens < end, other=0),
+                NUM_PAGES,
+            )
+            m_i, l_i, acc = _attend(
+                q_nope,
+                q_pe,
+                kv_c,
+                k_pe,
+                tok_mask,
+                m_i,
+                l_i,
+                acc,
+                qk_scale,
+                DOT_PRECISION,
+                LORA_CHUNKS,
+            )
 
-    out_off = (row.to(tl.int64) * stride_buf_b + heads[:, None].to(tl.int64) * stride_buf_h
-               + split * stride_buf_s)
+    out_off = (
+        row.to(tl.int64) * stride_buf_b
+        + heads[:, None].to(tl.int64) * stride_buf_h
+        + split * stride_buf_s
+    )
     for i in tl.static_range(LORA_CHUNKS):
-        tl.store(buf_ptr + out_off + i * CHUNK + d_lora[None, :],
-                 acc[i] * (kv_scale / l_i[:, None]), mask=head_mask[:, None])
+        tl.store(
+            buf_ptr + out_off + i * CHUNK + d_lora[None, :],
+            acc[i] * (kv_scale / l_i[:, None]),
+            mask=head_mask[:, None],
+        )
     lse = (m_i + tl.log2(l_i)) * _LN2
     tl.store(buf_ptr + out_off + LORA, lse[:, None], mask=head_mask[:, None])
 
 
 @triton.jit
 def mla_decode_stage2(
-    buf_ptr, seq_lens_ptr, num_splits_ptr,
-    out_ptr, lse_ptr,
-    NUM_HEADS: tl.constexpr, LORA: tl.constexpr, CAPACITY: tl.constexpr,
-    stride_buf_b: tl.constexpr, stride_buf_h: tl.constexpr, stride_buf_s: tl.constexpr,
-    HEAD_BLOCK: tl.constexpr, SPLIT_BLOCK: tl.constexpr, COL_BLOCK: tl.constexpr,
+    buf_ptr,
+    seq_lens_ptr,
+    num_splits_ptr,
+    out_ptr,
+    lse_ptr,
+    NUM_HEADS: tl.constexpr,
+    LORA: tl.constexpr,
+    CAPACITY: tl.constexpr,
+    stride_buf_b: tl.constexpr,
+    stride_buf_h: tl.constexpr,
+    stride_buf_s: tl.constexpr,
+    HEAD_BLOCK: tl.constexpr,
+    SPLIT_BLOCK: tl.constexpr,
+    COL_BLOCK: tl.constexpr,
 ):
     row = tl.program_id(0)
     heads = tl.program_id(1) * HEAD_BLOCK + tl.arange(0, HEAD_BLOCK)
@@ -241,8 +334,9 @@ def mla_decode_stage2(
         ok = head_ok[:, None] & (splits < live)[None, :]
         off = head_off[:, None] + splits[None, :] * stride_buf_s
         part_lse = tl.load(buf_ptr + off + LORA, mask=ok, other=float("-inf"))
-        part = tl.load(buf_ptr + off[:, :, None] + cols[None, None, :], mask=ok[:, :, None],
-                       other=0.0)
+        part = tl.load(
+            buf_ptr + off[:, :, None] + cols[None, None, :], mask=ok[:, :, None], other=0.0
+        )
         m_new = tl.maximum(m, tl.max(part_lse, 1))
         alpha = tl.exp(m - m_new)
         w = tl.exp(part_lse - m_new[:, None])
@@ -255,12 +349,16 @@ def mla_decode_stage2(
     out_off = (row * NUM_HEADS + heads[:, None]) * LORA + cols[None, :]
     tl.store(out_ptr + out_off, out.to(out_ptr.dtype.element_ty), mask=head_ok[:, None])
     if col_block == 0:
-        tl.store(lse_ptr + row * NUM_HEADS + heads,
-                 tl.where(nonempty, m + tl.log(l), float("-inf")), mask=head_ok)
+        tl.store(
+            lse_ptr + row * NUM_HEADS + heads,
+            tl.where(nonempty, m + tl.log(l), float("-inf")),
+            mask=head_ok,
+        )
 
 
-def stage2_tiling(grid_splits: int, num_heads: int, kv_lora_rank: int,
-                  batch: int) -> dict[str, int]:
+def stage2_tiling(
+    grid_splits: int, num_heads: int, kv_lora_rank: int, batch: int
+) -> dict[str, int]:
     """Stage 2's ``HEAD_BLOCK``, ``SPLIT_BLOCK`` and ``COL_BLOCK``.
 
     Columns first: the widest block that still leaves ``STAGE2_PROGRAMS`` programs over
@@ -269,22 +367,27 @@ def stage2_tiling(grid_splits: int, num_heads: int, kv_lora_rank: int,
     registers a thread at 4 warps); then heads, while the programs stay that many.
     Measured on the H200 (``scripts/sweep_stage2.py``; docs/performance.md, "Stage 2's
     tiling"): one program per (row, head, 128 columns) made 65536 tiny programs at
-    B=128, H=128, one split (52 us to move 48 MB); with 128 pairs, 64 splits, 256 columns at 16 splits an
-    iteration beat 128 at 32 (4.8 against 5.2 us), and with 512 pairs, 16 splits, whole
+    B=128, H=128, one split (52 us to move 48 MB); with 128 pairs, 64 splits, 256
+    columns at 16 splits an iteration beat 128 at 32 (4.8 against 5.2 us), and with
+    512 pairs, 16 splits, whole
     rows at 8 splits beat 256 columns at 16 (4.0 against 4.5 us).
     """
+
     def programs(head_block, col_block):
         return batch * triton.cdiv(num_heads, head_block) * (kv_lora_rank // col_block)
 
     col_block = kv_lora_rank
     while col_block > MIN_COL_BLOCK and programs(1, col_block) < STAGE2_PROGRAMS:
         col_block //= 2
-    split_block = min(MAX_SPLIT_BLOCK, triton.next_power_of_2(grid_splits),
-                      max(1, STAGE2_TILE // col_block))
+    split_block = min(
+        MAX_SPLIT_BLOCK, triton.next_power_of_2(grid_splits), max(1, STAGE2_TILE // col_block)
+    )
     head_block = 1
-    while (2 * head_block <= triton.next_power_of_2(num_heads)
-           and 2 * head_block * split_block * col_block <= STAGE2_TILE
-           and programs(2 * head_block, col_block) >= STAGE2_PROGRAMS):
+    while (
+        2 * head_block <= triton.next_power_of_2(num_heads)
+        and 2 * head_block * split_block * col_block <= STAGE2_TILE
+        and programs(2 * head_block, col_block) >= STAGE2_PROGRAMS
+    ):
         head_block *= 2
     return {"HEAD_BLOCK": head_block, "SPLIT_BLOCK": split_block, "COL_BLOCK": col_block}
 
@@ -294,25 +397,35 @@ def stage1_config(num_heads: int, float32: bool = False) -> dict[str, int]:
 
     Heads are grouped (``_tiling.head_tile``) so each latent tile loaded serves many
     heads; 64-head tiles reach Hopper's warpgroup MMA. Measured on the H200
-    (docs/performance.md, "Head tiles and stage-1 configurations"): 16-head tiles take 32-token blocks, 4 warps
-    and 3 stages (the latent tiles double-buffered); wider tiles need 8 warps for
-    their 64 x 512 accumulator and take 64-token blocks at 2 stages, at every batch.
+    (docs/performance.md, "Head tiles and stage-1 configurations"): 16-head tiles
+    take 32-token blocks, 4 warps and 3 stages (the latent tiles double-buffered);
+    wider tiles need 8 warps for their 64 x 512 accumulator and take 64-token blocks
+    at 2 stages, at every batch.
     ``LORA_CHUNKS``: 16-head tiles split the latent dims in 4 (independent mma.sync
     chains, ``_attend``); the warpgroup MMA of wider tiles does not need it, and its
     sm_90 build spills more with it.
     """
     block_h = head_tile(num_heads)
     if block_h <= 16:
-        return {"BLOCK_H": block_h, "BLOCK_N": 32, "num_warps": 4, "num_stages": 3,
-                "LORA_CHUNKS": 4}
+        return {
+            "BLOCK_H": block_h,
+            "BLOCK_N": 32,
+            "num_warps": 4,
+            "num_stages": 3,
+            "LORA_CHUNKS": 4,
+        }
     if float32:
         # float32 tiles take twice the shared memory: wider head tiles fit sm_90's
         # 227 KB only with 16-token blocks in one stage (217 KB at 64 heads; 64-token
         # blocks in two stages would ask for 432 KB).
-        return {"BLOCK_H": block_h, "BLOCK_N": 16, "num_warps": 8, "num_stages": 1,
-                "LORA_CHUNKS": 1}
-    return {"BLOCK_H": block_h, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2,
-            "LORA_CHUNKS": 1}
+        return {
+            "BLOCK_H": block_h,
+            "BLOCK_N": 16,
+            "num_warps": 8,
+            "num_stages": 1,
+            "LORA_CHUNKS": 1,
+        }
+    return {"BLOCK_H": block_h, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2, "LORA_CHUNKS": 1}
 
 
 def launch_params(
@@ -343,35 +456,57 @@ def launch_params(
     exact (no TF32); ``config`` overrides entries of ``stage1_config`` (for tuning).
     """
     cfg = stage1_config(num_heads, float32_inputs) | (config or {})
-    buf = {"stride_buf_b": buffer_strides[0], "stride_buf_h": buffer_strides[1],
-           "stride_buf_s": buffer_strides[2]}
+    buf = {
+        "stride_buf_b": buffer_strides[0],
+        "stride_buf_h": buffer_strides[1],
+        "stride_buf_s": buffer_strides[2],
+    }
     stage1 = {
         "grid": (triton.cdiv(num_heads, cfg["BLOCK_H"]), batch, grid_splits),
         "num_warps": cfg["num_warps"],
         "num_stages": cfg["num_stages"],
         "constexprs": dict(
-            SM_SCALE=float(scale), NUM_HEADS=num_heads, PAGE_SIZE=page_size,
-            NUM_PAGES=num_pages, CAPACITY=pages_per_seq * page_size,
-            LORA=kv_lora_rank, ROPE=rope_dim,
-            stride_qn_b=q_nope_strides[0], stride_qn_h=q_nope_strides[1],
-            stride_qp_b=q_pe_strides[0], stride_qp_h=q_pe_strides[1], QP_OFFSET=qp_offset,
-            stride_kv_page=kv_strides[0], stride_kv_row=kv_strides[1],
-            stride_bt_b=block_table_strides[0], **buf,
-            BLOCK_H=cfg["BLOCK_H"], BLOCK_N=cfg["BLOCK_N"],
+            SM_SCALE=float(scale),
+            NUM_HEADS=num_heads,
+            PAGE_SIZE=page_size,
+            NUM_PAGES=num_pages,
+            CAPACITY=pages_per_seq * page_size,
+            LORA=kv_lora_rank,
+            ROPE=rope_dim,
+            stride_qn_b=q_nope_strides[0],
+            stride_qn_h=q_nope_strides[1],
+            stride_qp_b=q_pe_strides[0],
+            stride_qp_h=q_pe_strides[1],
+            QP_OFFSET=qp_offset,
+            stride_kv_page=kv_strides[0],
+            stride_kv_row=kv_strides[1],
+            stride_bt_b=block_table_strides[0],
+            **buf,
+            BLOCK_H=cfg["BLOCK_H"],
+            BLOCK_N=cfg["BLOCK_N"],
             # Page by page where blocks fit in pages: 7-15% faster on the H200
             # (docs/performance.md, "Latent loads").
             PAGED_LOADS=page_size % cfg["BLOCK_N"] == 0,
             # A chunk is a dot's depth (QK) and width (PV): at least MIN_DOT.
             LORA_CHUNKS=min(cfg["LORA_CHUNKS"], max(1, kv_lora_rank // MIN_DOT)),
-            DOT_PRECISION="ieee" if float32_inputs else "tf32"),
+            DOT_PRECISION="ieee" if float32_inputs else "tf32",
+        ),
     }
     tiles = stage2_tiling(grid_splits, num_heads, kv_lora_rank, batch)
     stage2 = {
-        "grid": (batch, triton.cdiv(num_heads, tiles["HEAD_BLOCK"]),
-                 kv_lora_rank // tiles["COL_BLOCK"]),
+        "grid": (
+            batch,
+            triton.cdiv(num_heads, tiles["HEAD_BLOCK"]),
+            kv_lora_rank // tiles["COL_BLOCK"],
+        ),
         "num_warps": 4,
         "num_stages": 1,
-        "constexprs": dict(NUM_HEADS=num_heads, LORA=kv_lora_rank,
-                           CAPACITY=pages_per_seq * page_size, **buf, **tiles),
+        "constexprs": dict(
+            NUM_HEADS=num_heads,
+            LORA=kv_lora_rank,
+            CAPACITY=pages_per_seq * page_size,
+            **buf,
+            **tiles,
+        ),
     }
     return stage1, stage2

@@ -31,8 +31,8 @@ import numpy as np
 
 from mla_jax.buffers import LogitsBuffer
 from mla_jax.cache import append_latent, write_latents
-from mla_jax.validate import validate_inputs
 from mla_jax.decode import Backend, mla_decode
+from mla_jax.validate import validate_inputs
 
 
 def _yarn_mscale(scale: float, mscale: float = 1.0) -> float:

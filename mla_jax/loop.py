@@ -10,7 +10,8 @@ executable serves every length the state reaches.
 from __future__ import annotations
 
 import functools
-from typing import NamedTuple, Sequence
+from collections.abc import Sequence
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -21,17 +22,17 @@ from mla_jax.buffers import LogitsBuffer, reserve_logits_buffer
 from mla_jax.cache import new_block_table
 from mla_jax.decode import Backend
 from mla_jax.layer import MLAConfig, MLAParams, mla_decode_layer
-from mla_jax.validate import validate_inputs
 from mla_jax.splits import DEFAULT_POLICY, Policy
+from mla_jax.validate import validate_inputs
 
 
 class DecodeState(NamedTuple):
     """What a decode step reads and returns; ``B`` = num_seqs."""
 
     kv_caches: tuple[jax.Array, ...]  # per layer [num_pages, page_size, latent_dim]
-    block_table: jax.Array            # int32 [B, pages_per_seq], shared by the layers
-    logits_buffer: LogitsBuffer       # shared: each layer's decode writes before it reads
-    positions: jax.Array              # int32 [B], the next token's index
+    block_table: jax.Array  # int32 [B, pages_per_seq], shared by the layers
+    logits_buffer: LogitsBuffer  # shared: each layer's decode writes before it reads
+    positions: jax.Array  # int32 [B], the next token's index
 
 
 def _rms_normalise(x: jax.Array, eps: float) -> jax.Array:
@@ -67,20 +68,30 @@ def init_decode_state(
     if not isinstance(num_layers, int) or num_layers < 1:
         raise ValueError(f"num_layers must be a positive int, got {num_layers!r}")
     lens = np.asarray(prompt_lens)
-    if lens.shape != (num_seqs,) or not np.issubdtype(lens.dtype, np.integer) or (
-            lens.min() < 0 or lens.max() >= max_len):
-        raise ValueError(f"prompt_lens: got {lens.dtype}{list(lens.shape)} {lens.tolist()}, "
-                         f"needed {num_seqs} ints in [0, max_len={max_len})")
+    if (
+        lens.shape != (num_seqs,)
+        or not np.issubdtype(lens.dtype, np.integer)
+        or (lens.min() < 0 or lens.max() >= max_len)
+    ):
+        raise ValueError(
+            f"prompt_lens: got {lens.dtype}{list(lens.shape)} {lens.tolist()}, "
+            f"needed {num_seqs} ints in [0, max_len={max_len})"
+        )
     table_key, *layer_keys = jax.random.split(key, num_layers + 1)
     block_table = new_block_table(num_seqs, max_len, page_size, key=table_key)
     shape = (block_table.size, page_size, config.latent_dim)
     return DecodeState(
         kv_caches=tuple(jax.random.normal(k, shape, dtype) for k in layer_keys),
         block_table=block_table,
-        logits_buffer=reserve_logits_buffer(num_seqs, config.num_heads, max_len,
-                                            kv_lora_rank=config.kv_lora_rank,
-                                            rope_dim=config.qk_rope_head_dim,
-                                            sm_count=sm_count, policy=policy),
+        logits_buffer=reserve_logits_buffer(
+            num_seqs,
+            config.num_heads,
+            max_len,
+            kv_lora_rank=config.kv_lora_rank,
+            rope_dim=config.qk_rope_head_dim,
+            sm_count=sm_count,
+            policy=policy,
+        ),
         positions=jnp.asarray(lens, jnp.int32),
     )
 
@@ -102,21 +113,32 @@ def decode_step(
       ``y [B, hidden]`` and the state with one more token per sequence.
     """
     if len(params_list) != len(state.kv_caches):
-        raise ValueError(f"params_list: got {len(params_list)} layers, needed "
-                         f"{len(state.kv_caches)} to match state.kv_caches")
+        raise ValueError(
+            f"params_list: got {len(params_list)} layers, needed "
+            f"{len(state.kv_caches)} to match state.kv_caches"
+        )
     h, buffer, caches = x, state.logits_buffer, []
     for params, cache in zip(params_list, state.kv_caches):
         attn, cache, buffer = mla_decode_layer(
-            params, config, _rms_normalise(h, config.rms_norm_eps), cache,
-            state.block_table, state.positions, buffer, backend=backend)
+            params,
+            config,
+            _rms_normalise(h, config.rms_norm_eps),
+            cache,
+            state.block_table,
+            state.positions,
+            buffer,
+            backend=backend,
+        )
         h = h + attn
         caches.append(cache)
     return h, DecodeState(tuple(caches), state.block_table, buffer, state.positions + 1)
 
 
-@functools.partial(jax.jit,
-                   static_argnames=("config", "num_steps", "backend", "unroll"),
-                   donate_argnames=("state",))
+@functools.partial(
+    jax.jit,
+    static_argnames=("config", "num_steps", "backend", "unroll"),
+    donate_argnames=("state",),
+)
 def _scan_steps(params_list, config, x0, state, num_steps, *, backend, unroll):
     def body(carry, _):
         x, state = carry
@@ -164,10 +186,13 @@ def decode_loop(
     if validate:
         # Positions only grow, so the last step's length and append position bound
         # every page and slot the loop touches.
-        validate_inputs(state.kv_caches[0], state.block_table, state.positions + num_steps,
-                        positions=state.positions + num_steps - 1)
-    return _scan_steps(params_list, config, x0, state, num_steps, backend=backend,
-                       unroll=unroll)
+        validate_inputs(
+            state.kv_caches[0],
+            state.block_table,
+            state.positions + num_steps,
+            positions=state.positions + num_steps - 1,
+        )
+    return _scan_steps(params_list, config, x0, state, num_steps, backend=backend, unroll=unroll)
 
 
 # One executable serves every call with the same static arguments; the count of

@@ -23,14 +23,17 @@ def _check(out_a: jax.Array, lse_a: jax.Array, out_b: jax.Array, lse_b: jax.Arra
         return f"{x.dtype}{list(x.shape)}"
 
     if out_a.shape != out_b.shape or out_a.dtype != out_b.dtype:
-        raise ValueError(f"out_a {desc(out_a)} and out_b {desc(out_b)} must have the same "
-                         "shape and dtype")
+        raise ValueError(
+            f"out_a {desc(out_a)} and out_b {desc(out_b)} must have the same shape and dtype"
+        )
     if not jnp.issubdtype(out_a.dtype, jnp.floating) or out_a.ndim < 1:
         raise ValueError(f"out_a {desc(out_a)}: needed a floating [..., D] array")
     for name, lse in (("lse_a", lse_a), ("lse_b", lse_b)):
         if lse.shape != out_a.shape[:-1] or lse.dtype != jnp.float32:
-            raise ValueError(f"{name} {desc(lse)} and out_a {desc(out_a)}: needed "
-                             f"{name} float32{list(out_a.shape[:-1])}")
+            raise ValueError(
+                f"{name} {desc(lse)} and out_a {desc(out_a)}: needed "
+                f"{name} float32{list(out_a.shape[:-1])}"
+            )
 
 
 @jax.jit
@@ -66,8 +69,7 @@ def merge_attention_states(
 
     def weighted(empty: jax.Array, w: jax.Array, out: jax.Array) -> jax.Array:
         # `where`, not a product, so an empty range's NaN or inf never reaches the sum.
-        return jnp.where(empty[..., None], 0.0,
-                         (w / denom)[..., None] * out.astype(jnp.float32))
+        return jnp.where(empty[..., None], 0.0, (w / denom)[..., None] * out.astype(jnp.float32))
 
     out = weighted(empty_a, w_a, out_a) + weighted(empty_b, w_b, out_b)
     lse = jnp.where(both_empty, -jnp.inf, m + jnp.log(denom))

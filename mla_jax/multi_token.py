@@ -15,8 +15,9 @@ from mla_jax.buffers import LogitsBuffer
 from mla_jax.decode import mla_decode, split_query
 
 
-def token_lengths(seq_lens: jax.Array, num_tokens: int, *, causal: bool,
-                  query_lens: jax.Array | None = None) -> jax.Array:
+def token_lengths(
+    seq_lens: jax.Array, num_tokens: int, *, causal: bool, query_lens: jax.Array | None = None
+) -> jax.Array:
     """Visible KV length of every query token: int32 ``[B, num_tokens]``.
 
     ``seq_lens[b]`` counts all of request b's tokens, its ``query_lens[b]`` (default
@@ -26,8 +27,11 @@ def token_lengths(seq_lens: jax.Array, num_tokens: int, *, causal: bool,
     """
     t = jnp.arange(num_tokens, dtype=jnp.int32)[None, :]
     n = (jnp.full_like(seq_lens, num_tokens) if query_lens is None else query_lens)[:, None]
-    visible = seq_lens[:, None] - n + t + 1 if causal else jnp.broadcast_to(
-        seq_lens[:, None], (seq_lens.shape[0], num_tokens))
+    visible = (
+        seq_lens[:, None] - n + t + 1
+        if causal
+        else jnp.broadcast_to(seq_lens[:, None], (seq_lens.shape[0], num_tokens))
+    )
     return jnp.where(t < n, jnp.maximum(visible, 0), 0).astype(jnp.int32)
 
 
@@ -62,18 +66,25 @@ def mla_decode_tokens(
     """
     q_nope, q_pe = split_query(q)
     if q_nope.ndim != 4:
-        raise ValueError(f"q: got {list(q_nope.shape)}, needed [B, T, H, D] "
-                         "(use mla_decode for one token per request)")
+        raise ValueError(
+            f"q: got {list(q_nope.shape)}, needed [B, T, H, D] "
+            "(use mla_decode for one token per request)"
+        )
     batch, tokens = q_nope.shape[:2]
     if block_table.ndim != 2 or block_table.shape[0] != batch:
         raise ValueError(f"block_table: got {list(block_table.shape)}, needed [{batch}, pages]")
+
     def rows(x: jax.Array) -> jax.Array:
         return x.reshape(batch * tokens, *x.shape[2:])
 
     q_rows = rows(q_nope) if q_pe is None else (rows(q_nope), rows(q_pe))
     lens = token_lengths(seq_lens, tokens, causal=causal, query_lens=query_lens)
     table = jnp.repeat(block_table, tokens, axis=0)  # the request's pages for each token
-    out, lse, logits_buffer = mla_decode(q_rows, kv_cache, table, lens.reshape(-1),
-                                         logits_buffer, **decode_kwargs)
-    return (out.reshape(batch, tokens, *out.shape[1:]),
-            lse.reshape(batch, tokens, -1), logits_buffer)
+    out, lse, logits_buffer = mla_decode(
+        q_rows, kv_cache, table, lens.reshape(-1), logits_buffer, **decode_kwargs
+    )
+    return (
+        out.reshape(batch, tokens, *out.shape[1:]),
+        lse.reshape(batch, tokens, -1),
+        logits_buffer,
+    )

@@ -36,15 +36,19 @@ def mla_decode_reference(
         q = jnp.concatenate(q, axis=-1)
     rows = kv_cache[block_table].astype(jnp.float32)  # [B, pages, page, D]
     rows = rows.reshape(rows.shape[0], -1, rows.shape[-1])  # [B, N, D]
-    logits = jnp.einsum("bhd,bnd->bhn", q.astype(jnp.float32), rows,
-                        precision=jax.lax.Precision.HIGHEST) * scale
+    logits = (
+        jnp.einsum("bhd,bnd->bhn", q.astype(jnp.float32), rows, precision=jax.lax.Precision.HIGHEST)
+        * scale
+    )
     live = jnp.arange(rows.shape[1])[None, :] < seq_lens[:, None]
     logits = jnp.where(live[:, None, :], logits, -jnp.inf)
     lse = jax.nn.logsumexp(logits, axis=-1)
-    weights = jnp.where(live[:, None, :], jnp.exp(logits - jnp.where(
-        jnp.isfinite(lse), lse, 0.0)[..., None]), 0.0)
-    out = jnp.einsum("bhn,bnd->bhd", weights, rows[..., :kv_lora_rank],
-                     precision=jax.lax.Precision.HIGHEST)
+    weights = jnp.where(
+        live[:, None, :], jnp.exp(logits - jnp.where(jnp.isfinite(lse), lse, 0.0)[..., None]), 0.0
+    )
+    out = jnp.einsum(
+        "bhn,bnd->bhd", weights, rows[..., :kv_lora_rank], precision=jax.lax.Precision.HIGHEST
+    )
     return out, lse
 
 

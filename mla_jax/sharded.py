@@ -34,11 +34,23 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from mla_jax._checks import check_positive
-from mla_jax.buffers import (LOGITS_DTYPE, LogitsBuffer, gpu_sm_count, logits_buffer_shape,
-                             plan_logits_buffer)
+from mla_jax.buffers import (
+    LOGITS_DTYPE,
+    LogitsBuffer,
+    gpu_sm_count,
+    logits_buffer_shape,
+    plan_logits_buffer,
+)
 from mla_jax.cache import append_latent
-from mla_jax.decode import (Backend, check_buffer, check_scale, mla_decode, resolve_backend,
-                            split_max_seq_len, split_query)
+from mla_jax.decode import (
+    Backend,
+    check_buffer,
+    check_scale,
+    mla_decode,
+    resolve_backend,
+    split_max_seq_len,
+    split_query,
+)
 from mla_jax.splits import DEFAULT_POLICY, Policy
 
 Scheme = Literal["heads", "batch"]
@@ -53,19 +65,29 @@ def partition_specs(axis: str, scheme: Scheme) -> dict[str, P]:
     """
     if scheme == "heads":
         split, rep = P(None, axis), P()
-        return dict(q=split, kv_cache=rep, block_table=rep, seq_lens=rep,
-                    logits_buffer=split, out=split, lse=split)
+        return dict(
+            q=split,
+            kv_cache=rep,
+            block_table=rep,
+            seq_lens=rep,
+            logits_buffer=split,
+            out=split,
+            lse=split,
+        )
     if scheme == "batch":
         return dict.fromkeys(
-            ("q", "kv_cache", "block_table", "seq_lens", "logits_buffer", "out", "lse"), P(axis))
+            ("q", "kv_cache", "block_table", "seq_lens", "logits_buffer", "out", "lse"), P(axis)
+        )
     raise ValueError(f"scheme must be 'heads' or 'batch', got {scheme!r}")
 
 
 def _axis_size(mesh: Mesh, axis: str, scheme: Scheme) -> int:
     partition_specs(axis, scheme)  # checks scheme
     if axis not in mesh.shape:
-        raise ValueError(f"axis {axis!r} is not an axis of the mesh (axes: "
-                         f"{tuple(mesh.axis_names)}); pass one of them")
+        raise ValueError(
+            f"axis {axis!r} is not an axis of the mesh (axes: "
+            f"{tuple(mesh.axis_names)}); pass one of them"
+        )
     return mesh.shape[axis]
 
 
@@ -75,7 +97,8 @@ def _check_divisible(scheme: Scheme, axis: str, n: int, **sizes: tuple[int, str]
             raise ValueError(
                 f"{name}: scheme={scheme!r} splits its {what} ({size}) over mesh axis "
                 f"{axis!r} of size {n}, which must divide it; use an axis of a size that "
-                f"divides {size}, or pad {what} to a multiple of {n}")
+                f"divides {size}, or pad {what} to a multiple of {n}"
+            )
 
 
 def _sm_count(mesh: Mesh, sm_count: int | None) -> int:
@@ -117,8 +140,14 @@ def reserve_sharded_logits_buffer(
     local_heads = num_heads // n if scheme == "heads" else num_heads
     # The split axis is planned for one shard's heads; the rows and heads are global.
     local_shape, settings = plan_logits_buffer(
-        max_num_seqs, local_heads, max_model_len, kv_lora_rank=kv_lora_rank, rope_dim=rope_dim,
-        sm_count=_sm_count(mesh, sm_count), policy=policy)
+        max_num_seqs,
+        local_heads,
+        max_model_len,
+        kv_lora_rank=kv_lora_rank,
+        rope_dim=rope_dim,
+        sm_count=_sm_count(mesh, sm_count),
+        policy=policy,
+    )
     shape = logits_buffer_shape(max_num_seqs, num_heads, local_shape[2], kv_lora_rank)
     sharding = NamedSharding(mesh, partition_specs(axis, scheme)["logits_buffer"])
     # Filled on the devices, shard by shard: no host copy, and it works on a
@@ -129,39 +158,88 @@ def reserve_sharded_logits_buffer(
 
 @functools.partial(
     jax.jit,
-    static_argnames=("mesh", "axis", "scheme", "scale", "static_max_seq_len",
-                     "batch_invariant", "backend", "compute_capability"),
+    static_argnames=(
+        "mesh",
+        "axis",
+        "scheme",
+        "scale",
+        "static_max_seq_len",
+        "batch_invariant",
+        "backend",
+        "compute_capability",
+    ),
     donate_argnames=("logits_buffer",),
 )
-def _sharded_step(q, kv_cache, block_table, seq_lens, logits_buffer, dynamic_max_seq_len,
-                  k_scale, *, mesh, axis, scheme, scale, static_max_seq_len, batch_invariant,
-                  backend, compute_capability):
+def _sharded_step(
+    q,
+    kv_cache,
+    block_table,
+    seq_lens,
+    logits_buffer,
+    dynamic_max_seq_len,
+    k_scale,
+    *,
+    mesh,
+    axis,
+    scheme,
+    scale,
+    static_max_seq_len,
+    batch_invariant,
+    backend,
+    compute_capability,
+):
     n = _axis_size(mesh, axis, scheme)
     q_first = q[0] if isinstance(q, tuple) else q
     if scheme == "heads":
-        _check_divisible(scheme, axis, n, q=(q_first.shape[1], "heads"),
-                         logits_buffer=(logits_buffer.data.shape[1], "heads"))
+        _check_divisible(
+            scheme,
+            axis,
+            n,
+            q=(q_first.shape[1], "heads"),
+            logits_buffer=(logits_buffer.data.shape[1], "heads"),
+        )
     else:
-        _check_divisible(scheme, axis, n, q=(q_first.shape[0], "batch"),
-                         logits_buffer=(logits_buffer.data.shape[0], "rows"),
-                         kv_cache=(kv_cache.shape[0], "pages"))
+        _check_divisible(
+            scheme,
+            axis,
+            n,
+            q=(q_first.shape[0], "batch"),
+            logits_buffer=(logits_buffer.data.shape[0], "rows"),
+            kv_cache=(kv_cache.shape[0], "pages"),
+        )
     specs = partition_specs(axis, scheme)
     q_spec = (specs["q"], specs["q"]) if isinstance(q, tuple) else specs["q"]
     args = [q, kv_cache, block_table, seq_lens, logits_buffer]
-    in_specs = [q_spec, specs["kv_cache"], specs["block_table"], specs["seq_lens"],
-                specs["logits_buffer"]]
+    in_specs = [
+        q_spec,
+        specs["kv_cache"],
+        specs["block_table"],
+        specs["seq_lens"],
+        specs["logits_buffer"],
+    ]
     # Run-time scalars, replicated to every shard, passed on by name.
-    scalars = {name: value for name, value in (("max_seq_len", dynamic_max_seq_len),
-                                               ("k_scale", k_scale)) if value is not None}
+    scalars = {
+        name: value
+        for name, value in (("max_seq_len", dynamic_max_seq_len), ("k_scale", k_scale))
+        if value is not None
+    }
     args += scalars.values()
     in_specs += [P()] * len(scalars)
 
     def shard(q, kv_cache, block_table, seq_lens, logits_buffer, *values):
         kwargs = {"max_seq_len": static_max_seq_len, **dict(zip(scalars, values))}
         return mla_decode(
-            q, kv_cache, block_table, seq_lens, logits_buffer, scale=scale,
-            batch_invariant=batch_invariant, backend=backend,
-            compute_capability=compute_capability, **kwargs)
+            q,
+            kv_cache,
+            block_table,
+            seq_lens,
+            logits_buffer,
+            scale=scale,
+            batch_invariant=batch_invariant,
+            backend=backend,
+            compute_capability=compute_capability,
+            **kwargs,
+        )
 
     out_specs = (specs["out"], specs["lse"], specs["logits_buffer"])
     return jax.shard_map(shard, mesh=mesh, in_specs=tuple(in_specs), out_specs=out_specs)(*args)
@@ -210,12 +288,22 @@ def sharded_mla_decode(
     check_buffer(logits_buffer)
     static, dynamic = split_max_seq_len(max_seq_len)
     return _sharded_step(
-        q, kv_cache, block_table, seq_lens, logits_buffer, dynamic,
-        None if k_scale is None else jnp.asarray(k_scale, jnp.float32), mesh=mesh, axis=axis,
-        scheme=scheme, scale=check_scale(scale), static_max_seq_len=static,
+        q,
+        kv_cache,
+        block_table,
+        seq_lens,
+        logits_buffer,
+        dynamic,
+        None if k_scale is None else jnp.asarray(k_scale, jnp.float32),
+        mesh=mesh,
+        axis=axis,
+        scheme=scheme,
+        scale=check_scale(scale),
+        static_max_seq_len=static,
         batch_invariant=bool(batch_invariant),
         backend=resolve_backend(backend, compute_capability),
-        compute_capability=compute_capability)
+        compute_capability=compute_capability,
+    )
 
 
 def sharded_append_latent(
@@ -234,9 +322,15 @@ def sharded_append_latent(
     specs = partition_specs(axis, scheme)
     n = _axis_size(mesh, axis, scheme)
     if scheme == "batch":
-        _check_divisible(scheme, axis, n, latent=(latent.shape[0], "batch"),
-                         kv_cache=(kv_cache.shape[0], "pages"))
+        _check_divisible(
+            scheme,
+            axis,
+            n,
+            latent=(latent.shape[0], "batch"),
+            kv_cache=(kv_cache.shape[0], "pages"),
+        )
     rows = specs["seq_lens"]
     in_specs = (specs["kv_cache"], rows, specs["block_table"], rows)
-    return jax.shard_map(append_latent, mesh=mesh, in_specs=in_specs,
-                         out_specs=specs["kv_cache"])(kv_cache, latent, block_table, positions)
+    return jax.shard_map(append_latent, mesh=mesh, in_specs=in_specs, out_specs=specs["kv_cache"])(
+        kv_cache, latent, block_table, positions
+    )

@@ -93,8 +93,9 @@ def num_kv_splits(max_seq_len: int | jax.Array, sm_count: int) -> int | jax.Arra
     return jnp.minimum(next_pow2(jnp.maximum(1, n // TOKENS_PER_SPLIT)), cap)
 
 
-def occupancy_kv_splits(batch: int, num_heads: int, max_seq_len: int | jax.Array,
-                        sm_count: int) -> int | jax.Array:
+def occupancy_kv_splits(
+    batch: int, num_heads: int, max_seq_len: int | jax.Array, sm_count: int
+) -> int | jax.Array:
     """A batch-aware split count: enough stage-1 programs for one wave, no more.
 
     ``prev_pow2(programs_per_sm * sm_count // (batch * head_tiles))`` splits fill the
@@ -115,8 +116,9 @@ def occupancy_kv_splits(batch: int, num_heads: int, max_seq_len: int | jax.Array
     return jnp.minimum(next_pow2(jnp.maximum(1, n // MIN_TOKENS_PER_SPLIT)), cap)
 
 
-def kv_splits(policy: Policy, *, batch: int, num_heads: int, max_seq_len: int | jax.Array,
-              sm_count: int) -> int | jax.Array:
+def kv_splits(
+    policy: Policy, *, batch: int, num_heads: int, max_seq_len: int | jax.Array, sm_count: int
+) -> int | jax.Array:
     """The split count of ``policy`` for one decode step.
 
     ``"vllm"``: vLLM's rule (``num_kv_splits``), for bitwise parity with its kernel.
@@ -132,8 +134,11 @@ def reserved_splits(policy: Policy, *, num_heads: int, max_model_len: int, sm_co
     """The split axis a reservation needs: the most ``policy`` asks for at any batch
     and any length up to ``max_model_len`` (both rules are largest at batch 1 and the
     longest length)."""
-    return int(kv_splits(policy, batch=1, num_heads=num_heads, max_seq_len=max_model_len,
-                         sm_count=sm_count))
+    return int(
+        kv_splits(
+            policy, batch=1, num_heads=num_heads, max_seq_len=max_model_len, sm_count=sm_count
+        )
+    )
 
 
 def max_kv_splits(policy: Policy, *, batch: int, num_heads: int, sm_count: int) -> int:
@@ -141,5 +146,8 @@ def max_kv_splits(policy: Policy, *, batch: int, num_heads: int, sm_count: int) 
     of a step whose length is only known at run time (programs past the run-time
     count exit at once, but each still takes a launch slot). Both rules stop growing
     with the length at their caps, long before ``_UNBOUNDED_LEN``."""
-    return int(kv_splits(policy, batch=batch, num_heads=num_heads,
-                         max_seq_len=_UNBOUNDED_LEN, sm_count=sm_count))
+    return int(
+        kv_splits(
+            policy, batch=batch, num_heads=num_heads, max_seq_len=_UNBOUNDED_LEN, sm_count=sm_count
+        )
+    )

@@ -20,8 +20,9 @@ import torch
 #   block_table int [B, pages_per_seq], seq_lens int [B].
 
 
-def _gather_rows(kv_cache: torch.Tensor, block_table: torch.Tensor,
-                 tokens: torch.Tensor) -> torch.Tensor:
+def _gather_rows(
+    kv_cache: torch.Tensor, block_table: torch.Tensor, tokens: torch.Tensor
+) -> torch.Tensor:
     """float32 latent rows of ``tokens`` (int [B, ...], below the table's capacity): [B, ..., D]."""
     page_size = kv_cache.shape[1]
     batch = block_table.shape[0]
@@ -44,10 +45,16 @@ def _normalise(acc: torch.Tensor, m: torch.Tensor, denom: torch.Tensor):
     """``(acc / denom, m + log denom)``, with ``0, -inf`` where ``denom == 0``."""
     nonempty = denom > 0
     ones = torch.ones_like(denom)
-    out = torch.where(nonempty[..., None], acc / torch.where(nonempty, denom, ones)[..., None],
-                      torch.zeros_like(acc))
-    lse = torch.where(nonempty, m + torch.log(torch.where(nonempty, denom, ones)),
-                      torch.full_like(m, float("-inf")))
+    out = torch.where(
+        nonempty[..., None],
+        acc / torch.where(nonempty, denom, ones)[..., None],
+        torch.zeros_like(acc),
+    )
+    lse = torch.where(
+        nonempty,
+        m + torch.log(torch.where(nonempty, denom, ones)),
+        torch.full_like(m, float("-inf")),
+    )
     return out, lse
 
 
@@ -156,7 +163,14 @@ def mla_decode_split_kv_torch(
     """
     if num_kv_splits < 1:
         raise ValueError(f"num_kv_splits must be >= 1, got {num_kv_splits}")
-    partials = split_kv_stage1(q, kv_cache, block_table, seq_lens, scale=scale,
-                               kv_lora_rank=kv_lora_rank, num_kv_splits=num_kv_splits)
+    partials = split_kv_stage1(
+        q,
+        kv_cache,
+        block_table,
+        seq_lens,
+        scale=scale,
+        kv_lora_rank=kv_lora_rank,
+        num_kv_splits=num_kv_splits,
+    )
     out, lse = split_kv_stage2(partials, seq_lens, num_kv_splits=num_kv_splits)
     return out.to(q.dtype), lse

@@ -58,8 +58,10 @@ def _rules(xp, num_pages: int, page_size: int, block_table, seq_lens, positions)
     """The checks in reporting order; ``xp`` is ``numpy`` (host) or ``jnp`` (traced)."""
     pages_per_seq = block_table.shape[1]
     capacity = pages_per_seq * page_size
-    cap_text = (f"the block table's capacity of {capacity} tokens "
-                f"({pages_per_seq} pages x page_size {page_size})")
+    cap_text = (
+        f"the block table's capacity of {capacity} tokens "
+        f"({pages_per_seq} pages x page_size {page_size})"
+    )
     rules = []
 
     def add(bad, message: str, value_of) -> None:
@@ -72,22 +74,29 @@ def _rules(xp, num_pages: int, page_size: int, block_table, seq_lens, positions)
     live_pages = (xp.clip(seq_lens, 0, capacity) + page_size - 1) // page_size  # [B]
     live = xp.arange(pages_per_seq)[None, :] < live_pages[:, None]
     outside = (block_table < 0) | (block_table >= num_pages)
-    add(live & outside,
+    add(
+        live & outside,
         f"block_table[{{}}, {{}}] = {{}} is outside [0, {num_pages}) "
         f"(live page of row {{}}, seq_len {{}})",
-        lambda b, j: (block_table[b, j], b, seq_lens[b]))
+        lambda b, j: (block_table[b, j], b, seq_lens[b]),
+    )
 
     if positions is not None:
         add(positions < 0, "positions[{}] = {} is negative", lambda b: (positions[b],))
-        add(positions >= capacity, "positions[{}] = {} is past " + cap_text,
-            lambda b: (positions[b],))
+        add(
+            positions >= capacity,
+            "positions[{}] = {} is past " + cap_text,
+            lambda b: (positions[b],),
+        )
         # The page an append writes to: append_latent would drop the row silently.
         slot = xp.clip(positions, 0, capacity - 1) // page_size
         target = xp.take_along_axis(block_table, slot[:, None], axis=1)[:, 0]
-        add(((target < 0) | (target >= num_pages)) & (positions >= 0) & (positions < capacity),
+        add(
+            ((target < 0) | (target >= num_pages)) & (positions >= 0) & (positions < capacity),
             f"block_table[{{}}, {{}}] = {{}} is outside [0, {num_pages}) "
             "(the page positions[{}] = {} writes to)",
-            lambda b: (slot[b], target[b], b, positions[b]))
+            lambda b: (slot[b], target[b], b, positions[b]),
+        )
     return rules
 
 
@@ -96,16 +105,21 @@ def _check_shapes(kv_cache, block_table, seq_lens, positions) -> None:
         return jnp.issubdtype(x.dtype, jnp.integer)
 
     if len(kv_cache.shape) != 3:
-        raise ValueError(f"kv_cache: got shape {list(kv_cache.shape)}, needed "
-                         "[num_pages, page_size, width]")
+        raise ValueError(
+            f"kv_cache: got shape {list(kv_cache.shape)}, needed [num_pages, page_size, width]"
+        )
     if block_table.ndim != 2 or not integer(block_table) or block_table.shape[1] < 1:
-        raise ValueError(f"block_table: got {block_table.dtype}{list(block_table.shape)}, "
-                         "needed integer [B, pages_per_seq >= 1]")
+        raise ValueError(
+            f"block_table: got {block_table.dtype}{list(block_table.shape)}, "
+            "needed integer [B, pages_per_seq >= 1]"
+        )
     batch = block_table.shape[0]
     for name, x in (("seq_lens", seq_lens), ("positions", positions)):
         if x is not None and (x.shape != (batch,) or not integer(x)):
-            raise ValueError(f"{name}: got {x.dtype}{list(x.shape)}, needed integer "
-                             f"[{batch}] (block_table is {list(block_table.shape)})")
+            raise ValueError(
+                f"{name}: got {x.dtype}{list(x.shape)}, needed integer "
+                f"[{batch}] (block_table is {list(block_table.shape)})"
+            )
 
 
 def validate_inputs(
@@ -139,8 +153,9 @@ def validate_inputs(
     num_pages, page_size = kv_cache.shape[:2]
     arrays = (block_table, seq_lens, positions)
     if any(isinstance(x, jax.core.Tracer) for x in arrays):
-        for rule in _rules(jnp, num_pages, page_size, *(
-                None if x is None else jnp.asarray(x) for x in arrays)):
+        for rule in _rules(
+            jnp, num_pages, page_size, *(None if x is None else jnp.asarray(x) for x in arrays)
+        ):
             checkify.check(rule.ok, rule.message, *rule.values)
         return
     host = [None if x is None else np.asarray(x) for x in arrays]

@@ -26,8 +26,8 @@ from stage_times import launchers, make_problem
 from sweep_configs import SM, shapes_parser
 
 from mla_jax import kernels
-from mla_jax.tools import bench
 from mla_jax.splits import occupancy_kv_splits
+from mla_jax.tools import bench
 from mla_jax.tools.vllm_kernel import ensure_triton_cache_dir
 
 ROUNDS = 3  # each round times the previous version, then this one
@@ -53,16 +53,25 @@ def decode_calls(problem, splits, module):
 
 
 def main():
-    parser = shapes_parser(bench.sweep_shapes(bench.BATCHES, bench.HEADS, bench.LENS),
-                           "the bench's sweep")
+    parser = shapes_parser(
+        bench.sweep_shapes(bench.BATCHES, bench.HEADS, bench.LENS), "the bench's sweep"
+    )
     parser.add_argument("--prev", required=True, help="the previous release's kernels.py")
-    parser.add_argument("--this", help="the kernels.py to judge (default: this checkout's), "
-                        "e.g. a prepared branch's, with --prev this checkout's")
-    parser.add_argument("--stages", action="store_true",
-                        help="also time each stage alone (both versions, same rounds)")
+    parser.add_argument(
+        "--this",
+        help="the kernels.py to judge (default: this checkout's), "
+        "e.g. a prepared branch's, with --prev this checkout's",
+    )
+    parser.add_argument(
+        "--stages",
+        action="store_true",
+        help="also time each stage alone (both versions, same rounds)",
+    )
     args = parser.parse_args()
-    versions = {"prev": load_kernels(args.prev, "prev"),
-                "this": load_kernels(args.this, "this") if args.this else kernels}
+    versions = {
+        "prev": load_kernels(args.prev, "prev"),
+        "this": load_kernels(args.this, "this") if args.this else kernels,
+    }
     ensure_triton_cache_dir()  # Triton's own launcher, after jax_triton's import emptied it
     rows = []
     for seed, (batch, heads, length) in enumerate(args.shapes):
@@ -79,31 +88,53 @@ def main():
         for _ in range(ROUNDS):
             for part in parts:
                 for name in versions:
-                    times[part][name].append(triton.testing.do_bench_cudagraph(
-                        calls[name][part], rep=50, return_mode="median"))
+                    times[part][name].append(
+                        triton.testing.do_bench_cudagraph(
+                            calls[name][part], rep=50, return_mode="median"
+                        )
+                    )
         ms = {name: statistics.median(t) for name, t in times["both"].items()}
-        row = dict(batch=batch, heads=heads, length=length, splits=splits, ms=ms,
-                   times_ms=times["both"], ratio=ms["this"] / ms["prev"], max_out_diff=diff,
-                   max_lse_diff=lse_diff)
-        stages = {part: {name: statistics.median(t) for name, t in times[part].items()}
-                  for part in parts[1:]}
+        row = dict(
+            batch=batch,
+            heads=heads,
+            length=length,
+            splits=splits,
+            ms=ms,
+            times_ms=times["both"],
+            ratio=ms["this"] / ms["prev"],
+            max_out_diff=diff,
+            max_lse_diff=lse_diff,
+        )
+        stages = {
+            part: {name: statistics.median(t) for name, t in times[part].items()}
+            for part in parts[1:]
+        }
         if stages:
             row["stage_ms"] = stages
         rows.append(row)
-        print(f"B={batch:4d} H={heads:4d} L={length:6d} splits={splits:3d}  prev "
-              f"{ms['prev'] * 1e3:8.1f} us  this {ms['this'] * 1e3:8.1f} us  "
-              f"this/prev {row['ratio']:.3f}  (rounds: "
-              + ", ".join(f"{a * 1e3:.1f}/{b * 1e3:.1f}" for a, b in zip(*times["both"].values()))
-              + f")  max|out diff| {diff:.1e}"
-              + "".join(f"  {part} {t['prev'] * 1e3:.1f}/{t['this'] * 1e3:.1f} us"
-                        for part, t in stages.items()), flush=True)
+        print(
+            f"B={batch:4d} H={heads:4d} L={length:6d} splits={splits:3d}  prev "
+            f"{ms['prev'] * 1e3:8.1f} us  this {ms['this'] * 1e3:8.1f} us  "
+            f"this/prev {row['ratio']:.3f}  (rounds: "
+            + ", ".join(f"{a * 1e3:.1f}/{b * 1e3:.1f}" for a, b in zip(*times["both"].values()))
+            + f")  max|out diff| {diff:.1e}"
+            + "".join(
+                f"  {part} {t['prev'] * 1e3:.1f}/{t['this'] * 1e3:.1f} us"
+                for part, t in stages.items()
+            ),
+            flush=True,
+        )
         assert diff < 0.02 and lse_diff < 1e-3, "the two versions disagree"
         del problem, outs, calls
         torch.cuda.empty_cache()
     slower = [r for r in rows if r["ratio"] > 1.0]
-    print(f"this version faster or equal at {len(rows) - len(slower)} of {len(rows)} shapes"
-          + "".join(f"; slower at B={r['batch']} H={r['heads']} L={r['length']} "
-                    f"({r['ratio']:.3f})" for r in slower))
+    print(
+        f"this version faster or equal at {len(rows) - len(slower)} of {len(rows)} shapes"
+        + "".join(
+            f"; slower at B={r['batch']} H={r['heads']} L={r['length']} ({r['ratio']:.3f})"
+            for r in slower
+        )
+    )
     if args.out:
         with open(args.out, "w") as f:
             json.dump(rows, f, indent=1)

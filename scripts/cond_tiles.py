@@ -14,9 +14,9 @@ import json
 
 import jax.numpy as jnp
 from jax import lax
+from sweep_configs import CONFIGS, SM, direct, shape_inputs, shapes_parser, time_decode
 
 from mla_jax.splits import occupancy_kv_splits
-from sweep_configs import CONFIGS, SM, direct, shape_inputs, shapes_parser, time_decode
 
 SHAPES = [(1, 128, 1024), (1, 128, 4096), (4, 128, 4096), (16, 128, 1024)]
 SMALL_TOKENS = 4096  # runs 24 and 39: where 16-head tiles stop winning
@@ -30,6 +30,7 @@ def with_cond(narrow_splits, wide_splits):
     def decode(q, kv, bt, sl, buf):
         small = q.shape[0] * jnp.max(sl) <= SMALL_TOKENS
         return lax.cond(small, narrow, wide, q, kv, bt, sl, buf)
+
     return decode
 
 
@@ -41,8 +42,10 @@ def main():
         occ = occupancy_kv_splits(batch, heads, length, SM)
         variants = [(f"64-head, {occ} splits (default)", direct(occ, WIDE))]
         for s in (16, 32):
-            variants += [(f"16-head, {s} splits", direct(s, NARROW)),
-                         (f"cond(16-head {s} | 64-head {occ})", with_cond(s, occ))]
+            variants += [
+                (f"16-head, {s} splits", direct(s, NARROW)),
+                (f"cond(16-head {s} | 64-head {occ})", with_cond(s, occ)),
+            ]
         grid = max(occ, 32)  # one buffer wide enough for every variant's grid
         baseline = None
         for name, decode in variants:
@@ -51,10 +54,22 @@ def main():
             out = out.astype(jnp.float32)
             baseline = out if baseline is None else baseline
             diff = float(jnp.max(jnp.abs(out - baseline)))
-            results.append(dict(batch=batch, heads=heads, length=length, variant=name,
-                                calls=calls, ms=ms, max_diff=diff))
-            print(f"B={batch:4d} H={heads:4d} L={length:6d} {name:36s} {ms * 1e3:7.1f} us "
-                  f"diff {diff:.1e}", flush=True)
+            results.append(
+                dict(
+                    batch=batch,
+                    heads=heads,
+                    length=length,
+                    variant=name,
+                    calls=calls,
+                    ms=ms,
+                    max_diff=diff,
+                )
+            )
+            print(
+                f"B={batch:4d} H={heads:4d} L={length:6d} {name:36s} {ms * 1e3:7.1f} us "
+                f"diff {diff:.1e}",
+                flush=True,
+            )
         del inputs
     if args.out:
         with open(args.out, "w") as f:

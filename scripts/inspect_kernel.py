@@ -25,23 +25,46 @@ from mla_jax import kernels
 
 def compile_stage1(heads, page, dtype, kv_dtype, config):
     stage1, _ = kernels.launch_params(
-        batch=128, num_heads=heads, num_pages=128 * 256, page_size=page, pages_per_seq=256,
-        kv_lora_rank=512, rope_dim=64, scale=0.1,
-        grid_splits=4, q_nope_strides=(heads * 576, 576, 1), q_pe_strides=(heads * 576, 576, 1),
-        qp_offset=512, kv_strides=(page * 576, 576, 1), block_table_strides=(256, 1),
-        buffer_strides=(heads * 4 * 513, 4 * 513, 513, 1), float32_inputs=dtype == "fp32",
-        config=config)
-    sig = {"q_nope_ptr": f"*{dtype}", "q_pe_ptr": f"*{dtype}", "kv_ptr": f"*{kv_dtype}",
-           "block_table_ptr": "*i32", "seq_lens_ptr": "*i32", "num_splits_ptr": "*i32",
-           "kv_scale_ptr": "*fp32", "buf_in_ptr": "*fp32", "buf_ptr": "*fp32"}
+        batch=128,
+        num_heads=heads,
+        num_pages=128 * 256,
+        page_size=page,
+        pages_per_seq=256,
+        kv_lora_rank=512,
+        rope_dim=64,
+        scale=0.1,
+        grid_splits=4,
+        q_nope_strides=(heads * 576, 576, 1),
+        q_pe_strides=(heads * 576, 576, 1),
+        qp_offset=512,
+        kv_strides=(page * 576, 576, 1),
+        block_table_strides=(256, 1),
+        buffer_strides=(heads * 4 * 513, 4 * 513, 513, 1),
+        float32_inputs=dtype == "fp32",
+        config=config,
+    )
+    sig = {
+        "q_nope_ptr": f"*{dtype}",
+        "q_pe_ptr": f"*{dtype}",
+        "kv_ptr": f"*{kv_dtype}",
+        "block_table_ptr": "*i32",
+        "seq_lens_ptr": "*i32",
+        "num_splits_ptr": "*i32",
+        "kv_scale_ptr": "*fp32",
+        "buf_in_ptr": "*fp32",
+        "buf_ptr": "*fp32",
+    }
     consts = stage1["constexprs"]
-    sig.update({k: "constexpr" for k in consts})
+    sig.update(dict.fromkeys(consts, "constexpr"))
     # jax-triton marks every array argument 16-byte aligned; without that hint Triton
     # cannot vectorise or pipeline (cp.async) the loads.
     aligned = {(i,): [["tt.divisibility", 16]] for i, t in enumerate(sig.values()) if t[0] == "*"}
     src = ASTSource(fn=kernels.mla_decode_stage1, signature=sig, constexprs=consts, attrs=aligned)
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={
-        "num_warps": stage1["num_warps"], "num_stages": stage1["num_stages"]})
+    return triton.compile(
+        src,
+        target=GPUTarget("cuda", 90, 32),
+        options={"num_warps": stage1["num_warps"], "num_stages": stage1["num_stages"]},
+    )
 
 
 def run_tool(name, data, suffix, *args):
@@ -64,20 +87,40 @@ def ptxas_usage(ptx):
     return regs, spills
 
 
-INTEGER_OPS = ("IMAD", "LEA", "ISETP", "SHF", "IADD3", "VIADD", "SEL", "LOP3", "SGXT", "IMNMX",
-               "UIADD3", "ULEA", "USEL", "UISETP")
+INTEGER_OPS = (
+    "IMAD",
+    "LEA",
+    "ISETP",
+    "SHF",
+    "IADD3",
+    "VIADD",
+    "SEL",
+    "LOP3",
+    "SGXT",
+    "IMNMX",
+    "UIADD3",
+    "ULEA",
+    "USEL",
+    "UISETP",
+)
 
 
 def loop_body(code):
     """The SASS instructions of the longest loop (stage 1's KV loop)."""
-    ins = [(int(m.group(1), 16), m.group(2).strip()) for m in
-           re.finditer(r"^\s+/\*([0-9a-f]{4,})\*/\s+(.*?);", code, re.MULTILINE)]
+    ins = [
+        (int(m.group(1), 16), m.group(2).strip())
+        for m in re.finditer(r"^\s+/\*([0-9a-f]{4,})\*/\s+(.*?);", code, re.MULTILINE)
+    ]
     index = {a: i for i, (a, _) in enumerate(ins)}
-    loops = [(index[int(m.group(1), 16)], i) for i, (a, t) in enumerate(ins)
-             if (m := re.search(r"BRA\s+0x([0-9a-f]+)", t)) and int(m.group(1), 16) < a
-             and int(m.group(1), 16) in index]
+    loops = [
+        (index[int(m.group(1), 16)], i)
+        for i, (a, t) in enumerate(ins)
+        if (m := re.search(r"BRA\s+0x([0-9a-f]+)", t))
+        and int(m.group(1), 16) < a
+        and int(m.group(1), 16) in index
+    ]
     first, last = max(loops, key=lambda loop: loop[1] - loop[0])
-    return [re.sub(r"^@!?U?P\w+\s+", "", t) for _, t in ins[first:last + 1]]
+    return [re.sub(r"^@!?U?P\w+\s+", "", t) for _, t in ins[first : last + 1]]
 
 
 def opcode_counts(body):
@@ -100,25 +143,27 @@ WAIT_SOME = r"wgmma.wait_group.sync.aligned\s+[1-9]"
 
 def report(compiled):
     ptx, ttgir = compiled.asm["ptx"], compiled.asm["ttgir"]
-    count = lambda pat, text: len(re.findall(pat, text))  # noqa: E731
+    count = lambda pat, text: len(re.findall(pat, text))
     regs, spills = ptxas_usage(ptx)
     code, _ = run_tool("cuobjdump", compiled.asm["cubin"], ".cubin", "-sass")
     loop = loop_body(code)
     body = opcode_counts(loop)
     # SASS, what runs: warpgroup MMA (HGMMA) vs mma.sync (HMMA), CTA barriers, and
     # local-memory traffic (spills).
-    return (f"regs={regs} spill_stores={spills}B smem={compiled.metadata.shared} "
-            f"SASS: HGMMA={count(r'HGMMA', code)} HMMA={count(r' HMMA', code)} "
-            f"BAR.SYNC={count(r'BAR.SYNC', code)} STL={count(r' STL', code)} "
-            f"LDL={count(r' LDL', code)} LDGSTS={count(r'LDGSTS', code)}; KV loop body: "
-            f"{sum(body.values())} instructions, {sum(body[op] for op in INTEGER_OPS)} integer, "
-            f"{body['LDG']} LDG, longest HMMA chain {longest_mma_chain(loop)} | PTX: "
-            f"wgmma={count(r'wgmma.mma_async', ptx)} mma.sync={count(r'mma.sync', ptx)} "
-            f"cp.async={count(r'cp.async.cg|cp.async.ca', ptx)} tma={count(r'cp.async.bulk', ptx)} "
-            f"ld.global={count(r'ld.global', ptx)} "
-            f"wgmma.wait_group: pending 0 x{count(WAIT_NONE, ptx)}, "
-            f"pending > 0 x{count(WAIT_SOME, ptx)} "
-            f"ttgir_async_copy={count(r'async_copy_global_to_local', ttgir)}")
+    return (
+        f"regs={regs} spill_stores={spills}B smem={compiled.metadata.shared} "
+        f"SASS: HGMMA={count(r'HGMMA', code)} HMMA={count(r' HMMA', code)} "
+        f"BAR.SYNC={count(r'BAR.SYNC', code)} STL={count(r' STL', code)} "
+        f"LDL={count(r' LDL', code)} LDGSTS={count(r'LDGSTS', code)}; KV loop body: "
+        f"{sum(body.values())} instructions, {sum(body[op] for op in INTEGER_OPS)} integer, "
+        f"{body['LDG']} LDG, longest HMMA chain {longest_mma_chain(loop)} | PTX: "
+        f"wgmma={count(r'wgmma.mma_async', ptx)} mma.sync={count(r'mma.sync', ptx)} "
+        f"cp.async={count(r'cp.async.cg|cp.async.ca', ptx)} tma={count(r'cp.async.bulk', ptx)} "
+        f"ld.global={count(r'ld.global', ptx)} "
+        f"wgmma.wait_group: pending 0 x{count(WAIT_NONE, ptx)}, "
+        f"pending > 0 x{count(WAIT_SOME, ptx)} "
+        f"ttgir_async_copy={count(r'async_copy_global_to_local', ttgir)}"
+    )
 
 
 def main():
@@ -134,9 +179,17 @@ def main():
     p.add_argument("--chunks", type=int, help="LORA_CHUNKS")
     p.add_argument("--dump", help="write the TTGIR to this file")
     a = p.parse_args()
-    config = {k: v for k, v in dict(BLOCK_H=a.block_h, BLOCK_N=a.block_n, num_warps=a.warps,
-                                    num_stages=a.stages, LORA_CHUNKS=a.chunks).items()
-              if v is not None}
+    config = {
+        k: v
+        for k, v in dict(
+            BLOCK_H=a.block_h,
+            BLOCK_N=a.block_n,
+            num_warps=a.warps,
+            num_stages=a.stages,
+            LORA_CHUNKS=a.chunks,
+        ).items()
+        if v is not None
+    }
     compiled = compile_stage1(a.heads, a.page, a.dtype, a.kv_dtype or a.dtype, config)
     print(kernels.stage1_config(a.heads, a.dtype == "fp32") | config, report(compiled))
     if a.dump:

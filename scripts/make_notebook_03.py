@@ -19,7 +19,9 @@ ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK = ROOT / "notebooks" / "03_performance.ipynb"
 
 CELLS = [
-    ("md", r"""
+    (
+        "md",
+        r"""
 # Performance on an H200
 
 What one decode step costs on the GPU, read from the committed sweep
@@ -49,8 +51,11 @@ perf notes therefore compare kernel versions in device time (`scripts/ab_kernels
 
 Every cell but the last only reads JSON and draws, so the notebook runs anywhere; the last
 re-measures a few shapes when a CUDA GPU is present.
-"""),
-    ("code", r"""
+""",
+    ),
+    (
+        "code",
+        r"""
 import os
 
 # Set before JAX starts: the live sweep at the end shares the GPU with torch (vLLM).
@@ -111,8 +116,11 @@ print(f"{'B':>4} {'H':>4} {'L':>6} {'floor':>8} " + " ".join(f"{p:>16}" for p in
 for s in results["shapes"]:
     print(f"{s['B']:>4} {s['H']:>4} {s['L']:>6} {s['floor_ms']:>8.4f} "
           + " ".join(f"{bench_report._fmt(ms(s, p), '.4f'):>16}" for p in paths))
-"""),
-    ("md", r"""
+""",
+    ),
+    (
+        "md",
+        r"""
 ## The floor
 
 A decode step must read every live latent row once (B·L·576 bf16 values) and do
@@ -128,8 +136,11 @@ point (matmul rate / copy bandwidth: 201 flop/byte in both parts) sits near
 H ≈ 106–107: **with 16 heads a step is memory-bound, with 128 heads compute-bound.** The
 floor is an ideal: no kernel reaches both ceilings, and attention's small dot products are
 not the large GEMM that set the matmul rate.
-"""),
-    ("code", r"""
+""",
+    ),
+    (
+        "code",
+        r"""
 def part_ceilings(s):
     # The part whose ceilings reproduce this shape's recorded floor.
     def floor(c):
@@ -152,13 +163,19 @@ for s in results["shapes"]:
     pcts = " ".join(f"{bench_report._fmt(metric(s, p, 'pct_of_floor'), '.0f'):>18}"
                     for p in paths)
     print(f"{s['B']:>4} {s['H']:>4} {s['L']:>6}  {mem_ms:9.4f} {mm_ms:10.4f}  {bound:8} {pcts}")
-"""),
-    ("md", r"""
+""",
+    ),
+    (
+        "md",
+        r"""
 ## Time per call against sequence length
 
 One panel per (B, H), a line per path, the floor dashed.
-"""),
-    ("code", r"""
+""",
+    ),
+    (
+        "code",
+        r"""
 def plot_time_vs_len(res, title):
     shapes = res["shapes"]
     heads, batches = sorted({s["H"] for s in shapes}), sorted({s["B"] for s in shapes})
@@ -186,8 +203,11 @@ def plot_time_vs_len(res, title):
 
 
 plot_time_vs_len(results, f"device time per call, {machine['device']}")
-"""),
-    ("md", r"""
+""",
+    ),
+    (
+        "md",
+        r"""
 ## How close to the floor
 
 - **H=16 (memory-bound), B ≥ 64, L ≥ 4k: 107–125 % of the floor with occupancy splits,
@@ -211,8 +231,11 @@ plot_time_vs_len(results, f"device time per call, {machine['device']}")
   alone (run 30), so that is stage 1's floor there whatever the split count.
 - The XLA paths (`xla`, `dense`) gather the rows into a dense copy before their einsums;
   at H=16, B ≥ 64, L ≥ 4k they reach 15–29 % of the floor.
-"""),
-    ("code", r"""
+""",
+    ),
+    (
+        "code",
+        r"""
 def plot_heatmaps(res, paths, key, title, *, ratio=False):
     shapes = res["shapes"]
     rows, cols = sorted({(s["B"], s["H"]) for s in shapes}), sorted({s["L"] for s in shapes})
@@ -264,8 +287,11 @@ print(f"B<=4, L<=4k: floor {span([s['floor_ms'] * 1e3 for s in small], '.1f')} �
       + ", ".join(f"{p} {span([ms(s, p) * 1e3 for s in small], '.0f')} µs" for p in paths))
 print()
 plot_heatmaps(results, paths, "pct_of_floor", "% of the roofline floor (100 = at the floor)")
-"""),
-    ("md", r"""
+""",
+    ),
+    (
+        "md",
+        r"""
 ## Against vLLM's kernel
 
 Speed-up = vLLM's time / ours, at the same shape in the same run (> 1: ours is faster).
@@ -279,8 +305,11 @@ a CUDA graph of K calls between CUDA events.
   the closest are the smallest H=128 shapes (B=1 and B=4 at L=1k, 1.25× and 1.30×).
 - At H=128 with B ≥ 16, vLLM's kernel is at 8–9 % of the floor; even plain JAX
   gather + einsum is 2.03–3.07× faster there.
-"""),
-    ("code", r"""
+""",
+    ),
+    (
+        "code",
+        r"""
 if "vllm" not in paths:
     print("vLLM's kernel was not timed in this run")
 else:
@@ -309,8 +338,11 @@ else:
               f"dense {span([metric(s, 'dense', 'speedup_vs_vllm') for s in h128])}× faster")
     plot_heatmaps(results, rivals, "speedup_vs_vllm",
                   "speed-up over vLLM's kernel (>1: faster)", ratio=True)
-"""),
-    ("md", r"""
+""",
+    ),
+    (
+        "md",
+        r"""
 ## Occupancy splits against vLLM's split rule
 
 Both paths run our kernels; only the split count differs. vLLM's rule picks it from the
@@ -325,8 +357,11 @@ B ≥ 64 it gives 1–4, which saves writing and merging partial outputs.
 at 2 shapes; there the ratio is 0.98–1.00×, the same work. Where the counts differ,
 occupancy splits are faster at all 32 shapes, by 1.00–2.61×; the smallest margin is at
 B=16, H=16, L=4k (0.0311 against 0.0312 ms).
-"""),
-    ("code", r"""
+""",
+    ),
+    (
+        "code",
+        r"""
 SM = machine["sm_count"]
 rule, occ = "triton", "triton-occupancy"
 rows = []
@@ -359,16 +394,22 @@ print(f"same split count: the repeats' ranges overlap at {len(overlap)} of {len(
 
 plot_heatmaps(results, [occ], "speedup_vs_vllm_rule",
               "occupancy splits: speed-up over vLLM's split rule (>1: faster)", ratio=True)
-"""),
-    ("md", r"""
+""",
+    ),
+    (
+        "md",
+        r"""
 ## Re-measure on this machine
 
 With a CUDA GPU visible to JAX, this runs a small live sweep through `mla_jax.tools.bench.main`
 (B ∈ {1, 64}, H ∈ {16, 128}, L ∈ {4k, 16k}; our two Triton paths, and vLLM's kernel side by
 side when `mla_jax.tools.vllm_kernel.load()` finds its file, see `docs/vllm_kernel.md`) into a
 temporary folder, and draws it like the committed run. Elsewhere it says it skipped.
-"""),
-    ("code", r"""
+""",
+    ),
+    (
+        "code",
+        r"""
 import tempfile
 
 import jax
@@ -389,7 +430,8 @@ if any(d.platform == "gpu" for d in jax.devices()):
                       "live sweep: speed-up over vLLM's kernel (>1: faster)", ratio=True)
 else:
     print(f"no CUDA GPU visible to JAX ({jax.devices()}): skipped the live sweep")
-"""),
+""",
+    ),
 ]
 
 
@@ -398,9 +440,13 @@ def build_notebook() -> nbformat.NotebookNode:
     for i, (kind, text) in enumerate(CELLS):
         make = new_markdown_cell if kind == "md" else new_code_cell
         cells.append(make(text.strip("\n"), id=f"perf-{i:02d}"))  # stable ids: stable diffs
-    nb = new_notebook(cells=cells, metadata={
-        "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
-        "language_info": {"name": "python"}})
+    nb = new_notebook(
+        cells=cells,
+        metadata={
+            "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
+            "language_info": {"name": "python"},
+        },
+    )
     nbformat.validate(nb)
     return nb
 

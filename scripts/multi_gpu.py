@@ -20,9 +20,9 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 
 from mla_jax import mla_decode, reserve_logits_buffer
-from mla_jax.tools import bench
 from mla_jax.cache import new_block_table
 from mla_jax.sharded import partition_specs, reserve_sharded_logits_buffer, sharded_mla_decode
+from mla_jax.tools import bench
 
 CASES = {"heads": (128, 128, 16384), "batch": (512, 16, 4096)}
 SMALL_CASES = {"heads": (4, 16, 256), "batch": (8, 16, 256)}
@@ -52,39 +52,52 @@ def run_case(scheme, shape, n, data, single_out, backend):
     if scheme == "batch":  # each device's rows index its own pool: local page numbers
         rows, pool = batch // n, kv.shape[0] // n
         table = table - (jnp.arange(batch) // rows * pool)[:, None].astype(table.dtype)
-    put = lambda x, k: jax.device_put(x, NamedSharding(mesh, specs[k]))  # noqa: E731
+    put = lambda x, k: jax.device_put(x, NamedSharding(mesh, specs[k]))
     args = (put(q, "q"), put(kv, "kv_cache"), put(table, "block_table"), put(lens, "seq_lens"))
     buf = reserve_sharded_logits_buffer(mesh, "x", scheme, batch, heads, length, sm_count=SM)
 
     def step(q, kv, bt, sl, buf):
-        return sharded_mla_decode(mesh, "x", scheme, q, kv, bt, sl, buf, scale=SCALE,
-                                  max_seq_len=length, backend=backend)
+        return sharded_mla_decode(
+            mesh, "x", scheme, q, kv, bt, sl, buf, scale=SCALE, max_seq_len=length, backend=backend
+        )
 
     # The bench's timing: CALLS unrolled steps in one jit threading the donated buffer.
     loop = bench.timed_chain(step, CALLS, perturb_table=False, keep_outs=False)
-    times, (outs, _, buf) = bench.time_loop(lambda state: loop(*args, state[2]),
-                                            (None, None, buf), calls=CALLS, repeats=REPEATS)
+    times, (outs, _, buf) = bench.time_loop(
+        lambda state: loop(*args, state[2]), (None, None, buf), calls=CALLS, repeats=REPEATS
+    )
     out = outs[-1]
     ms = float(np.median(times))
     diff = np.abs(np.asarray(out, np.float32) - single_out)
+
     # A decode loop's shape: one jitted scan of steps whose lengths grow, split count
     # taken from the lengths inside the graph.
     def scan(q, kv, bt, sl, buf):
         def body(buf, t):
             lens = jnp.minimum(sl - SCAN_STEPS + t, sl)
-            out, _, buf = sharded_mla_decode(mesh, "x", scheme, q, kv, bt, lens, buf,
-                                             scale=SCALE, backend=backend)
+            out, _, buf = sharded_mla_decode(
+                mesh, "x", scheme, q, kv, bt, lens, buf, scale=SCALE, backend=backend
+            )
             return buf, out[0, 0, 0]
+
         return jax.lax.scan(body, buf, jnp.arange(SCAN_STEPS))
+
     scan = jax.jit(scan, donate_argnums=4)
     buf, _ = jax.block_until_ready(scan(*args, buf))
     start = time.perf_counter()
     buf, _ = jax.block_until_ready(scan(*args, buf))
     steps_s = SCAN_STEPS / (time.perf_counter() - start)
-    return {"scheme": scheme, "gpus": n, "B": batch, "H": heads, "L": length,
-            "ms_per_step": ms, "scan_steps_per_s": steps_s,
-            "max_abs_diff_vs_1gpu": float(diff.max()),
-            "bitwise_equal_1gpu": bool((diff == 0).all())}
+    return {
+        "scheme": scheme,
+        "gpus": n,
+        "B": batch,
+        "H": heads,
+        "L": length,
+        "ms_per_step": ms,
+        "scan_steps_per_s": steps_s,
+        "max_abs_diff_vs_1gpu": float(diff.max()),
+        "bitwise_equal_1gpu": bool((diff == 0).all()),
+    }
 
 
 def main():
@@ -100,25 +113,27 @@ def main():
     for scheme, (batch, heads, length) in cases.items():
         data = problem(batch, heads, length, counts[-1])
         buf = reserve_logits_buffer(batch, heads, length, sm_count=SM)
-        single, _, _ = mla_decode(*data, buf, scale=SCALE, max_seq_len=length,
-                                  backend=backend)
+        single, _, _ = mla_decode(*data, buf, scale=SCALE, max_seq_len=length, backend=backend)
         single = np.asarray(single, np.float32)
         for n in counts:
             rec = run_case(scheme, (batch, heads, length), n, data, single, backend)
             records.append(rec)
             print(json.dumps(rec), flush=True)
         del data, buf
-    print(f"{'scheme':7} {'GPUs':>4} {'B':>4} {'H':>4} {'L':>6} {'ms/step':>8} {'speed-up':>8} "
-          f"{'scan steps/s':>12} {'max|diff| vs 1 GPU':>18}")
+    print(
+        f"{'scheme':7} {'GPUs':>4} {'B':>4} {'H':>4} {'L':>6} {'ms/step':>8} {'speed-up':>8} "
+        f"{'scan steps/s':>12} {'max|diff| vs 1 GPU':>18}"
+    )
     for rec in records:
         base = next(r for r in records if r["scheme"] == rec["scheme"] and r["gpus"] == 1)
-        print(f"{rec['scheme']:7} {rec['gpus']:>4} {rec['B']:>4} {rec['H']:>4} {rec['L']:>6} "
-              f"{rec['ms_per_step']:>8.4f} {base['ms_per_step'] / rec['ms_per_step']:>7.2f}x "
-              f"{rec['scan_steps_per_s']:>12.1f} {rec['max_abs_diff_vs_1gpu']:>18.2e}")
+        print(
+            f"{rec['scheme']:7} {rec['gpus']:>4} {rec['B']:>4} {rec['H']:>4} {rec['L']:>6} "
+            f"{rec['ms_per_step']:>8.4f} {base['ms_per_step'] / rec['ms_per_step']:>7.2f}x "
+            f"{rec['scan_steps_per_s']:>12.1f} {rec['max_abs_diff_vs_1gpu']:>18.2e}"
+        )
     if args.out:
         with open(args.out, "w") as f:
-            json.dump({"devices": [str(d) for d in jax.devices()], "records": records}, f,
-                      indent=1)
+            json.dump({"devices": [str(d) for d in jax.devices()], "records": records}, f, indent=1)
 
 
 if __name__ == "__main__":

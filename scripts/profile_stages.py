@@ -24,7 +24,7 @@ def main():
     parser.add_argument("shape", type=parse_shapes, help="one BxHxL")
     parser.add_argument("--splits", type=int, help="default: the occupancy policy's")
     args = parser.parse_args()
-    (batch, heads, length), = args.shape
+    ((batch, heads, length),) = args.shape
     ensure_triton_cache_dir()
     splits = args.splits or occupancy_kv_splits(batch, heads, length, SM)
     stage1, stage2, out, _ = launchers(*make_problem(batch, heads, length, 0), splits)

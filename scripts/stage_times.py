@@ -32,23 +32,30 @@ import triton.testing
 from sweep_configs import PAGE, SCALE, SM, direct, shapes_parser, time_decode
 
 from mla_jax import kernels
-from mla_jax.tools import bench, bench_report
 from mla_jax.splits import occupancy_kv_splits
-from mla_jax.torch_ref import mla_decode_dense_torch
+from mla_jax.tools import bench, bench_report
 from mla_jax.tools.vllm_kernel import ensure_triton_cache_dir
+from mla_jax.torch_ref import mla_decode_dense_torch
 
 LORA, ROPE = 512, 64
 # The issue's target shapes.
-SHAPES = [(128, 16, 16384), (64, 16, 4096), (128, 128, 16384), (128, 128, 4096),
-          (16, 128, 4096), (1, 128, 4096)]
+SHAPES = [
+    (128, 16, 16384),
+    (64, 16, 4096),
+    (128, 128, 16384),
+    (128, 128, 4096),
+    (16, 128, 4096),
+    (1, 128, 4096),
+]
 
 
 def make_problem(batch, heads, length, seed):
     gen = torch.Generator(device="cuda").manual_seed(seed)
     pages_per_seq = length // PAGE
     q = torch.randn(batch, heads, LORA + ROPE, generator=gen, device="cuda").bfloat16()
-    kv = torch.randn(batch * pages_per_seq, PAGE, LORA + ROPE, generator=gen,
-                     device="cuda").bfloat16()
+    kv = torch.randn(
+        batch * pages_per_seq, PAGE, LORA + ROPE, generator=gen, device="cuda"
+    ).bfloat16()
     table = torch.randperm(batch * pages_per_seq, generator=gen, device="cuda")
     table = table.view(batch, pages_per_seq).int()
     lens = torch.full((batch,), length, dtype=torch.int32, device="cuda")
@@ -67,26 +74,59 @@ def launchers(q, kv, table, lens, splits, module=kernels):
     ns = torch.tensor([splits], dtype=torch.int32, device="cuda")
     kv_scale = torch.ones(1, device="cuda")
     # Versions before the clamped indices take no pool or table sizes.
-    sizes = (dict(num_pages=kv.shape[0], pages_per_seq=table.shape[1])
-             if "num_pages" in inspect.signature(module.launch_params).parameters else {})
+    sizes = (
+        dict(num_pages=kv.shape[0], pages_per_seq=table.shape[1])
+        if "num_pages" in inspect.signature(module.launch_params).parameters
+        else {}
+    )
     s1, s2 = module.launch_params(
-        **sizes, batch=batch, num_heads=heads, page_size=PAGE, kv_lora_rank=LORA, rope_dim=ROPE,
-        scale=SCALE, grid_splits=splits, q_nope_strides=q.stride(), q_pe_strides=q.stride(),
-        qp_offset=LORA, kv_strides=kv.stride(), block_table_strides=table.stride(),
-        buffer_strides=buf.stride(), float32_inputs=False)
+        **sizes,
+        batch=batch,
+        num_heads=heads,
+        page_size=PAGE,
+        kv_lora_rank=LORA,
+        rope_dim=ROPE,
+        scale=SCALE,
+        grid_splits=splits,
+        q_nope_strides=q.stride(),
+        q_pe_strides=q.stride(),
+        qp_offset=LORA,
+        kv_strides=kv.stride(),
+        block_table_strides=table.stride(),
+        buffer_strides=buf.stride(),
+        float32_inputs=False,
+    )
 
     def stage1():
         module.mla_decode_stage1[s1["grid"]](
-            q, q, kv, table, lens, ns, kv_scale, buf, buf, num_warps=s1["num_warps"],
-            num_stages=s1["num_stages"], **s1["constexprs"])
+            q,
+            q,
+            kv,
+            table,
+            lens,
+            ns,
+            kv_scale,
+            buf,
+            buf,
+            num_warps=s1["num_warps"],
+            num_stages=s1["num_stages"],
+            **s1["constexprs"],
+        )
 
     def stage2(num_warps=s2["num_warps"], **tiling):
         constexprs = s2["constexprs"] | tiling
-        grid = s2["grid"] if not tiling else (
-            batch, triton.cdiv(heads, constexprs["HEAD_BLOCK"]), LORA // constexprs["COL_BLOCK"])
+        grid = (
+            s2["grid"]
+            if not tiling
+            else (
+                batch,
+                triton.cdiv(heads, constexprs["HEAD_BLOCK"]),
+                LORA // constexprs["COL_BLOCK"],
+            )
+        )
         module.mla_decode_stage2[grid](
-            buf, lens, ns, out, lse, num_warps=num_warps, num_stages=s2["num_stages"],
-            **constexprs)
+            buf, lens, ns, out, lse, num_warps=num_warps, num_stages=s2["num_stages"], **constexprs
+        )
 
     return stage1, stage2, out, lse
 
@@ -101,8 +141,11 @@ def jax_ms(q, kv, table, lens, splits, calls, runs):
 
 def main():
     parser = shapes_parser(SHAPES, "the targets")
-    parser.add_argument("--jax-calls", default="5,20",
-                        help="K values for the JAX timing (comma-separated; empty: skip)")
+    parser.add_argument(
+        "--jax-calls",
+        default="5,20",
+        help="K values for the JAX timing (comma-separated; empty: skip)",
+    )
     args = parser.parse_args()
     jax_calls = [int(k) for k in args.jax_calls.split(",") if k]
     ensure_triton_cache_dir()  # Triton's own launcher, after jax_triton's import emptied it
@@ -116,46 +159,77 @@ def main():
         # Version 6's stage 2 tiling for comparison: one head and 128 columns a program,
         # up to MAX_SPLIT_BLOCK splits an iteration.
         stage2_v6 = functools.partial(
-            stage2, HEAD_BLOCK=1, COL_BLOCK=min(128, LORA),
-            SPLIT_BLOCK=min(kernels.MAX_SPLIT_BLOCK, triton.next_power_of_2(splits)))
+            stage2,
+            HEAD_BLOCK=1,
+            COL_BLOCK=min(128, LORA),
+            SPLIT_BLOCK=min(kernels.MAX_SPLIT_BLOCK, triton.next_power_of_2(splits)),
+        )
         stage1(), stage2_v6()
         out_v6 = out.clone()
         stage2()
         v6_diff = float((out.float() - out_v6.float()).abs().max())
-        ref_out, ref_lse = mla_decode_dense_torch(q, kv, table, lens, scale=SCALE,
-                                                  kv_lora_rank=LORA)
+        ref_out, ref_lse = mla_decode_dense_torch(
+            q, kv, table, lens, scale=SCALE, kv_lora_rank=LORA
+        )
         err = float((out.float() - ref_out.float()).abs().max())
         lse_err = float((lse - ref_lse).abs().max())
-        ms = {name: triton.testing.do_bench_cudagraph(fn, rep=100, return_mode="median")
-              for name, fn in (("stage1", stage1), ("stage2", stage2), ("stage2_v6", stage2_v6),
-                               ("both", lambda: (stage1(), stage2())))}
+        ms = {
+            name: triton.testing.do_bench_cudagraph(fn, rep=100, return_mode="median")
+            for name, fn in (
+                ("stage1", stage1),
+                ("stage2", stage2),
+                ("stage2_v6", stage2_v6),
+                ("both", lambda stage1=stage1, stage2=stage2: (stage1(), stage2())),
+            )
+        }
         kv_bytes = bench_report.kv_bytes(batch, length)
         buf_bytes = batch * heads * splits * (LORA + 1) * 4
         out_bytes = batch * heads * (LORA * 2 + 4)  # bf16 out, float32 lse
         flops = bench_report.attention_flops(batch, heads, length)
-        row = dict(batch=batch, heads=heads, length=length, splits=splits, ms=ms,
-                   stage1_tbps=kv_bytes / ms["stage1"] / 1e9,
-                   stage1_tflops=flops / ms["stage1"] / 1e9,
-                   stage2_tbps=(buf_bytes + out_bytes) / ms["stage2"] / 1e9,
-                   buffer_mib=buf_bytes / 2**20, max_abs_err=err, lse_max_abs_err=lse_err)
+        row = dict(
+            batch=batch,
+            heads=heads,
+            length=length,
+            splits=splits,
+            ms=ms,
+            stage1_tbps=kv_bytes / ms["stage1"] / 1e9,
+            stage1_tflops=flops / ms["stage1"] / 1e9,
+            stage2_tbps=(buf_bytes + out_bytes) / ms["stage2"] / 1e9,
+            buffer_mib=buf_bytes / 2**20,
+            max_abs_err=err,
+            lse_max_abs_err=lse_err,
+        )
         results.append(row)
-        print(f"B={batch:4d} H={heads:4d} L={length:6d} splits={splits:3d}  stage1 "
-              f"{ms['stage1']:.4f} ms ({row['stage1_tbps']:.2f} TB/s, "
-              f"{row['stage1_tflops']:.0f} TFLOP/s)  stage2 {ms['stage2']:.4f} ms "
-              f"(v6: {ms['stage2_v6']:.4f}; buffer {row['buffer_mib']:.1f} MiB)  both {ms['both']:.4f} ms  "
-              f"max|out-ref| {err:.1e} max|lse-ref| {lse_err:.1e}", flush=True)
+        print(
+            f"B={batch:4d} H={heads:4d} L={length:6d} splits={splits:3d}  stage1 "
+            f"{ms['stage1']:.4f} ms ({row['stage1_tbps']:.2f} TB/s, "
+            f"{row['stage1_tflops']:.0f} TFLOP/s)  stage2 {ms['stage2']:.4f} ms "
+            f"(v6: {ms['stage2_v6']:.4f}; buffer {row['buffer_mib']:.1f} MiB)  "
+            f"both {ms['both']:.4f} ms  "
+            f"max|out-ref| {err:.1e} max|lse-ref| {lse_err:.1e}",
+            flush=True,
+        )
         assert err < 0.05 and lse_err < 1e-3, "output disagrees with the dense reference"
         assert v6_diff < 0.02, f"the two stage-2 tilings disagree by {v6_diff}"
         del q, kv, table, lens, out, lse
         torch.cuda.empty_cache()
     for seed, row in enumerate(results if jax_calls else []):
         q, kv, table, lens = make_problem(row["batch"], row["heads"], row["length"], seed)
-        row["ms"] |= {f"jax_k{k}_runs{r}": jax_ms(q, kv, table, lens, row["splits"], k, r)
-                      for k in jax_calls for r in (1, bench.RUNS_PER_REPEAT)}
-        print(f"B={row['batch']:4d} H={row['heads']:4d} L={row['length']:6d}  CUDA graph "
-              f"{row['ms']['both']:.4f} ms  JAX, K calls x runs a sync: "
-              + " ".join(f"{k}x{r} {row['ms'][f'jax_k{k}_runs{r}']:.4f}"
-                         for k in jax_calls for r in (1, bench.RUNS_PER_REPEAT)), flush=True)
+        row["ms"] |= {
+            f"jax_k{k}_runs{r}": jax_ms(q, kv, table, lens, row["splits"], k, r)
+            for k in jax_calls
+            for r in (1, bench.RUNS_PER_REPEAT)
+        }
+        print(
+            f"B={row['batch']:4d} H={row['heads']:4d} L={row['length']:6d}  CUDA graph "
+            f"{row['ms']['both']:.4f} ms  JAX, K calls x runs a sync: "
+            + " ".join(
+                f"{k}x{r} {row['ms'][f'jax_k{k}_runs{r}']:.4f}"
+                for k in jax_calls
+                for r in (1, bench.RUNS_PER_REPEAT)
+            ),
+            flush=True,
+        )
         del q, kv, table, lens
     if args.out:
         with open(args.out, "w") as f:

@@ -35,15 +35,35 @@ from mla_jax.cache import new_paged_cache
 from mla_jax.decode import mla_decode
 from mla_jax.splits import DEFAULT_POLICY, kv_splits
 
-GPU_SHAPES = dict(batches=(1, 64), heads=128, seq_len=4096, page_size=64, kv_lora_rank=512,
-                  rope_dim=64, dtype="bfloat16", backend="triton")
+GPU_SHAPES = dict(
+    batches=(1, 64),
+    heads=128,
+    seq_len=4096,
+    page_size=64,
+    kv_lora_rank=512,
+    rope_dim=64,
+    dtype="bfloat16",
+    backend="triton",
+)
 # XLA:CPU lacks the bf16 dot the xla backend needs, so the dry run is float32.
-DRY_SHAPES = dict(batches=(1, 4), heads=4, seq_len=1100, page_size=16, kv_lora_rank=32,
-                  rope_dim=16, dtype="float32", backend="xla")
+DRY_SHAPES = dict(
+    batches=(1, 4),
+    heads=4,
+    seq_len=1100,
+    page_size=16,
+    kv_lora_rank=32,
+    rope_dim=16,
+    dtype="float32",
+    backend="xla",
+)
 H200_SM_COUNT = 132
 SCAN_UNROLL = 8
-VARIANTS = {"a": "host loop, donated buffer", "b": "host loop, buffer allocated inside",
-            "c": "lax.scan, donated buffer", "d": f"lax.scan, unroll={SCAN_UNROLL}"}
+VARIANTS = {
+    "a": "host loop, donated buffer",
+    "b": "host loop, buffer allocated inside",
+    "c": "lax.scan, donated buffer",
+    "d": f"lax.scan, unroll={SCAN_UNROLL}",
+}
 
 
 def make_variants(reserved: LogitsBuffer, **decode_kw) -> dict[str, Callable]:
@@ -53,8 +73,12 @@ def make_variants(reserved: LogitsBuffer, **decode_kw) -> dict[str, Callable]:
     be embedded in the executable as a constant.
     """
     shape = reserved.shape
-    settings = dict(kv_lora_rank=reserved.kv_lora_rank, rope_dim=reserved.rope_dim,
-                    policy=reserved.policy, sm_count=reserved.sm_count)
+    settings = dict(
+        kv_lora_rank=reserved.kv_lora_rank,
+        rope_dim=reserved.rope_dim,
+        policy=reserved.policy,
+        sm_count=reserved.sm_count,
+    )
     # The static options are bound here for all three, so no call hashes them.
     decode = jax.jit(functools.partial(mla_decode, **decode_kw), donate_argnums=4)
 
@@ -85,29 +109,41 @@ def make_variants(reserved: LogitsBuffer, **decode_kw) -> dict[str, Callable]:
             out = step_internal(*args)
         return out, buf
 
-    return {"a": donated, "b": internal, "c": lambda args, buf, steps: scan(*args, buf, steps),
-            "d": lambda args, buf, steps: scan(*args, buf, steps, unroll=SCAN_UNROLL)}
+    return {
+        "a": donated,
+        "b": internal,
+        "c": lambda args, buf, steps: scan(*args, buf, steps),
+        "d": lambda args, buf, steps: scan(*args, buf, steps, unroll=SCAN_UNROLL),
+    }
 
 
-def time_batch(batch: int, cfg: dict, *, sm_count: int, steps: int, repeats: int,
-               seed: int) -> list[dict]:
+def time_batch(
+    batch: int, cfg: dict, *, sm_count: int, steps: int, repeats: int, seed: int
+) -> list[dict]:
     """Rows of per-step times (microseconds) for the three variants at one batch size."""
     dtype = jnp.dtype(cfg["dtype"])
     heads, seq_len, lora = cfg["heads"], cfg["seq_len"], cfg["kv_lora_rank"]
     key_kv, key_q = jax.random.split(jax.random.key(seed))
-    kv, bt = new_paged_cache(batch, seq_len, cfg["page_size"], lora + cfg["rope_dim"], dtype,
-                             key=key_kv)
+    kv, bt = new_paged_cache(
+        batch, seq_len, cfg["page_size"], lora + cfg["rope_dim"], dtype, key=key_kv
+    )
     q = jax.random.normal(key_q, (batch, heads, lora + cfg["rope_dim"]), dtype)
     args = (q, kv, bt, jnp.full((batch,), seq_len, jnp.int32))
     policy = DEFAULT_POLICY
-    buf = reserve_logits_buffer(batch, heads, seq_len, kv_lora_rank=lora, rope_dim=cfg["rope_dim"], sm_count=sm_count,
-                                policy=policy)
-    splits = kv_splits(policy, batch=batch, num_heads=heads, max_seq_len=seq_len,
-                       sm_count=sm_count)
+    buf = reserve_logits_buffer(
+        batch,
+        heads,
+        seq_len,
+        kv_lora_rank=lora,
+        rope_dim=cfg["rope_dim"],
+        sm_count=sm_count,
+        policy=policy,
+    )
+    splits = kv_splits(policy, batch=batch, num_heads=heads, max_seq_len=seq_len, sm_count=sm_count)
     # (b) allocates inside its step what (a) and (c) reserve once: the same shape.
     variants = make_variants(
-        buf, scale=(128 + cfg["rope_dim"]) ** -0.5, max_seq_len=seq_len,
-        backend=cfg["backend"])
+        buf, scale=(128 + cfg["rope_dim"]) ** -0.5, max_seq_len=seq_len, backend=cfg["backend"]
+    )
     kv_bytes = batch * seq_len * (lora + cfg["rope_dim"]) * dtype.itemsize
     rows, outs = [], {}
     for name, run in variants.items():
@@ -119,16 +155,24 @@ def time_batch(batch: int, cfg: dict, *, sm_count: int, steps: int, repeats: int
             times.append((time.perf_counter() - start) / steps * 1e6)
         outs[name] = np.asarray(out.astype(jnp.float32))
         median = statistics.median(times)
-        rows.append({
-            "batch": batch, "variant": name, "description": VARIANTS[name],
-            "median_us": median, "min_us": min(times), "times_us": times,
-            "kv_tb_per_s": kv_bytes / (median * 1e-6) / 1e12, "num_splits": splits,
-            # (b) never sees the reserved buffer, so only (a) and (c) can move it.
-            "buffer_pointer_unchanged": (None if name == "b"
-                                         else buf.data.unsafe_buffer_pointer() == pointer),
-            # Same inputs every step, so every variant must end on (a)'s output.
-            "max_abs_diff_vs_a": float(np.abs(outs[name] - outs["a"]).max()),
-        })
+        rows.append(
+            {
+                "batch": batch,
+                "variant": name,
+                "description": VARIANTS[name],
+                "median_us": median,
+                "min_us": min(times),
+                "times_us": times,
+                "kv_tb_per_s": kv_bytes / (median * 1e-6) / 1e12,
+                "num_splits": splits,
+                # (b) never sees the reserved buffer, so only (a) and (c) can move it.
+                "buffer_pointer_unchanged": (
+                    None if name == "b" else buf.data.unsafe_buffer_pointer() == pointer
+                ),
+                # Same inputs every step, so every variant must end on (a)'s output.
+                "max_abs_diff_vs_a": float(np.abs(outs[name] - outs["a"]).max()),
+            }
+        )
     base = next(row["median_us"] for row in rows if row["variant"] == "b")
     for row in rows:
         row["speedup_vs_b"] = base / row["median_us"]
@@ -137,33 +181,42 @@ def time_batch(batch: int, cfg: dict, *, sm_count: int, steps: int, repeats: int
 
 def format_table(rows: list[dict]) -> str:
     """Speedup > 1: faster than (b); pointer: the reserved buffer kept its address."""
-    lines = [f"{'B':>3}  {'variant':40s} {'median us':>10} {'min us':>9} {'KV TB/s':>8} "
-             f"{'speedup vs (b)':>14} {'pointer':>7} {'max |out - (a)|':>15}"]
+    lines = [
+        f"{'B':>3}  {'variant':40s} {'median us':>10} {'min us':>9} {'KV TB/s':>8} "
+        f"{'speedup vs (b)':>14} {'pointer':>7} {'max |out - (a)|':>15}"
+    ]
     for row in rows:
         pointer = {None: "-", True: "same", False: "MOVED"}[row["buffer_pointer_unchanged"]]
-        lines.append(f"{row['batch']:>3}  ({row['variant']}) {row['description']:36s} "
-                     f"{row['median_us']:10.2f} {row['min_us']:9.2f} "
-                     f"{row['kv_tb_per_s']:8.3f} {row['speedup_vs_b']:13.2f}x {pointer:>7} "
-                     f"{row['max_abs_diff_vs_a']:15.2e}")
+        lines.append(
+            f"{row['batch']:>3}  ({row['variant']}) {row['description']:36s} "
+            f"{row['median_us']:10.2f} {row['min_us']:9.2f} "
+            f"{row['kv_tb_per_s']:8.3f} {row['speedup_vs_b']:13.2f}x {pointer:>7} "
+            f"{row['max_abs_diff_vs_a']:15.2e}"
+        )
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--dry-run", action="store_true",
-                        help="tiny shapes, xla backend, few steps: runs anywhere, "
-                        "its times mean nothing")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="tiny shapes, xla backend, few steps: runs anywhere, its times mean nothing",
+    )
     parser.add_argument("--steps", type=int, default=None, help="steps per timing (default 256)")
-    parser.add_argument("--repeats", type=int, default=None,
-                        help="timings per variant (default 7)")
+    parser.add_argument("--repeats", type=int, default=None, help="timings per variant (default 7)")
     parser.add_argument("--out", metavar="PATH", help="also write the results as JSON here")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     on_gpu = jax.default_backend() == "gpu"
     if not (on_gpu or args.dry_run):
-        print(f"step_timing: needs a CUDA GPU (JAX sees {jax.default_backend()}); "
-              "--dry-run runs tiny shapes here", file=sys.stderr)
+        print(
+            f"step_timing: needs a CUDA GPU (JAX sees {jax.default_backend()}); "
+            "--dry-run runs tiny shapes here",
+            file=sys.stderr,
+        )
         return 2
     cfg = DRY_SHAPES if args.dry_run else GPU_SHAPES
     steps = args.steps or (8 if args.dry_run else 256)
@@ -171,18 +224,31 @@ def main(argv: list[str] | None = None) -> int:
     sm_count = gpu_sm_count() if on_gpu else H200_SM_COUNT
     device = jax.devices()[0]
 
-    rows = [row for batch in cfg["batches"] for row in time_batch(
-        batch, cfg, sm_count=sm_count, steps=steps, repeats=repeats, seed=args.seed)]
-    print(f"device {device.device_kind}, jax {jax.__version__}, {cfg['backend']} backend, "
-          f"{cfg['dtype']}, H={cfg['heads']} L={cfg['seq_len']} latent {cfg['kv_lora_rank']}"
-          f"+{cfg['rope_dim']} page {cfg['page_size']}, sm_count {sm_count}, "
-          f"{steps} steps x {repeats} repeats{' (DRY RUN)' if args.dry_run else ''}")
+    rows = [
+        row
+        for batch in cfg["batches"]
+        for row in time_batch(
+            batch, cfg, sm_count=sm_count, steps=steps, repeats=repeats, seed=args.seed
+        )
+    ]
+    print(
+        f"device {device.device_kind}, jax {jax.__version__}, {cfg['backend']} backend, "
+        f"{cfg['dtype']}, H={cfg['heads']} L={cfg['seq_len']} latent {cfg['kv_lora_rank']}"
+        f"+{cfg['rope_dim']} page {cfg['page_size']}, sm_count {sm_count}, "
+        f"{steps} steps x {repeats} repeats{' (DRY RUN)' if args.dry_run else ''}"
+    )
     print(format_table(rows))
     if args.out:
-        report = {"device": device.device_kind, "jax": jax.__version__,
-                  "dry_run": args.dry_run, "sm_count": sm_count, "steps": steps,
-                  "repeats": repeats, **{k: v for k, v in cfg.items() if k != "batches"},
-                  "rows": rows}
+        report = {
+            "device": device.device_kind,
+            "jax": jax.__version__,
+            "dry_run": args.dry_run,
+            "sm_count": sm_count,
+            "steps": steps,
+            "repeats": repeats,
+            **{k: v for k, v in cfg.items() if k != "batches"},
+            "rows": rows,
+        }
         with open(args.out, "w") as f:
             json.dump(report, f, indent=2)
     return 0

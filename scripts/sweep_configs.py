@@ -18,33 +18,47 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from mla_jax.tools import bench, bench_report
 from mla_jax import _triton_backend as triton_backend
 from mla_jax.buffers import reserve_logits_buffer
 from mla_jax.decode import mla_decode
 from mla_jax.splits import num_kv_splits, occupancy_kv_splits
+from mla_jax.tools import bench, bench_report
 
 REPEATS, PAGE, SM = 3, 64, 132
 SCALE = bench.SCALE
 # The issue's target shapes, then the small batches where the split count matters most.
-SHAPES = [(128, 16, 16384), (64, 16, 4096), (128, 128, 16384), (128, 128, 4096),
-          (16, 128, 4096), (1, 128, 4096), (1, 16, 4096), (1, 16, 16384), (1, 128, 16384),
-          (4, 128, 4096), (1, 128, 1024)]
+SHAPES = [
+    (128, 16, 16384),
+    (64, 16, 4096),
+    (128, 128, 16384),
+    (128, 128, 4096),
+    (16, 128, 4096),
+    (1, 128, 4096),
+    (1, 16, 4096),
+    (1, 16, 16384),
+    (1, 128, 16384),
+    (4, 128, 4096),
+    (1, 128, 1024),
+]
 # 16-head tiles with the latent dims in 8, 4, 2 or 1 column chunks (kernels._attend;
 # 4 is the default, 1 is version 6; run 23), each at its own split counts.
 CONFIGS = {
-    16: [dict(BLOCK_N=32, num_warps=4, num_stages=3, LORA_CHUNKS=8),
-         dict(BLOCK_N=32, num_warps=4, num_stages=3, LORA_CHUNKS=4),
-         dict(BLOCK_N=32, num_warps=4, num_stages=3, LORA_CHUNKS=2),
-         dict(BLOCK_N=32, num_warps=4, num_stages=3, LORA_CHUNKS=1)],
+    16: [
+        dict(BLOCK_N=32, num_warps=4, num_stages=3, LORA_CHUNKS=8),
+        dict(BLOCK_N=32, num_warps=4, num_stages=3, LORA_CHUNKS=4),
+        dict(BLOCK_N=32, num_warps=4, num_stages=3, LORA_CHUNKS=2),
+        dict(BLOCK_N=32, num_warps=4, num_stages=3, LORA_CHUNKS=1),
+    ],
     # 16-head tiles at H=128: eight programs share each latent tile through L2, but
     # as many programs need 4x fewer splits, so 4x fewer partials at small batches
     # (run 22: at B=1, L=4k the 64-head tiles' 64 splits write 16.8 MB of partials
     # for 4.7 MB of KV). Run 24: they win only while the batch holds about 4096 tokens.
     # 32-head tiles (mma.sync, 4 latent chunks) lost to one of these two at every
     # shape of run 39 (B = 1, 4, 16, 128), so they are not swept.
-    128: [dict(BLOCK_H=64, BLOCK_N=64, num_warps=8, num_stages=2, LORA_CHUNKS=1),
-          dict(BLOCK_H=16, BLOCK_N=32, num_warps=4, num_stages=3, LORA_CHUNKS=4)],
+    128: [
+        dict(BLOCK_H=64, BLOCK_N=64, num_warps=8, num_stages=2, LORA_CHUNKS=1),
+        dict(BLOCK_H=16, BLOCK_N=32, num_warps=4, num_stages=3, LORA_CHUNKS=4),
+    ],
 }
 
 
@@ -72,42 +86,66 @@ def shapes_parser(default, described):
     (comma-separated BxHxL, parsed to ``(B, H, L)`` tuples; ``default`` without it)."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--out")
-    parser.add_argument("--shapes", type=parse_shapes, default=default,
-                        help=f"comma-separated BxHxL (default: {described})")
+    parser.add_argument(
+        "--shapes",
+        type=parse_shapes,
+        default=default,
+        help=f"comma-separated BxHxL (default: {described})",
+    )
     return parser
 
 
 def time_decode(decode, calls, inputs, buf, *, repeats=REPEATS, runs=bench.RUNS_PER_REPEAT):
     """Median per-call ms of ``decode`` as the bench times it, and the last output."""
     loop = bench.timed_chain(decode, calls, perturb_table=False, keep_outs=False)
-    times, (outs, _, _) = bench.time_loop(lambda st: loop(*inputs, st[2]), (None, None, buf),
-                                          calls=calls, repeats=repeats, runs=runs)
+    times, (outs, _, _) = bench.time_loop(
+        lambda st: loop(*inputs, st[2]), (None, None, buf), calls=calls, repeats=repeats, runs=runs
+    )
     return float(np.median(times)), outs[-1]
 
 
 def shape_inputs(batch, heads, length):
     """The bench's inputs for one shape, and its K calls a run (from the brief's floor)."""
     inputs = bench.make_inputs(jax.random.key(0), batch, heads, length, PAGE)
-    floor = bench_report.floor_ms(bench_report.kv_bytes(batch, length),
-                                  bench_report.attention_flops(batch, heads, length),
-                                  copy_tbps=4.22, matmul_tflops=790)
+    floor = bench_report.floor_ms(
+        bench_report.kv_bytes(batch, length),
+        bench_report.attention_flops(batch, heads, length),
+        copy_tbps=4.22,
+        matmul_tflops=790,
+    )
     return inputs, bench.calls_for(floor)
 
 
 def direct(splits, config):
     """The triton decode at a fixed split count and stage-1 configuration."""
+
     def decode(q, kv, bt, sl, buf):
         return triton_backend.decode(
-            q, q, 512, kv, bt, sl, jnp.full((1,), splits, jnp.int32), splits,
-            jnp.ones((1,), jnp.float32), buf, scale=SCALE, kv_lora_rank=512, rope_dim=64,
-            compute_capability=None, config=config)
+            q,
+            q,
+            512,
+            kv,
+            bt,
+            sl,
+            jnp.full((1,), splits, jnp.int32),
+            splits,
+            jnp.ones((1,), jnp.float32),
+            buf,
+            scale=SCALE,
+            kv_lora_rank=512,
+            rope_dim=64,
+            compute_capability=None,
+            config=config,
+        )
+
     return decode
 
 
 def main():
     parser = shapes_parser(SHAPES, "SHAPES")
-    parser.add_argument("--default-config", action="store_true",
-                        help="only kernels.stage1_config's configuration")
+    parser.add_argument(
+        "--default-config", action="store_true", help="only kernels.stage1_config's configuration"
+    )
     args = parser.parse_args()
     results = []
     for batch, heads, length in args.shapes:
@@ -115,21 +153,30 @@ def main():
         occ = occupancy_kv_splits(batch, heads, length, SM)
         # (name, splits, config, buffer): None splits is mla_decode with its defaults;
         # a "reserved" buffer is reserve_logits_buffer's (sized for batch 1), else exact.
-        variants = [("mla_decode defaults", None, None, "reserved")] + [
-            (f"splits={s:3d} {c or 'default config'}", s, c, "exact")
-            for c in configs(heads, args.default_config)
-            for s in split_choices(batch, heads, length)] + [
-            (f"splits={occ:3d} default config, reserved buffer", occ, None, "reserved"),
-            ("mla_decode defaults, timed last", None, None, "reserved")]
+        variants = (
+            [("mla_decode defaults", None, None, "reserved")]
+            + [
+                (f"splits={s:3d} {c or 'default config'}", s, c, "exact")
+                for c in configs(heads, args.default_config)
+                for s in split_choices(batch, heads, length)
+            ]
+            + [
+                (f"splits={occ:3d} default config, reserved buffer", occ, None, "reserved"),
+                ("mla_decode defaults, timed last", None, None, "reserved"),
+            ]
+        )
         best, baseline = None, None
         for name, splits, config, buffer in variants:
             try:
-                buf = (reserve_logits_buffer(batch, heads, length, sm_count=SM)
-                       if buffer == "reserved" else
-                       jnp.zeros((batch, heads, splits, 513), jnp.float32))
+                buf = (
+                    reserve_logits_buffer(batch, heads, length, sm_count=SM)
+                    if buffer == "reserved"
+                    else jnp.zeros((batch, heads, splits, 513), jnp.float32)
+                )
                 if splits is None:
-                    decode = lambda q, kv, bt, sl, buf: mla_decode(  # noqa: E731
-                        q, kv, bt, sl, buf, scale=SCALE, max_seq_len=length)
+                    decode = lambda q, kv, bt, sl, buf, length=length: mla_decode(
+                        q, kv, bt, sl, buf, scale=SCALE, max_seq_len=length
+                    )
                 else:
                     decode = direct(splits, config)
                 ms, out = time_decode(decode, calls, inputs, buf)
@@ -140,11 +187,24 @@ def main():
             baseline = out if baseline is None else baseline
             diff = float(jnp.max(jnp.abs(out - baseline)))
             tbs = bench_report.kv_bytes(batch, length) / ms / 1e9
-            row = dict(batch=batch, heads=heads, length=length, variant=name, splits=splits,
-                       config=config, calls=calls, ms=ms, tb_s=tbs, max_diff=diff)
+            row = dict(
+                batch=batch,
+                heads=heads,
+                length=length,
+                variant=name,
+                splits=splits,
+                config=config,
+                calls=calls,
+                ms=ms,
+                tb_s=tbs,
+                max_diff=diff,
+            )
             results.append(row)
-            print(f"B={batch:4d} H={heads:4d} L={length:6d} {name:75s} {ms:8.4f} ms "
-                  f"{tbs:5.2f} TB/s diff {diff:.1e}", flush=True)
+            print(
+                f"B={batch:4d} H={heads:4d} L={length:6d} {name:75s} {ms:8.4f} ms "
+                f"{tbs:5.2f} TB/s diff {diff:.1e}",
+                flush=True,
+            )
             if best is None or ms < best["ms"]:
                 best = row
         del inputs

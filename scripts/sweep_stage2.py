@@ -10,6 +10,7 @@ the default's. One line per candidate, the best per shape; ``--out FILE`` writes
     python3 scripts/sweep_stage2.py --prev build/prev/mla_jax/kernels.py --out s2.json  # GPU
 """
 
+import functools
 import itertools
 import json
 
@@ -25,20 +26,31 @@ from mla_jax.splits import occupancy_kv_splits
 from mla_jax.tools.vllm_kernel import ensure_triton_cache_dir
 
 # Small batches, where the split count (so stage 2's share) is largest.
-SHAPES = [(1, 128, 4096), (1, 128, 1024), (4, 128, 4096), (1, 16, 16384), (1, 16, 4096),
-          (4, 16, 4096), (1, 16, 1024), (16, 16, 1024), (64, 16, 4096)]
+SHAPES = [
+    (1, 128, 4096),
+    (1, 128, 1024),
+    (4, 128, 4096),
+    (1, 16, 16384),
+    (1, 16, 4096),
+    (4, 16, 4096),
+    (1, 16, 1024),
+    (16, 16, 1024),
+    (64, 16, 4096),
+]
 
 
 def candidates(splits, heads):
     """Tilings of 4096 partial values at 4 warps and 8192 at 8 (32 registers a thread),
     heads filling what splits and columns leave."""
     for split_block, col_block, (tile, warps) in itertools.product(
-            (8, 16, 32, 64, 128), (64, 128, 256, 512), ((4096, 4), (8192, 8))):
+        (8, 16, 32, 64, 128), (64, 128, 256, 512), ((4096, 4), (8192, 8))
+    ):
         if split_block > max(8, triton.next_power_of_2(splits)) or split_block * col_block > tile:
             continue
         head_block = min(triton.next_power_of_2(heads), tile // (split_block * col_block))
-        yield dict(HEAD_BLOCK=head_block, SPLIT_BLOCK=split_block, COL_BLOCK=col_block,
-                   num_warps=warps)
+        yield dict(
+            HEAD_BLOCK=head_block, SPLIT_BLOCK=split_block, COL_BLOCK=col_block, num_warps=warps
+        )
 
 
 def main():
@@ -62,7 +74,7 @@ def main():
         tilings = {"default": kernels.stage2_tiling(splits, heads, LORA, batch), "v6": {}}
         for tiling in candidates(splits, heads):
             name = "h{HEAD_BLOCK}s{SPLIT_BLOCK}c{COL_BLOCK}w{num_warps}".format(**tiling)
-            timed[name] = (lambda t: lambda: stage2(**t))(tiling)
+            timed[name] = functools.partial(stage2, **tiling)
             tilings[name] = tiling
         ms = {}
         for name, fn in timed.items():
@@ -72,13 +84,24 @@ def main():
             assert err < 0.02, f"{name} disagrees with the default tiling by {err}"
             ms[name] = triton.testing.do_bench_cudagraph(fn, rep=30, return_mode="median")
         best = min(ms, key=ms.get)
-        rows.append(dict(batch=batch, heads=heads, length=length, splits=splits, ms=ms,
-                         tilings=tilings, best=best))
-        print(f"B={batch:4d} H={heads:4d} L={length:6d} splits={splits:3d}  default "
-              f"{tilings['default']} {ms['default'] * 1e3:.2f} us  v6 {ms['v6'] * 1e3:.2f} us  "
-              f"BEST {best} {ms[best] * 1e3:.2f} us  | "
-              + " ".join(f"{n} {t * 1e3:.2f}" for n, t in sorted(ms.items(), key=lambda x: x[1])[:8]),
-              flush=True)
+        rows.append(
+            dict(
+                batch=batch,
+                heads=heads,
+                length=length,
+                splits=splits,
+                ms=ms,
+                tilings=tilings,
+                best=best,
+            )
+        )
+        print(
+            f"B={batch:4d} H={heads:4d} L={length:6d} splits={splits:3d}  default "
+            f"{tilings['default']} {ms['default'] * 1e3:.2f} us  v6 {ms['v6'] * 1e3:.2f} us  "
+            f"BEST {best} {ms[best] * 1e3:.2f} us  | "
+            + " ".join(f"{n} {t * 1e3:.2f}" for n, t in sorted(ms.items(), key=lambda x: x[1])[:8]),
+            flush=True,
+        )
         del problem, out, want, prev_out
         torch.cuda.empty_cache()
     if args.out:

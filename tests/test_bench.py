@@ -19,8 +19,12 @@ DRY_SHAPES = [(1, 16, 256), (2, 16, 256)]
 @pytest.fixture(scope="module")
 def dry_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("bench")
-    assert bench.main(["--dry-run", "--batch", "1,2", "--lens", "256",
-                       "--out", str(root / "benchmarks")]) == 0
+    assert (
+        bench.main(
+            ["--dry-run", "--batch", "1,2", "--lens", "256", "--out", str(root / "benchmarks")]
+        )
+        == 0
+    )
     return root
 
 
@@ -33,14 +37,20 @@ def test_dry_run_writes_json_plots_and_markdown(dry_run):
     assert [(s["B"], s["H"], s["L"]) for s in results["shapes"]] == DRY_SHAPES
     for shape in results["shapes"]:
         paths = shape["paths"]
-        splits = {policy: mla_jax.kv_splits(policy, batch=shape["B"], num_heads=shape["H"],
-                                            max_seq_len=shape["L"], sm_count=132)
-                  for policy in ("vllm", "occupancy")}
+        splits = {
+            policy: mla_jax.kv_splits(
+                policy, batch=shape["B"], num_heads=shape["H"], max_seq_len=shape["L"], sm_count=132
+            )
+            for policy in ("vllm", "occupancy")
+        }
         assert splits["occupancy"] > splits["vllm"]  # so a shared column would show
         # Lowered for CUDA, 2 calls a chain: stage 1 and stage 2 of each reach the outputs.
         for name, policy in (("triton", "vllm"), ("triton-occupancy", "occupancy")):
-            assert paths[name] == {"skipped": "dry run: lowered for CUDA, not run",
-                                   "num_kv_splits": splits[policy], "triton_kernel_calls": 4}
+            assert paths[name] == {
+                "skipped": "dry run: lowered for CUDA, not run",
+                "num_kv_splits": splits[policy],
+                "triton_kernel_calls": 4,
+            }
         assert "num_kv_splits" not in paths["dense"]
         for name in ("xla", "dense", "vllm"):
             entry = paths[name]
@@ -50,8 +60,11 @@ def test_dry_run_writes_json_plots_and_markdown(dry_run):
             assert entry["speedup_vs_vllm"] == pytest.approx(paths["vllm"]["ms"] / entry["ms"])
             # bf16 outputs of O(1): the paths agree to bf16 rounding, vLLM's plumbing included.
             assert entry["max_abs_err"] < 0.02
-    assert sorted(results["plots"]) == ["pct_of_floor.png", "speedup_vs_vllm.png",
-                                        "time_vs_len.png"]
+    assert sorted(results["plots"]) == [
+        "pct_of_floor.png",
+        "speedup_vs_vllm.png",
+        "time_vs_len.png",
+    ]
     for name in results["plots"]:
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     page = (dry_run / "benchmarks.md").read_text()
@@ -69,12 +82,16 @@ def test_report_only_rerenders_into_out(dry_run, tmp_path, capsys):
     text = (tmp_path / "docs" / "benchmarks.md").read_text()
     assert "| 2 | 16 | 256 |" in text
     links = re.findall(r"\]\(([^)]+\.png)\)", text)
-    assert links == [f"benchmarks/{name}" for name in
-                     ("time_vs_len.png", "pct_of_floor.png", "speedup_vs_vllm.png")]
+    assert links == [
+        f"benchmarks/{name}"
+        for name in ("time_vs_len.png", "pct_of_floor.png", "speedup_vs_vllm.png")
+    ]
     assert all((tmp_path / "docs" / link).is_file() for link in links)
     page = tmp_path / "elsewhere" / "page.md"
-    assert bench.main(["--report-only", str(results_json), "--out", str(out),
-                       "--markdown", str(page)]) == 0
+    assert (
+        bench.main(["--report-only", str(results_json), "--out", str(out), "--markdown", str(page)])
+        == 0
+    )
     assert "](../docs/benchmarks/time_vs_len.png)" in page.read_text()
     assert "B    H      L" in capsys.readouterr().out
 
@@ -92,7 +109,9 @@ def test_report_only_merges_a_sweep_run_in_parts(dry_run, tmp_path):
     key = lambda s: (s["B"], s["H"], s["L"])
     assert [key(s) for s in merged["shapes"]] == sorted(key(s) for s in shapes)
     assert merged["elapsed_s"] == 5.0 and [p["shapes"] for p in merged["parts"]] == [
-        len(shapes) - 1, 1]
+        len(shapes) - 1,
+        1,
+    ]
     with pytest.raises(ValueError, match="in two parts"):
         bench_report.merge_results([whole, whole])
 
@@ -110,13 +129,17 @@ def test_floor_and_metrics_by_hand():
     flops = bench_report.attention_flops(128, 128, 16384)
     floor = bench_report.floor_ms(nbytes, flops, copy_tbps=4.22, matmul_tflops=790)
     assert floor == pytest.approx(584_115_552_256 / 790e12 * 1e3)  # 0.73939 ms
-    m = bench_report.path_metrics(2.0, bytes_=4e12 * 1e-3, flops=3e12 * 1e-3, floor=0.5,
-                                  vllm_ms=3.0)
+    m = bench_report.path_metrics(
+        2.0, bytes_=4e12 * 1e-3, flops=3e12 * 1e-3, floor=0.5, vllm_ms=3.0
+    )
     # 4 GB in 2 ms = 2 TB/s; 3 TFLOP in 2 ms = 1.5 PFLOP/s; 0.5 / 2 = 25 %; 3 / 2 = 1.5x.
-    assert m == pytest.approx({"tbps": 2.0, "tflops": 1.5, "pct_of_floor": 25.0,
-                               "speedup_vs_vllm": 1.5})
-    assert bench_report.path_metrics(1.0, bytes_=1, flops=1, floor=1,
-                                     vllm_ms=None)["speedup_vs_vllm"] is None
+    assert m == pytest.approx(
+        {"tbps": 2.0, "tflops": 1.5, "pct_of_floor": 25.0, "speedup_vs_vllm": 1.5}
+    )
+    assert (
+        bench_report.path_metrics(1.0, bytes_=1, flops=1, floor=1, vllm_ms=None)["speedup_vs_vllm"]
+        is None
+    )
 
 
 def test_sweep_shapes_calls_and_skips():
@@ -125,9 +148,16 @@ def test_sweep_shapes_calls_and_skips():
     assert {(b, n) for b, _, n in shapes if n == 65536} == {(1, 65536), (4, 65536)}
     assert bench.calls_for(0.0003) == 20 and bench.calls_for(0.1) == 20
     assert bench.calls_for(5.0) == 5 and bench.calls_for(0.2) == 10
-    settings = bench.Settings(dry_run=False, repeats=5, calls=None, page_size=64,
-                              sm_count=132, paths=("xla", "vllm"), time_budget_s=100,
-                              bytes_budget=4 * 2**30)
+    settings = bench.Settings(
+        dry_run=False,
+        repeats=5,
+        calls=None,
+        page_size=64,
+        sm_count=132,
+        paths=("xla", "vllm"),
+        time_budget_s=100,
+        bytes_budget=4 * 2**30,
+    )
     # 128*16384*1152 B of rows + 3*128*128*16384*4 B of logits = 5.25 GiB > 4 GiB.
     assert "5.2 GiB" in bench.skip_reason(settings, "xla", (128, 128, 16384), 0, None)
     assert bench.skip_reason(settings, "xla", (4, 16, 4096), 0, None) is None
@@ -136,22 +166,49 @@ def test_sweep_shapes_calls_and_skips():
 
 
 def test_render_markdown_synthetic():
-    shape = {"B": 4, "H": 128, "L": 4096, "num_kv_splits": 8, "kv_bytes": 1, "flops": 1,
-             "floor_ms": 0.01,
-             "paths": {"triton": {"ms": 0.02, "tbps": 1.2, "tflops": 3.4, "pct_of_floor": 50.0,
-                                  "speedup_vs_vllm": 2.5, "max_abs_err": 0.002},
-                       "triton-occupancy": {"skipped": "error: OOM", "num_kv_splits": 64},
-                       "xla": {"skipped": "needs ~9 GiB"},
-                       "vllm": {"ms": 0.05, "pct_of_floor": 20.0, "speedup_vs_vllm": 1.0}}}
-    results = {"what": "synthetic.", "machine": {"device": "NVIDIA H200", "sm_count": 132,
-                                                 "jax": "0.11.2"},
-               "config": {"repeats": 5, "calls_rule": "K=10 calls", "page_size": 64,
-                          "kv_lora_rank": 512, "rope_dim": 64},
-               "paths": {"triton": "mla_jax triton", "triton-occupancy": "mla_jax occupancy",
-                         "xla": "mla_jax xla", "dense": "dense", "vllm": "vLLM triton"},
-               "ceilings": {"copy_tbps": 4.22, "matmul_tflops": 790.0},
-               "shapes": [shape, {**shape, "L": 16384, "paths": {"vllm": {"ms": 0.2}}}],
-               "plots": ["time_vs_len.png"]}
+    shape = {
+        "B": 4,
+        "H": 128,
+        "L": 4096,
+        "num_kv_splits": 8,
+        "kv_bytes": 1,
+        "flops": 1,
+        "floor_ms": 0.01,
+        "paths": {
+            "triton": {
+                "ms": 0.02,
+                "tbps": 1.2,
+                "tflops": 3.4,
+                "pct_of_floor": 50.0,
+                "speedup_vs_vllm": 2.5,
+                "max_abs_err": 0.002,
+            },
+            "triton-occupancy": {"skipped": "error: OOM", "num_kv_splits": 64},
+            "xla": {"skipped": "needs ~9 GiB"},
+            "vllm": {"ms": 0.05, "pct_of_floor": 20.0, "speedup_vs_vllm": 1.0},
+        },
+    }
+    results = {
+        "what": "synthetic.",
+        "machine": {"device": "NVIDIA H200", "sm_count": 132, "jax": "0.11.2"},
+        "config": {
+            "repeats": 5,
+            "calls_rule": "K=10 calls",
+            "page_size": 64,
+            "kv_lora_rank": 512,
+            "rope_dim": 64,
+        },
+        "paths": {
+            "triton": "mla_jax triton",
+            "triton-occupancy": "mla_jax occupancy",
+            "xla": "mla_jax xla",
+            "dense": "dense",
+            "vllm": "vLLM triton",
+        },
+        "ceilings": {"copy_tbps": 4.22, "matmul_tflops": 790.0},
+        "shapes": [shape, {**shape, "L": 16384, "paths": {"vllm": {"ms": 0.2}}}],
+        "plots": ["time_vs_len.png"],
+    }
     page = bench_report.render_markdown(results, image_dir="benchmarks")
     assert "NVIDIA H200 (132 SMs)" in page and "4.22 TB/s" in page and "790 TFLOP/s" in page
     assert "| B | H | L | floor | mla_jax triton | vLLM triton |" in page
@@ -160,8 +217,9 @@ def test_render_markdown_synthetic():
     # Each path's own split count; entries without one (results written before paths
     # recorded theirs) fall back to the shape's vLLM count on vLLM's rule only.
     splits = page.split("## KV splits per call")[1].split("##")[0]
-    assert ("| B | H | L | mla_jax triton | mla_jax occupancy | mla_jax xla | vLLM triton |"
-            in splits)
+    assert (
+        "| B | H | L | mla_jax triton | mla_jax occupancy | mla_jax xla | vLLM triton |" in splits
+    )
     assert "| 4 | 128 | 4096 | 8 | 64 | 8 | 8 |" in splits
     assert "| 4 | 128 | 16384 | 8 | — | 8 | 8 |" in splits
     assert "| 4 | 128 | 4096 | 50 | 20 | 2.50× |" in page
@@ -171,8 +229,16 @@ def test_render_markdown_synthetic():
     assert "![time_vs_len](benchmarks/time_vs_len.png)" in page
     assert "Dry run" not in page
     table = bench_report.summary_table(results)
-    assert table.splitlines()[1].split() == ["4", "128", "4096", "0.0100", "0.0200", "0.0500",
-                                             "50", "2.50"]
+    assert table.splitlines()[1].split() == [
+        "4",
+        "128",
+        "4096",
+        "0.0100",
+        "0.0200",
+        "0.0500",
+        "50",
+        "2.50",
+    ]
 
 
 @pytest.mark.parametrize("path", ["dense", "xla"])
@@ -194,34 +260,53 @@ def test_every_call_does_its_work_only_when_perturbed_and_kept(path, perturb):
 def ops_in_chain(path, perturb, *, keep_outs):
     inputs = bench.make_inputs(jax.random.key(0), 2, 16, 256, 16)
     if path == "dense":
+
         def decode(q, kv, bt, sl, buf):
             return *bench.dense_decode(q, kv, bt, sl, scale=0.1), buf
+
         buf = None
     else:
+
         def decode(q, kv, bt, sl, buf):
-            return mla_jax.mla_decode(q, kv, bt, sl, buf, scale=0.1, max_seq_len=256,
-                                      backend="xla")
+            return mla_jax.mla_decode(q, kv, bt, sl, buf, scale=0.1, max_seq_len=256, backend="xla")
+
         buf = mla_jax.reserve_logits_buffer(2, 16, 256, sm_count=132)
-    hlo = bench.timed_chain(decode, 3, perturb_table=perturb, keep_outs=keep_outs).lower(
-        *inputs, buf).compile().as_text()
+    hlo = (
+        bench.timed_chain(decode, 3, perturb_table=perturb, keep_outs=keep_outs)
+        .lower(*inputs, buf)
+        .compile()
+        .as_text()
+    )
     return len(re.findall(r"= \S+ gather\(", hlo)), len(re.findall(r"= \S+ dot\(", hlo))
 
 
 def triton_decode(q, kv, bt, sl, buf):
     # The bench's scale: the dry run's Triton kernels, already compiled, serve this too.
-    return mla_jax.mla_decode(q, kv, bt, sl, buf, scale=bench.SCALE, max_seq_len=256,
-                              backend="triton", compute_capability=90)
+    return mla_jax.mla_decode(
+        q,
+        kv,
+        bt,
+        sl,
+        buf,
+        scale=bench.SCALE,
+        max_seq_len=256,
+        backend="triton",
+        compute_capability=90,
+    )
 
 
 def last_call_only(calls):
     """The chain as a rolled-up loop would time it: only the last call's results out."""
+
     def run(q, kv, bt, sl, buf):
         def body(_, carry):
             buf, _, _ = carry
             return triton_decode(q, kv, bt, sl, buf)[::-1]  # (buf, lse, out)
+
         init = (buf, jnp.zeros(q.shape[:2], jnp.float32), jnp.zeros((*q.shape[:2], 512), q.dtype))
         buf, lse, out = jax.lax.fori_loop(0, calls, body, init, unroll=True)
         return (out,), (lse,), buf
+
     return jax.jit(run, donate_argnums=4)
 
 
@@ -233,8 +318,9 @@ def test_lowered_chain_keeps_both_stages_of_every_call():
     buf = mla_jax.reserve_logits_buffer(2, 16, 256, sm_count=132, policy="vllm")
     lower = lambda chain: chain.trace(*inputs, buf).lower(lowering_platforms=("cuda",)).as_text()
     calls = 3
-    good = bench.stablehlo_custom_calls(lower(bench.timed_chain(
-        triton_decode, calls, perturb_table=False, keep_outs=False)))
+    good = bench.stablehlo_custom_calls(
+        lower(bench.timed_chain(triton_decode, calls, perturb_table=False, keep_outs=False))
+    )
     assert good == (2 * calls, 2 * calls)
     bench.check_chain_calls("triton", good.reaching_return, calls, "in the lowered module")
 
@@ -242,8 +328,10 @@ def test_lowered_chain_keeps_both_stages_of_every_call():
     # 2 custom calls, its call sites 2 K, of which only the last stage 2 is used.
     bad = bench.stablehlo_custom_calls(lower(last_call_only(calls)))
     assert bad == (2 * calls, calls + 1)
-    with pytest.raises(bench.ChainCheckError, match="has 4 live triton_kernel_call custom "
-                                                    "calls in the lowered module, not 6"):
+    with pytest.raises(
+        bench.ChainCheckError,
+        match="has 4 live triton_kernel_call custom calls in the lowered module, not 6",
+    ):
         bench.check_chain_calls("triton", bad.reaching_return, calls, "in the lowered module")
 
 
@@ -273,8 +361,10 @@ def test_custom_call_walk_on_a_handwritten_module():
     # Live: @pair's first (returned as %0#0) and the while body's; dead: @pair's second
     # (%0#1 is unused) and %1 (named only inside a string).
     assert bench.stablehlo_custom_calls(module, target="t") == (4, 2)
-    compiled = 'x = f32[] custom-call(y), custom_call_target="t", z = custom-call(), ' \
-               'custom_call_target="u"'
+    compiled = (
+        'x = f32[] custom-call(y), custom_call_target="t", z = custom-call(), '
+        'custom_call_target="u"'
+    )
     assert bench.compiled_custom_calls(compiled, target="t") == 1
 
 
@@ -297,8 +387,14 @@ def test_path_splits_follow_each_paths_policy():
     vllm, occupancy = (mla_jax.kv_splits(p, **args) for p in ("vllm", "occupancy"))
     assert (vllm, occupancy) == (8, 64)
     splits = {p: bench.path_splits(p, 4, 16, 4096, 132) for p in bench_report.PATH_LABELS}
-    assert splits == {"triton": vllm, "triton-occupancy": occupancy, "triton-fp8": vllm,
-                      "xla": vllm, "dense": None, "vllm": vllm}
+    assert splits == {
+        "triton": vllm,
+        "triton-occupancy": occupancy,
+        "triton-fp8": vllm,
+        "xla": vllm,
+        "dense": None,
+        "vllm": vllm,
+    }
 
 
 # ----------------------------------------------------------------------------- CLI
@@ -308,14 +404,16 @@ def gpu_results(tmp_path, name="benchmarks"):
     """A folder holding a results.json measured on a GPU, and its page beside it."""
     out = tmp_path / "docs" / name
     out.mkdir(parents=True)
-    (out / "results.json").write_text(json.dumps(
-        {"machine": {"platform": "gpu", "device": "NVIDIA H200", "date": "then"}}))
+    (out / "results.json").write_text(
+        json.dumps({"machine": {"platform": "gpu", "device": "NVIDIA H200", "date": "then"}})
+    )
     (tmp_path / "docs" / f"{name}.md").write_text("the H200 page\n")
     return out
 
 
-def test_dry_run_defaults_to_build_and_leaves_committed_results(dry_run, tmp_path, monkeypatch,
-                                                                capsys):
+def test_dry_run_defaults_to_build_and_leaves_committed_results(
+    dry_run, tmp_path, monkeypatch, capsys
+):
     committed = gpu_results(tmp_path)
     before = (committed / "results.json").read_text()
     monkeypatch.chdir(tmp_path)
@@ -326,8 +424,10 @@ def test_dry_run_defaults_to_build_and_leaves_committed_results(dry_run, tmp_pat
     assert bench.main(["--dry-run"]) == 0
     assert (committed / "results.json").read_text() == before
     assert (tmp_path / "docs" / "benchmarks.md").read_text() == "the H200 page\n"
-    assert json.loads((tmp_path / "build/bench-dry-run/results.json").read_text())["config"][
-        "dry_run"] is True
+    assert (
+        json.loads((tmp_path / "build/bench-dry-run/results.json").read_text())["config"]["dry_run"]
+        is True
+    )
     assert "Dry run" in (tmp_path / "build/bench-dry-run.md").read_text()
     assert "build/bench-dry-run/results.json" in capsys.readouterr().out
     assert "with --dry-run, build/bench-dry-run" in " ".join(bench._parser().format_help().split())
@@ -356,11 +456,24 @@ def test_no_run_off_a_gpu_replaces_gpu_results(dry_run, tmp_path, capsys):
     assert json.loads((out / "results.json").read_text())["machine"]["platform"] == "gpu"
 
 
-@pytest.mark.parametrize("argv", [
-    ["--batch", "0"], ["--batch", "1,-2"], ["--batch", ","], ["--batch", "x"],
-    ["--heads", "0"], ["--lens", "0"], ["--repeats", "0"], ["--calls", "0"],
-    ["--page-size", "0"], ["--sm-count", "0"], ["--time-budget", "0"],
-    ["--bytes-budget-gib", "-1"], ["--time-budget", "nan"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--batch", "0"],
+        ["--batch", "1,-2"],
+        ["--batch", ","],
+        ["--batch", "x"],
+        ["--heads", "0"],
+        ["--lens", "0"],
+        ["--repeats", "0"],
+        ["--calls", "0"],
+        ["--page-size", "0"],
+        ["--sm-count", "0"],
+        ["--time-budget", "0"],
+        ["--bytes-budget-gib", "-1"],
+        ["--time-budget", "nan"],
+    ],
+)
 def test_bench_rejects_bad_numbers_with_a_usage_error(argv, capsys):
     with pytest.raises(SystemExit) as exit_:
         bench._parser().parse_args(["--dry-run", *argv])

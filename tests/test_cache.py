@@ -14,10 +14,9 @@ def _problem(rng, batch, pages_per_seq, page_size, dtype=jnp.float32):
     """Random cache, a shuffled block table with one spare page, random latents."""
     num_pages = batch * pages_per_seq + 1
     cache = rng.standard_normal((num_pages, page_size, WIDTH)).astype(np.float32)
-    table = rng.permutation(num_pages)[:batch * pages_per_seq].reshape(batch, pages_per_seq)
+    table = rng.permutation(num_pages)[: batch * pages_per_seq].reshape(batch, pages_per_seq)
     latent = rng.standard_normal((batch, WIDTH)).astype(np.float32)
-    return (jnp.asarray(cache, dtype), jnp.asarray(table, jnp.int32),
-            jnp.asarray(latent, dtype))
+    return (jnp.asarray(cache, dtype), jnp.asarray(table, jnp.int32), jnp.asarray(latent, dtype))
 
 
 def _numpy_append(cache, latent, table, positions):
@@ -62,19 +61,40 @@ def test_out_of_range_writes_nothing():
     assert np.any(_bits(got) != _bits(cache), axis=-1).sum() == 1
 
 
-@pytest.mark.parametrize("change, match", [
-    (dict(kv_cache=jnp.zeros((4, 48))), r"kv_cache: got \[4, 48\], needed \[num_pages"),
-    (dict(latent=jnp.zeros((2, 40))), r"latent: got \[2, 40\], needed \[B, 48\]"),
-    (dict(latent=jnp.zeros((2, 48), jnp.bfloat16)), r"latent dtype: got bfloat16, needed kv_cache's float32"),
-    (dict(block_table=jnp.zeros((2, 3), jnp.float32)),
-     r"block_table: got float32\[2, 3\], needed int32 \[2, pages_per_seq >= 1\]"),
-    (dict(block_table=jnp.zeros((3, 3), jnp.int32)), r"block_table: got int32\[3, 3\], needed int32 \[2,"),
-    (dict(positions=jnp.zeros((3,), jnp.int32)), r"positions: got int32\[3\], needed int32 \[2\]"),
-    (dict(positions=jnp.zeros((2,), jnp.float32)), r"positions: got float32\[2\], needed int32 \[2\]"),
-])
+@pytest.mark.parametrize(
+    "change, match",
+    [
+        (dict(kv_cache=jnp.zeros((4, 48))), r"kv_cache: got \[4, 48\], needed \[num_pages"),
+        (dict(latent=jnp.zeros((2, 40))), r"latent: got \[2, 40\], needed \[B, 48\]"),
+        (
+            dict(latent=jnp.zeros((2, 48), jnp.bfloat16)),
+            r"latent dtype: got bfloat16, needed kv_cache's float32",
+        ),
+        (
+            dict(block_table=jnp.zeros((2, 3), jnp.float32)),
+            r"block_table: got float32\[2, 3\], needed int32 \[2, pages_per_seq >= 1\]",
+        ),
+        (
+            dict(block_table=jnp.zeros((3, 3), jnp.int32)),
+            r"block_table: got int32\[3, 3\], needed int32 \[2,",
+        ),
+        (
+            dict(positions=jnp.zeros((3,), jnp.int32)),
+            r"positions: got int32\[3\], needed int32 \[2\]",
+        ),
+        (
+            dict(positions=jnp.zeros((2,), jnp.float32)),
+            r"positions: got float32\[2\], needed int32 \[2\]",
+        ),
+    ],
+)
 def test_checks(change, match):
-    args = dict(kv_cache=jnp.ones((8, 4, 48)), latent=jnp.ones((2, 48)),
-                block_table=jnp.zeros((2, 3), jnp.int32), positions=jnp.zeros((2,), jnp.int32))
+    args = dict(
+        kv_cache=jnp.ones((8, 4, 48)),
+        latent=jnp.ones((2, 48)),
+        block_table=jnp.zeros((2, 3), jnp.int32),
+        positions=jnp.zeros((2,), jnp.int32),
+    )
     with pytest.raises(ValueError, match=match):
         append_latent(**{**args, **change})
 

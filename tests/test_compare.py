@@ -23,8 +23,9 @@ def no_vllm_kernel_file(monkeypatch):
 
 
 def problem(dtype="float32", seed=1):
-    return make_problem(batch=3, num_heads=8, seq_lens=1100, page_size=16, dtype=dtype,
-                        seed=seed, empty_rows=1)
+    return make_problem(
+        batch=3, num_heads=8, seq_lens=1100, page_size=16, dtype=dtype, seed=seed, empty_rows=1
+    )
 
 
 def by_path(report):
@@ -93,8 +94,9 @@ def test_vllm_path_dry_run_scores_non_empty_rows():
     vllm = by_path(report)["vllm"]
     assert vllm.available and vllm.passed and vllm.note == "1 empty rows not scored"
     assert vllm.num_splits == 2
-    against_vllm = cmp.compare(problem(seed=5), ground_truth="vllm",
-                               vllm_kernel=vllm_kernel.torch_reference_module())
+    against_vllm = cmp.compare(
+        problem(seed=5), ground_truth="vllm", vllm_kernel=vllm_kernel.torch_reference_module()
+    )
     assert against_vllm.passed, cmp.format_table(against_vllm)
     assert {s.note for s in against_vllm.scores if s.available} == {"1 empty rows not scored"}
 
@@ -111,23 +113,35 @@ def test_a_path_that_raises_fails_the_run(monkeypatch):
 
 
 def test_problem_is_seeded_ragged_and_scattered():
-    p = make_problem(batch=6, num_heads=4, seq_lens=300, page_size=16, dtype="bfloat16",
-                     seed=9, empty_rows=2)
-    again = make_problem(batch=6, num_heads=4, seq_lens=300, page_size=16, dtype="bfloat16",
-                         seed=9, empty_rows=2)
+    p = make_problem(
+        batch=6, num_heads=4, seq_lens=300, page_size=16, dtype="bfloat16", seed=9, empty_rows=2
+    )
+    again = make_problem(
+        batch=6, num_heads=4, seq_lens=300, page_size=16, dtype="bfloat16", seed=9, empty_rows=2
+    )
     assert all(np.array_equal(a, b) for a, b in zip(p[:4], again[:4]))
     assert p.seq_lens[0] == p.max_seq_len == 300 and (p.seq_lens == 0).sum() == 2
     assert p.q.dtype == p.kv_cache.dtype == jnp.bfloat16 and p.block_table.dtype == np.int32
     assert (p.q != 0).all() and (p.kv_cache != 0).all()
-    used = np.concatenate([p.block_table[b, :-(-n // 16)] for b, n in enumerate(p.seq_lens)])
+    used = np.concatenate([p.block_table[b, : -(-n // 16)] for b, n in enumerate(p.seq_lens)])
     assert len(set(used)) == len(used) == p.kv_cache.shape[0] - 3  # 3 spare pages by default
     assert not np.array_equal(used, np.sort(used))  # shuffled over the pool
 
 
-@pytest.mark.parametrize("argv", [
-    ["--batch", "0"], ["--max-len", "0"], ["--page-size", "0"], ["--heads", "0"],
-    ["--kv-lora-rank", "0"], ["--rope-dim", "-64"], ["--sm-count", "0"], ["--seed", "-1"],
-    ["--batch", "two"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--batch", "0"],
+        ["--max-len", "0"],
+        ["--page-size", "0"],
+        ["--heads", "0"],
+        ["--kv-lora-rank", "0"],
+        ["--rope-dim", "-64"],
+        ["--sm-count", "0"],
+        ["--seed", "-1"],
+        ["--batch", "two"],
+    ],
+)
 def test_bad_numbers_are_usage_errors(argv, capsys):
     """argparse's error and exit 2, before any problem is built."""
     with pytest.raises(SystemExit) as exit_:

@@ -13,10 +13,29 @@ from mla_jax.tools import demo
 
 # Tiny and short; the longest prompt goes 1085 -> 1092 tokens, across 1088, where the
 # occupancy policy (at batch <= 4 of 4 heads) goes from 16 to 32 splits.
-SMALL = ["--backend", "xla", "--config", "tiny", "--layers", "1", "--steps", "8",
-         "--prompt-len", "1084", "--dtype", "float32"]
-FACTS = ("steps/s: ", "attention error: ", "pointer unchanged: yes", "compilations: 1 ",
-         "split count: ", "one executable across it", "outputs finite: yes")
+SMALL = [
+    "--backend",
+    "xla",
+    "--config",
+    "tiny",
+    "--layers",
+    "1",
+    "--steps",
+    "8",
+    "--prompt-len",
+    "1084",
+    "--dtype",
+    "float32",
+]
+FACTS = (
+    "steps/s: ",
+    "attention error: ",
+    "pointer unchanged: yes",
+    "compilations: 1 ",
+    "split count: ",
+    "one executable across it",
+    "outputs finite: yes",
+)
 
 
 def assert_facts(text: str) -> None:
@@ -57,8 +76,9 @@ def test_triton_without_a_gpu_exits_2(capsys):
 
 
 def test_cli_defaults():
-    proc = subprocess.run([sys.executable, "-m", "mla_jax", "demo"], capture_output=True,
-                          text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "mla_jax", "demo"], capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert_facts(proc.stdout)
 
@@ -66,12 +86,15 @@ def test_cli_defaults():
 def test_step_timing_dry_run(tmp_path):
     out = tmp_path / "timing.json"
     script = Path(__file__).parents[1] / "scripts" / "step_timing.py"
-    proc = subprocess.run([sys.executable, str(script), "--dry-run", "--steps", "4",
-                           "--out", str(out)], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, str(script), "--dry-run", "--steps", "4", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "speedup vs (b)" in proc.stdout
     rows = json.loads(out.read_text())["rows"]
-    assert [(r["batch"], r["variant"]) for r in rows] == [
-        (b, v) for b in (1, 4) for v in "abcd"]
+    assert [(r["batch"], r["variant"]) for r in rows] == [(b, v) for b in (1, 4) for v in "abcd"]
     assert all(r["max_abs_diff_vs_a"] < 1e-5 and r["median_us"] > 0 for r in rows)
     assert [r["buffer_pointer_unchanged"] for r in rows if r["variant"] != "b"] == [True] * 6

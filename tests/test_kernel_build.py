@@ -20,8 +20,13 @@ SM90_SHARED_BYTES = 232448  # 227 KB: the most one block may ask for on an H100/
 def test_stage1_fits_sm90_shared_memory(heads, dtype, tmp_path):
     script = Path(__file__).parents[1] / "scripts" / "inspect_kernel.py"
     env = os.environ | {"TRITON_CACHE_DIR": str(tmp_path)}
-    proc = subprocess.run([sys.executable, str(script), "--heads", str(heads), "--dtype", dtype],
-                          capture_output=True, text=True, timeout=300, env=env)
+    proc = subprocess.run(
+        [sys.executable, str(script), "--heads", str(heads), "--dtype", dtype],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     shared = int(re.search(r"\bsmem=(\d+)", proc.stdout).group(1))
     assert 0 < shared <= SM90_SHARED_BYTES, proc.stdout

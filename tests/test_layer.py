@@ -8,15 +8,24 @@ import numpy as np
 import pytest
 
 from mla_jax.buffers import reserve_logits_buffer
-from tests.cases import buffer_spec
 from mla_jax.cache import new_paged_cache
-from mla_jax.layer import (PRESETS, MLAConfig, apply_rope, init_params, mla_decode_layer,
-                           naive_mla_attention)
+from mla_jax.layer import (
+    PRESETS,
+    MLAConfig,
+    apply_rope,
+    init_params,
+    mla_decode_layer,
+    naive_mla_attention,
+)
+from tests.cases import buffer_spec
 
 SM = 132
 TINY = PRESETS["tiny"]
-jitted_layer = jax.jit(mla_decode_layer, static_argnames=("config", "backend"),
-                       donate_argnames=("kv_cache", "logits_buffer"))
+jitted_layer = jax.jit(
+    mla_decode_layer,
+    static_argnames=("config", "backend"),
+    donate_argnames=("kv_cache", "logits_buffer"),
+)
 naive = jax.jit(naive_mla_attention, static_argnames=("config",))
 
 
@@ -31,8 +40,8 @@ def test_presets_and_checks():
     assert (v3.qk_rope_head_dim, v3.qk_nope_head_dim, v3.v_head_dim) == (64, 128, 128)
     # YaRN (factor 40, mscale_all_dim 1) multiplies the scale by mscale**2.
     assert v3.latent_dim == 576
-    assert v3.softmax_scale == pytest.approx(192 ** -0.5 * (0.1 * np.log(40) + 1) ** 2)
-    assert TINY.softmax_scale == pytest.approx(32 ** -0.5)
+    assert v3.softmax_scale == pytest.approx(192**-0.5 * (0.1 * np.log(40) + 1) ** 2)
+    assert TINY.softmax_scale == pytest.approx(32**-0.5)
     lite = PRESETS["deepseek-v2-lite"]
     assert lite.q_lora_rank is None and lite.num_heads == 16
     lite_params = jax.eval_shape(lambda k: init_params(lite, k), jax.random.key(0))
@@ -47,8 +56,16 @@ def test_presets_and_checks():
     cache, table = new_paged_cache(2, 32, 16, TINY.latent_dim, key=jax.random.key(1))
     buffer = reserve_logits_buffer(2, TINY.num_heads, 32, kv_lora_rank=32, rope_dim=16, sm_count=SM)
     with pytest.raises(ValueError, match=r"x: got \[2, 32\], needed \[B, 64\]"):
-        mla_decode_layer(params, TINY, jnp.ones((2, 32)), cache, table,
-                         jnp.zeros(2, jnp.int32), buffer, backend="xla")
+        mla_decode_layer(
+            params,
+            TINY,
+            jnp.ones((2, 32)),
+            cache,
+            table,
+            jnp.zeros(2, jnp.int32),
+            buffer,
+            backend="xla",
+        )
 
 
 def test_rope_keeps_only_relative_position():
@@ -56,8 +73,11 @@ def test_rope_keeps_only_relative_position():
     pos = jnp.asarray([[0, 7, 300], [5, 12, 305]], jnp.int32)  # row 1 = row 0 + 5
     dots = jnp.sum(apply_rope(q, pos, TINY) * apply_rope(k, pos[:, ::-1], TINY), axis=-1)
     np.testing.assert_allclose(dots[0], dots[1], rtol=1e-4)
-    np.testing.assert_allclose(jnp.linalg.norm(apply_rope(q, pos, TINY), axis=-1),
-                               jnp.broadcast_to(jnp.linalg.norm(q, axis=-1), (2, 3)), rtol=1e-5)
+    np.testing.assert_allclose(
+        jnp.linalg.norm(apply_rope(q, pos, TINY), axis=-1),
+        jnp.broadcast_to(jnp.linalg.norm(q, axis=-1), (2, 3)),
+        rtol=1e-5,
+    )
     assert not np.allclose(dots[0], jnp.sum(q * k, axis=-1), rtol=1e-2)
 
 
@@ -69,13 +89,11 @@ def test_rope_pairs_are_interleaved():
     angles = pos * TINY.rope_inv_freq().astype(np.float64)
     want = (x[0::2] + 1j * x[1::2]) * np.exp(1j * angles)
     got = np.asarray(apply_rope(jnp.asarray(x), jnp.asarray(pos, jnp.int32), TINY))
-    np.testing.assert_allclose(got, np.concatenate([want.real, want.imag]), rtol=1e-5,
-                               atol=1e-6)
+    np.testing.assert_allclose(got, np.concatenate([want.real, want.imag]), rtol=1e-5, atol=1e-6)
     halves = dataclasses.replace(TINY, rope_interleave=False)
     want = (x[:8] + 1j * x[8:]) * np.exp(1j * angles)
     got = np.asarray(apply_rope(jnp.asarray(x), jnp.asarray(pos, jnp.int32), halves))
-    np.testing.assert_allclose(got, np.concatenate([want.real, want.imag]), rtol=1e-5,
-                               atol=1e-6)
+    np.testing.assert_allclose(got, np.concatenate([want.real, want.imag]), rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("page_size, use_jit", [(16, False), (16, True), (1, True)])
@@ -84,22 +102,25 @@ def test_absorbed_matches_naive(page_size, use_jit):
     seed = page_size + use_jit
     params = init_params(TINY, jax.random.key(seed))
     batch, max_len = 3, 48
-    cache, table = new_paged_cache(batch, max_len, page_size, TINY.latent_dim,
-                                   key=jax.random.key(seed + 10))
-    buffer = reserve_logits_buffer(batch, TINY.num_heads, max_len, kv_lora_rank=32, rope_dim=16, sm_count=SM)
+    cache, table = new_paged_cache(
+        batch, max_len, page_size, TINY.latent_dim, key=jax.random.key(seed + 10)
+    )
+    buffer = reserve_logits_buffer(
+        batch, TINY.num_heads, max_len, kv_lora_rank=32, rope_dim=16, sm_count=SM
+    )
     history = _dense(cache, table)  # rows past each prompt are random, never read
     positions = jnp.asarray([0, 5, 37], jnp.int32)
     layer = jitted_layer if use_jit else mla_decode_layer
     pointers = (cache.unsafe_buffer_pointer(), buffer.data.unsafe_buffer_pointer())
     for step, key in enumerate(jax.random.split(jax.random.key(seed + 20), 5)):
         x = jax.random.normal(key, (batch, TINY.hidden_size))
-        y, cache, buffer = layer(params, TINY, x, cache, table, positions, buffer,
-                                 backend="xla")
+        y, cache, buffer = layer(params, TINY, x, cache, table, positions, buffer, backend="xla")
         want, row = naive(params, TINY, x, jnp.asarray(history), positions)
         history[np.arange(batch), np.asarray(positions)] = row
         assert y.shape == (batch, TINY.hidden_size) and y.dtype == jnp.float32
-        np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4 * float(jnp.abs(want).max()),
-                                   err_msg=f"step {step}")
+        np.testing.assert_allclose(
+            y, want, rtol=1e-4, atol=1e-4 * float(jnp.abs(want).max()), err_msg=f"step {step}"
+        )
         positions = positions + 1
     np.testing.assert_allclose(_dense(cache, table), history, rtol=1e-6, atol=1e-6)
     if use_jit:
@@ -113,8 +134,7 @@ def test_bfloat16_cache_close_to_float32_naive():
     positions = jnp.asarray([20, 50], jnp.int32)
     x = jax.random.normal(jax.random.key(7), (2, TINY.hidden_size), jnp.bfloat16)
     want, _ = naive(params, TINY, x, jnp.asarray(_dense(cache, table)), positions)
-    y, cache, _ = jitted_layer(params, TINY, x, cache, table, positions, buffer,
-                               backend="xla")
+    y, cache, _ = jitted_layer(params, TINY, x, cache, table, positions, buffer, backend="xla")
     assert y.dtype == jnp.bfloat16 and cache.dtype == jnp.bfloat16
     err = float(jnp.abs(y.astype(jnp.float32) - want).max() / jnp.abs(want).max())
     assert err < 2e-2
@@ -128,11 +148,13 @@ def test_deepseek_v3_shapes():
     batch, pages, page_size = 2, 8, 64
     y, cache, buffer = jax.eval_shape(
         lambda p, x, c, t, pos, b: mla_decode_layer(p, v3, x, c, t, pos, b, backend="xla"),
-        params, jax.ShapeDtypeStruct((batch, 7168), jnp.bfloat16),
+        params,
+        jax.ShapeDtypeStruct((batch, 7168), jnp.bfloat16),
         jax.ShapeDtypeStruct((pages * batch, page_size, 576), jnp.bfloat16),
         jax.ShapeDtypeStruct((batch, pages), jnp.int32),
         jax.ShapeDtypeStruct((batch,), jnp.int32),
-        buffer_spec(batch, 128, 2))
+        buffer_spec(batch, 128, 2),
+    )
     assert (y.shape, y.dtype) == ((batch, 7168), jnp.bfloat16)
     assert cache.shape == (pages * batch, page_size, 576)
     assert buffer.data.shape == (batch, 128, 2, 513)

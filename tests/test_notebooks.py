@@ -11,8 +11,11 @@ NOTEBOOKS = sorted((Path(__file__).parent.parent / "notebooks").glob("*.ipynb"))
 
 def test_all_notebooks_are_there():
     assert [p.name for p in NOTEBOOKS] == [
-        "01_quickstart.ipynb", "02_compare_with_pytorch.ipynb", "03_performance.ipynb",
-        "04_deepseek.ipynb"]
+        "01_quickstart.ipynb",
+        "02_compare_with_pytorch.ipynb",
+        "03_performance.ipynb",
+        "04_deepseek.ipynb",
+    ]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
@@ -28,8 +31,9 @@ def test_runs_top_to_bottom(path, monkeypatch):
     monkeypatch.setenv("MPLBACKEND", "Agg")  # the kernel inherits it: no display needed
     nb = nbformat.read(path, as_version=4)
     # "python3" resolves to this interpreter, so the kernel sees this venv's mla_jax.
-    client = NotebookClient(nb, timeout=120, kernel_name="python3",
-                            resources={"metadata": {"path": str(path.parent)}})
+    client = NotebookClient(
+        nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
+    )
     client.execute()  # raises CellExecutionError naming the cell that failed
     errors = [o for c in nb.cells for o in c.get("outputs", []) if o.output_type == "error"]
     assert not errors

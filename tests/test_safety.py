@@ -212,13 +212,17 @@ def test_decode_loop_validates_the_positions_it_will_write():
 
     tiny = PRESETS["tiny"]
     params = [init_params(tiny, jax.random.key(1))]
-    state = init_decode_state(tiny, 1, 3, 200, 16, sm_count=SM, key=jax.random.key(2),
-                              prompt_lens=[3, 90, 150])
+    state = init_decode_state(
+        tiny, 1, 3, 200, 16, sm_count=SM, key=jax.random.key(2), prompt_lens=[3, 90, 150]
+    )
     x = jax.random.normal(jax.random.key(3), (3, tiny.hidden_size))
     capacity = state.block_table.shape[1] * 16
     steps = capacity - 150 + 1  # row 2's last step writes one token past the table
-    with pytest.raises(ValueError, match=rf"seq_lens\[2\] = {capacity + 1} exceeds the "
-                                         rf"block table's capacity of {capacity} tokens"):
+    with pytest.raises(
+        ValueError,
+        match=rf"seq_lens\[2\] = {capacity + 1} exceeds the "
+        rf"block table's capacity of {capacity} tokens",
+    ):
         decode_loop(params, tiny, x, state, steps, backend="xla", validate=True)
     assert not state.logits_buffer.data.is_deleted()
     outputs, _ = decode_loop(params, tiny, x, state, steps - 1, backend="xla", validate=True)
@@ -234,10 +238,28 @@ def test_layer_validates_its_append_position():
     params = init_params(tiny, jax.random.key(1))
     kv = jnp.zeros((8, 16, tiny.latent_dim))
     table = jnp.arange(8, dtype=jnp.int32).reshape(2, 4)
-    buf = mla_jax.reserve_logits_buffer(2, tiny.num_heads, 64, kv_lora_rank=tiny.kv_lora_rank,
-                                        rope_dim=tiny.qk_rope_head_dim, sm_count=SM)
+    buf = mla_jax.reserve_logits_buffer(
+        2,
+        tiny.num_heads,
+        64,
+        kv_lora_rank=tiny.kv_lora_rank,
+        rope_dim=tiny.qk_rope_head_dim,
+        sm_count=SM,
+    )
     x = jax.random.normal(jax.random.key(3), (2, tiny.hidden_size))
-    with pytest.raises(ValueError, match=r"seq_lens\[1\] = 65 exceeds the block table's "
-                                         "capacity of 64 tokens"):
-        mla_decode_layer(params, tiny, x, kv, table, jnp.asarray([5, 64], jnp.int32), buf,
-                         backend="xla", validate=True)
+    with pytest.raises(
+        ValueError,
+        match=r"seq_lens\[1\] = 65 exceeds the block table's "
+        "capacity of 64 tokens",
+    ):
+        mla_decode_layer(
+            params,
+            tiny,
+            x,
+            kv,
+            table,
+            jnp.asarray([5, 64], jnp.int32),
+            buf,
+            backend="xla",
+            validate=True,
+        )

@@ -63,8 +63,14 @@ HEADS = (16, 128)
 LENS = (1024, 4096, 16384, 65536)
 LONG_LEN, LONG_MAX_BATCH = 16384, 4  # lengths past LONG_LEN only for B <= 4
 QUICK = {"batches": (4, 128), "heads": (16, 128), "lens": (4096, 16384), "repeats": 3}
-DRY = {"batches": (1, 2), "heads": (16,), "lens": (128, 256), "repeats": 2, "calls": 2,
-       "page_size": 16}
+DRY = {
+    "batches": (1, 2),
+    "heads": (16,),
+    "lens": (128, 256),
+    "repeats": 2,
+    "calls": 2,
+    "page_size": 16,
+}
 
 # Where results go: a dry run's must never land on the committed GPU results.
 DEFAULT_OUT, DRY_RUN_OUT = Path("docs/benchmarks"), Path("build/bench-dry-run")
@@ -101,11 +107,15 @@ class Settings:
     runs_per_repeat: int = RUNS_PER_REPEAT
 
 
-def sweep_shapes(batches: Sequence[int], heads: Sequence[int],
-                 lens: Sequence[int]) -> list[tuple[int, int, int]]:
+def sweep_shapes(
+    batches: Sequence[int], heads: Sequence[int], lens: Sequence[int]
+) -> list[tuple[int, int, int]]:
     """(B, H, L) in sweep order; lengths past ``LONG_LEN`` only for small batches."""
-    return [(b, h, n) for b, h, n in itertools.product(batches, heads, lens)
-            if n <= LONG_LEN or b <= LONG_MAX_BATCH]
+    return [
+        (b, h, n)
+        for b, h, n in itertools.product(batches, heads, lens)
+        if n <= LONG_LEN or b <= LONG_MAX_BATCH
+    ]
 
 
 def calls_for(floor_ms: float) -> int:
@@ -121,21 +131,29 @@ def xla_temp_bytes(batch: int, heads: int, seq_len: int) -> int:
 
 
 @functools.partial(jax.jit, static_argnums=(1, 2, 3, 4))
-def make_inputs(key: jax.Array, batch: int, heads: int, seq_len: int,
-                page_size: int) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+def make_inputs(
+    key: jax.Array, batch: int, heads: int, seq_len: int, page_size: int
+) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
     """Random bf16 ``(q, kv_cache)``, a shuffled block table, every row of length L
     (one compilation per shape, rather than one per random op; an "rbg" key compiles
     and runs faster than threefry's)."""
     kq, kcache = jax.random.split(key)
     q = jax.random.normal(kq, (batch, heads, LATENT_DIM), jnp.bfloat16)
-    kv_cache, block_table = new_paged_cache(batch, seq_len, page_size, LATENT_DIM,
-                                            jnp.bfloat16, key=kcache)
+    kv_cache, block_table = new_paged_cache(
+        batch, seq_len, page_size, LATENT_DIM, jnp.bfloat16, key=kcache
+    )
     return q, kv_cache, block_table, jnp.full((batch,), seq_len, jnp.int32)
 
 
-def dense_decode(q: jax.Array, kv_cache: jax.Array, block_table: jax.Array,
-                 seq_lens: jax.Array, *, scale: float,
-                 kv_lora_rank: int = KV_LORA_RANK) -> tuple[jax.Array, jax.Array]:
+def dense_decode(
+    q: jax.Array,
+    kv_cache: jax.Array,
+    block_table: jax.Array,
+    seq_lens: jax.Array,
+    *,
+    scale: float,
+    kv_lora_rank: int = KV_LORA_RANK,
+) -> tuple[jax.Array, jax.Array]:
     """Plain JAX MLA decode in bf16: gather every page of each row, one softmax."""
     rows = kv_cache[block_table].reshape(q.shape[0], -1, kv_cache.shape[-1])  # [B, N, D]
     logits = jnp.einsum("bhd,bnd->bhn", q, rows, preferred_element_type=jnp.float32) * scale
@@ -143,16 +161,18 @@ def dense_decode(q: jax.Array, kv_cache: jax.Array, block_table: jax.Array,
     logits = jnp.where(live[:, None, :], logits, -jnp.inf)
     lse = jax.nn.logsumexp(logits, axis=-1)
     p = jnp.exp(logits - lse[..., None]).astype(q.dtype)
-    out = jnp.einsum("bhn,bnd->bhd", p, rows[..., :kv_lora_rank],
-                     preferred_element_type=jnp.float32)
+    out = jnp.einsum(
+        "bhn,bnd->bhd", p, rows[..., :kv_lora_rank], preferred_element_type=jnp.float32
+    )
     return out.astype(q.dtype), lse
 
 
 # -------------------------------------------------------------------------- timing
 
 
-def timed_chain(decode: Callable, calls: int, *, perturb_table: bool,
-                keep_outs: bool) -> jax.stages.Wrapped:
+def timed_chain(
+    decode: Callable, calls: int, *, perturb_table: bool, keep_outs: bool
+) -> jax.stages.Wrapped:
     """jit of ``calls`` chained decode steps: ``(q, kv, bt, lens, buf) -> (outs, lses, buf)``.
 
     ``decode(q, kv, bt, lens, buf) -> (out, lse, buf)``. ``buf`` (the logits buffer,
@@ -169,6 +189,7 @@ def timed_chain(decode: Callable, calls: int, *, perturb_table: bool,
     calls once; with ``perturb_table`` each call adds ``lse[0, 0] == inf`` (always 0,
     which XLA cannot know) to the block table the next one reads.
     """
+
     def run(q, kv_cache, block_table, seq_lens, buf):
         table, outs, lses = block_table, [], []
         # Unrolled: a rolled GPU while loop syncs with the host on every trip (~10 us),
@@ -272,7 +293,7 @@ def stablehlo_custom_calls(module_text: str, target: str = TRITON_TARGET) -> Cus
                 deps[enclosing[-1][1]].update(node(n) for n in _NAME.findall(text))
                 continue
             match = _DEF.match(line)
-            rhs = line[match.end():] if match else text
+            rhs = line[match.end() :] if match else text
             results = results_of(match[1]) if match else []
             call = _CALL.search(rhs)
             if call and call[1] in funcs:
@@ -285,8 +306,11 @@ def stablehlo_custom_calls(module_text: str, target: str = TRITON_TARGET) -> Cus
             for ref in results:
                 env[ref] = op
             deps.setdefault(op, set()).update(node(n) for n in _NAME.findall(rhs))
-            if re.search(rf'custom_call\s+@{re.escape(target)}\b|call_target_name\s*=\s*'
-                         rf'"{re.escape(target)}"', raw):
+            if re.search(
+                rf"custom_call\s+@{re.escape(target)}\b|call_target_name\s*=\s*"
+                rf'"{re.escape(target)}"',
+                raw,
+            ):
                 calls_found.append(op)
             enclosing.append((indent, op))
         return returned
@@ -308,11 +332,13 @@ def check_chain_calls(path: str, found: int, calls: int, where: str) -> None:
             f"{path}: the timed chain of {calls} mla_decode calls has {found} live "
             f"{TRITON_TARGET} custom calls {where}, not {2 * calls} (stage 1 and stage 2 per "
             "call), so its time would miss work that XLA deleted. Every call's results must "
-            "be outputs of the chain (bench.timed_chain).")
+            "be outputs of the chain (bench.timed_chain)."
+        )
 
 
-def time_loop(step: Callable, state: Any, *, calls: int, repeats: int,
-              runs: int = RUNS_PER_REPEAT) -> tuple[list[float], Any]:
+def time_loop(
+    step: Callable, state: Any, *, calls: int, repeats: int, runs: int = RUNS_PER_REPEAT
+) -> tuple[list[float], Any]:
     """Per-call ms of ``state = step(state)``, a jitted chain of ``calls`` calls, per
     repeat after a warm-up (which compiles); returns ``(times, last state)``.
 
@@ -385,16 +411,20 @@ def measure_ceilings(*, dry_run: bool, repeats: int, runs: int = RUNS_PER_REPEAT
     copy_bytes = 2 * copy_elems * 2
     kx, kw = jax.random.split(jax.random.key(1))
     # w ~ N(0, 1/n) keeps x's scale, so the chained products stay finite.
-    w = jax.random.normal(kw, (n, n), jnp.bfloat16) * jnp.bfloat16(n ** -0.5)
+    w = jax.random.normal(kw, (n, n), jnp.bfloat16) * jnp.bfloat16(n**-0.5)
     matmul_ms = per_call_ms(lambda x: x @ w, jax.random.normal(kx, (n, n), jnp.bfloat16))
     # What one iteration of a rolled JAX loop costs with almost no work in it (the
     # decode loops are unrolled, since a rolled GPU loop syncs with the host each trip).
     loop_step_ms = per_call_ms(lambda x: x + 1, jnp.zeros((1,), jnp.float32))
-    return {"copy_bytes": copy_bytes, "copy_ms": copy_ms,
-            "copy_tbps": copy_bytes / (copy_ms * 1e-3) / 1e12,
-            "matmul_n": n, "matmul_ms": matmul_ms,
-            "matmul_tflops": 2 * n**3 / (matmul_ms * 1e-3) / 1e12,
-            "jax_loop_step_ms": loop_step_ms}
+    return {
+        "copy_bytes": copy_bytes,
+        "copy_ms": copy_ms,
+        "copy_tbps": copy_bytes / (copy_ms * 1e-3) / 1e12,
+        "matmul_n": n,
+        "matmul_ms": matmul_ms,
+        "matmul_tflops": 2 * n**3 / (matmul_ms * 1e-3) / 1e12,
+        "jax_loop_step_ms": loop_step_ms,
+    }
 
 
 # --------------------------------------------------------------------------- paths
@@ -416,8 +446,9 @@ def path_splits(path: str, batch: int, heads: int, seq_len: int, sm_count: int) 
     policy = SPLIT_POLICY[path]
     if policy is None:
         return None
-    return int(kv_splits(policy, batch=batch, num_heads=heads, max_seq_len=seq_len,
-                         sm_count=sm_count))
+    return int(
+        kv_splits(policy, batch=batch, num_heads=heads, max_seq_len=seq_len, sm_count=sm_count)
+    )
 
 
 def run_jax_path(settings: Settings, path: str, inputs: tuple, calls: int) -> PathRun:
@@ -435,33 +466,60 @@ def run_jax_path(settings: Settings, path: str, inputs: tuple, calls: int) -> Pa
     lower_only = settings.dry_run and triton
     policy = SPLIT_POLICY[path]
     if policy is None:  # the dense path: no splits, no buffer
+
         def decode(q, kv, bt, sl, buf):
             return *dense_decode(q, kv, bt, sl, scale=SCALE), buf
+
         buf = None
     else:
+
         def decode(q, kv, bt, sl, buf):
-            return mla_decode(q, kv, bt, sl, buf, scale=SCALE, max_seq_len=seq_len,
-                              k_scale=k_scale, backend="triton" if triton else "xla",
-                              compute_capability=90 if lower_only else None)
-        buf = reserve_logits_buffer(q.shape[0], q.shape[1], seq_len,
-                                    sm_count=settings.sm_count, policy=policy)
+            return mla_decode(
+                q,
+                kv,
+                bt,
+                sl,
+                buf,
+                scale=SCALE,
+                max_seq_len=seq_len,
+                k_scale=k_scale,
+                backend="triton" if triton else "xla",
+                compute_capability=90 if lower_only else None,
+            )
+
+        buf = reserve_logits_buffer(
+            q.shape[0], q.shape[1], seq_len, sm_count=settings.sm_count, policy=policy
+        )
     chain = timed_chain(decode, calls, perturb_table=not triton, keep_outs=not triton)
     if lower_only:
         lowered = stablehlo_custom_calls(
-            chain.trace(*inputs, buf).lower(lowering_platforms=("cuda",)).as_text())
+            chain.trace(*inputs, buf).lower(lowering_platforms=("cuda",)).as_text()
+        )
         check_chain_calls(path, lowered.total, calls, "in the module lowered for CUDA")
-        check_chain_calls(path, lowered.reaching_return, calls,
-                          "whose results reach the outputs of the module lowered for CUDA")
-        return PathRun(None, None, "dry run: lowered for CUDA, not run",
-                       {"triton_kernel_calls": lowered.reaching_return})
+        check_chain_calls(
+            path,
+            lowered.reaching_return,
+            calls,
+            "whose results reach the outputs of the module lowered for CUDA",
+        )
+        return PathRun(
+            None,
+            None,
+            "dry run: lowered for CUDA, not run",
+            {"triton_kernel_calls": lowered.reaching_return},
+        )
     compiled = chain.lower(*inputs, buf).compile()
     found = compiled_custom_calls(compiled.as_text() or "")
     if triton:
         check_chain_calls(path, found, calls, "in the compiled executable")
     # The checked executable itself is timed (donation as the jit declares it).
-    times, (outs, _, _) = time_loop(lambda state: compiled(*inputs, state[2]),
-                                    (None, None, buf), calls=calls, repeats=settings.repeats,
-                                    runs=settings.runs_per_repeat)
+    times, (outs, _, _) = time_loop(
+        lambda state: compiled(*inputs, state[2]),
+        (None, None, buf),
+        calls=calls,
+        repeats=settings.repeats,
+        runs=settings.runs_per_repeat,
+    )
     return PathRun(times, outs[-1], None, {"triton_kernel_calls": found})
 
 
@@ -478,8 +536,17 @@ def run_vllm_path(settings: Settings, module: Any, inputs: tuple, calls: int) ->
 
     def fn():
         return vllm_kernel.vllm_decode(
-            module, q, kv_cache, block_table, seq_lens, scale=SCALE, num_kv_splits=splits,
-            kv_lora_rank=KV_LORA_RANK, k_scale=ones, v_scale=ones)
+            module,
+            q,
+            kv_cache,
+            block_table,
+            seq_lens,
+            scale=SCALE,
+            num_kv_splits=splits,
+            kv_lora_rank=KV_LORA_RANK,
+            k_scale=ones,
+            v_scale=ones,
+        )
 
     timer = time_wall if settings.dry_run else time_cuda_graph
     times, out = timer(fn, calls=calls, repeats=settings.repeats)
@@ -500,8 +567,10 @@ def vllm_module(settings: Settings) -> tuple[Any, str | None]:
     if settings.dry_run:
         return vllm_kernel.torch_reference_module(), None
     if found is None:
-        return None, (f"vLLM's kernel file not found: set {vllm_kernel.ENV_VAR} to a copy of "
-                      "vllm/v1/attention/ops/triton_decode_attention.py")
+        return None, (
+            f"vLLM's kernel file not found: set {vllm_kernel.ENV_VAR} to a copy of "
+            "vllm/v1/attention/ops/triton_decode_attention.py"
+        )
     if not torch.cuda.is_available():
         return None, "torch sees no CUDA device"
     return found, None
@@ -512,9 +581,13 @@ def vllm_module(settings: Settings) -> tuple[Any, str | None]:
 
 def machine_info(sm_count: int) -> dict:
     device = jax.devices()[0]
-    info = {"device": device.device_kind, "platform": device.platform, "sm_count": sm_count,
-            "python": platform.python_version(),
-            "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")}
+    info = {
+        "device": device.device_kind,
+        "platform": device.platform,
+        "sm_count": sm_count,
+        "python": platform.python_version(),
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+    }
     for dist in ("jax", "jaxlib", "jax-triton", "triton", "torch"):
         try:
             info[dist.replace("-", "_")] = importlib.metadata.version(dist)
@@ -523,16 +596,23 @@ def machine_info(sm_count: int) -> dict:
     return info
 
 
-def skip_reason(settings: Settings, path: str, shape: tuple[int, int, int],
-                elapsed_s: float, vllm_missing: str | None) -> str | None:
+def skip_reason(
+    settings: Settings,
+    path: str,
+    shape: tuple[int, int, int],
+    elapsed_s: float,
+    vllm_missing: str | None,
+) -> str | None:
     """Why ``path`` is not measured at ``shape``, or None."""
     if elapsed_s > settings.time_budget_s:
         return f"time budget ({settings.time_budget_s:.0f} s) spent"
     if path == "vllm" and vllm_missing:
         return vllm_missing
     if path in ("xla", "dense") and xla_temp_bytes(*shape) > settings.bytes_budget:
-        return (f"needs ~{xla_temp_bytes(*shape) / 2**30:.1f} GiB of temporaries, over the "
-                f"{settings.bytes_budget / 2**30:.1f} GiB budget")
+        return (
+            f"needs ~{xla_temp_bytes(*shape) / 2**30:.1f} GiB of temporaries, over the "
+            f"{settings.bytes_budget / 2**30:.1f} GiB budget"
+        )
     return None
 
 
@@ -567,15 +647,28 @@ def add_metrics(record: dict, outs: dict[str, np.ndarray]) -> None:
     ref = outs.get("dense")
     for path, entry in record["paths"].items():
         if "ms" in entry:
-            entry.update(bench_report.path_metrics(
-                entry["ms"], bytes_=record["kv_bytes"], flops=record["flops"],
-                floor=record["floor_ms"], vllm_ms=vllm_ms))
-            entry["max_abs_err"] = (None if ref is None
-                                    else float(np.max(np.abs(outs[path] - ref))))
+            entry.update(
+                bench_report.path_metrics(
+                    entry["ms"],
+                    bytes_=record["kv_bytes"],
+                    flops=record["flops"],
+                    floor=record["floor_ms"],
+                    vllm_ms=vllm_ms,
+                )
+            )
+            entry["max_abs_err"] = None if ref is None else float(np.max(np.abs(outs[path] - ref)))
 
 
-def measure_shape(settings: Settings, shape: tuple[int, int, int], *, ceilings: dict,
-                  paths: Sequence[str], vllm: tuple, start: float, progress) -> dict:
+def measure_shape(
+    settings: Settings,
+    shape: tuple[int, int, int],
+    *,
+    ceilings: dict,
+    paths: Sequence[str],
+    vllm: tuple,
+    start: float,
+    progress,
+) -> dict:
     """The record of one shape: its floor, and per path times or why it was skipped.
 
     ``vllm`` is ``vllm_module``'s pair; ``start`` the sweep's start (the time budget).
@@ -583,26 +676,41 @@ def measure_shape(settings: Settings, shape: tuple[int, int, int], *, ceilings: 
     batch, heads, seq_len = shape
     nbytes = bench_report.kv_bytes(batch, seq_len)
     flops = bench_report.attention_flops(batch, heads, seq_len)
-    floor = bench_report.floor_ms(nbytes, flops, copy_tbps=ceilings["copy_tbps"],
-                                  matmul_tflops=ceilings["matmul_tflops"])
+    floor = bench_report.floor_ms(
+        nbytes, flops, copy_tbps=ceilings["copy_tbps"], matmul_tflops=ceilings["matmul_tflops"]
+    )
     calls = settings.calls or calls_for(floor)
     # Shape-level: vLLM's split count (the baseline's); each path records its own.
-    record: dict[str, Any] = {"B": batch, "H": heads, "L": seq_len,
-              "num_kv_splits": num_kv_splits(seq_len, settings.sm_count),
-              "kv_bytes": nbytes, "flops": flops, "floor_ms": floor, "paths": {}}
+    record: dict[str, Any] = {
+        "B": batch,
+        "H": heads,
+        "L": seq_len,
+        "num_kv_splits": num_kv_splits(seq_len, settings.sm_count),
+        "kv_bytes": nbytes,
+        "flops": flops,
+        "floor_ms": floor,
+        "paths": {},
+    }
     inputs, outs = None, {}
     for path in paths:
         progress.set_postfix_str(f"B={batch} H={heads} L={seq_len} {path}")
         splits = path_splits(path, batch, heads, seq_len, settings.sm_count)
         entry = {} if splits is None else {"num_kv_splits": splits}
-        run = PathRun(None, None, skip_reason(settings, path, shape,
-                                              time.perf_counter() - start, vllm[1]))
+        run = PathRun(
+            None, None, skip_reason(settings, path, shape, time.perf_counter() - start, vllm[1])
+        )
         if run.skipped is None:
             try:  # one failing path (an OOM, a compile error) must not end the sweep
-                inputs = inputs or jax.block_until_ready(make_inputs(
-                    jax.random.key(0, impl="rbg"), batch, heads, seq_len, settings.page_size))
-                run = (run_vllm_path(settings, vllm[0], inputs, calls) if path == "vllm"
-                       else run_jax_path(settings, path, inputs, calls))
+                inputs = inputs or jax.block_until_ready(
+                    make_inputs(
+                        jax.random.key(0, impl="rbg"), batch, heads, seq_len, settings.page_size
+                    )
+                )
+                run = (
+                    run_vllm_path(settings, vllm[0], inputs, calls)
+                    if path == "vllm"
+                    else run_jax_path(settings, path, inputs, calls)
+                )
             except ChainCheckError:
                 raise  # a chain that skips work would make every time of the sweep wrong
             except Exception as e:
@@ -612,14 +720,22 @@ def measure_shape(settings: Settings, shape: tuple[int, int, int], *, ceilings: 
             continue
         outs[path] = np.asarray(run.out, np.float32)
         times = run.times or []
-        record["paths"][path] = {"ms": float(np.median(times)), "times_ms": times,
-                                 "calls": calls, **entry, **run.facts}
+        record["paths"][path] = {
+            "ms": float(np.median(times)),
+            "times_ms": times,
+            "calls": calls,
+            **entry,
+            **run.facts,
+        }
     add_metrics(record, outs)
     return record
 
 
-def run_sweep(shapes: list[tuple[int, int, int]], settings: Settings,
-              checkpoint: Callable[[dict], object] | None = None) -> dict:
+def run_sweep(
+    shapes: list[tuple[int, int, int]],
+    settings: Settings,
+    checkpoint: Callable[[dict], object] | None = None,
+) -> dict:
     """Measures the ceilings, then every path at every shape: the results dict.
 
     ``checkpoint`` gets the results so far after each shape, so a run cut short by a
@@ -627,32 +743,53 @@ def run_sweep(shapes: list[tuple[int, int, int]], settings: Settings,
     """
     start = time.perf_counter()
     paths = [p for p in PATH_LABELS if p in settings.paths]
-    calls_rule = (f"K={settings.calls} calls" if settings.calls else
-                  f"K calls (~{TARGET_RUN_MS:g} ms a run, K in {MIN_CALLS}..{MAX_CALLS})")
+    calls_rule = (
+        f"K={settings.calls} calls"
+        if settings.calls
+        else f"K calls (~{TARGET_RUN_MS:g} ms a run, K in {MIN_CALLS}..{MAX_CALLS})"
+    )
     results: dict[str, Any] = {
-        "what": ("device time per call of one MLA decode step, median of repeats; JAX: "
-                 f"{settings.runs_per_repeat} runs of K chained calls unrolled in one jit, "
-                 "every call's outputs kept, dispatched back to back, one sync / "
-                 f"({settings.runs_per_repeat} K); vLLM: a CUDA graph of K calls replayed "
-                 "between CUDA events / K."),
+        "what": (
+            "device time per call of one MLA decode step, median of repeats; JAX: "
+            f"{settings.runs_per_repeat} runs of K chained calls unrolled in one jit, "
+            "every call's outputs kept, dispatched back to back, one sync / "
+            f"({settings.runs_per_repeat} K); vLLM: a CUDA graph of K calls replayed "
+            "between CUDA events / K."
+        ),
         "machine": machine_info(settings.sm_count),
-        "config": {"dry_run": settings.dry_run, "repeats": settings.repeats,
-                   "calls_rule": calls_rule, "page_size": settings.page_size,
-                   "kv_lora_rank": KV_LORA_RANK, "rope_dim": ROPE_DIM, "dtype": "bfloat16",
-                   "scale": SCALE, "time_budget_s": settings.time_budget_s,
-                   "bytes_budget": settings.bytes_budget,
-                   "vllm_kernel": os.environ.get(vllm_kernel.ENV_VAR)},
+        "config": {
+            "dry_run": settings.dry_run,
+            "repeats": settings.repeats,
+            "calls_rule": calls_rule,
+            "page_size": settings.page_size,
+            "kv_lora_rank": KV_LORA_RANK,
+            "rope_dim": ROPE_DIM,
+            "dtype": "bfloat16",
+            "scale": SCALE,
+            "time_budget_s": settings.time_budget_s,
+            "bytes_budget": settings.bytes_budget,
+            "vllm_kernel": os.environ.get(vllm_kernel.ENV_VAR),
+        },
         "paths": {p: PATH_LABELS[p] for p in paths},
-        "ceilings": measure_ceilings(dry_run=settings.dry_run, repeats=settings.repeats,
-                                     runs=settings.runs_per_repeat),
+        "ceilings": measure_ceilings(
+            dry_run=settings.dry_run, repeats=settings.repeats, runs=settings.runs_per_repeat
+        ),
         "shapes": [],
     }
     vllm = vllm_module(settings)
     progress = _progress(shapes)
     for shape in progress:
-        results["shapes"].append(measure_shape(
-            settings, shape, ceilings=results["ceilings"], paths=paths, vllm=vllm,
-            start=start, progress=progress))
+        results["shapes"].append(
+            measure_shape(
+                settings,
+                shape,
+                ceilings=results["ceilings"],
+                paths=paths,
+                vllm=vllm,
+                start=start,
+                progress=progress,
+            )
+        )
         results["elapsed_s"] = time.perf_counter() - start
         if checkpoint:
             checkpoint(results)
@@ -667,8 +804,9 @@ def _positive_ints(text: str) -> tuple[int, ...]:
     """argparse type: comma-separated integers >= 1, at least one."""
     values = tuple(positive_int(v) for v in text.split(",") if v.strip())
     if not values:
-        raise argparse.ArgumentTypeError(f"expected integers >= 1 separated by commas, got "
-                                         f"{text!r}")
+        raise argparse.ArgumentTypeError(
+            f"expected integers >= 1 separated by commas, got {text!r}"
+        )
     return values
 
 
@@ -687,42 +825,74 @@ _positive_float.__name__ = "float"
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m mla_jax bench",
-                                description=__doc__.split("\n\n")[0].replace("``", ""))
+    p = argparse.ArgumentParser(
+        prog="python -m mla_jax bench", description=__doc__.split("\n\n")[0].replace("``", "")
+    )
     p.add_argument("--batch", type=_positive_ints, help=f"batch sizes (default {BATCHES})")
     p.add_argument("--heads", type=_positive_ints, help=f"query heads (default {HEADS})")
-    p.add_argument("--lens", type=_positive_ints, help=f"sequence lengths (default {LENS}; "
-                   f"those > {LONG_LEN} only for B <= {LONG_MAX_BATCH})")
-    p.add_argument("--paths", type=lambda s: tuple(s.split(",")), default=DEFAULT_PATHS,
-                   help=f"paths to time, of {','.join(PATH_LABELS)} "
-                        f"(default {','.join(DEFAULT_PATHS)})")
-    p.add_argument("--out", type=Path,
-                   help=f"folder for results.json and the plots (default {DEFAULT_OUT}; with "
-                        f"--dry-run, {DRY_RUN_OUT}, so a dry run never touches the committed "
-                        "results). A results.json measured on a GPU there is replaced only by "
-                        "results measured on a GPU")
-    p.add_argument("--markdown", type=Path,
-                   help=f"the markdown page (default <out>.md: {DEFAULT_OUT}.md)")
-    p.add_argument("--quick", action="store_true",
-                   help=f"B {QUICK['batches']}, H {QUICK['heads']}, L {QUICK['lens']}, "
-                        f"{QUICK['repeats']} repeats")
-    p.add_argument("--dry-run", action="store_true",
-                   help="CPU, tiny shapes: every code path but the GPU timing calls; writes "
-                        f"into {DRY_RUN_OUT} unless --out is given")
+    p.add_argument(
+        "--lens",
+        type=_positive_ints,
+        help=f"sequence lengths (default {LENS}; "
+        f"those > {LONG_LEN} only for B <= {LONG_MAX_BATCH})",
+    )
+    p.add_argument(
+        "--paths",
+        type=lambda s: tuple(s.split(",")),
+        default=DEFAULT_PATHS,
+        help=f"paths to time, of {','.join(PATH_LABELS)} (default {','.join(DEFAULT_PATHS)})",
+    )
+    p.add_argument(
+        "--out",
+        type=Path,
+        help=f"folder for results.json and the plots (default {DEFAULT_OUT}; with "
+        f"--dry-run, {DRY_RUN_OUT}, so a dry run never touches the committed "
+        "results). A results.json measured on a GPU there is replaced only by "
+        "results measured on a GPU",
+    )
+    p.add_argument(
+        "--markdown", type=Path, help=f"the markdown page (default <out>.md: {DEFAULT_OUT}.md)"
+    )
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"B {QUICK['batches']}, H {QUICK['heads']}, L {QUICK['lens']}, "
+        f"{QUICK['repeats']} repeats",
+    )
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="CPU, tiny shapes: every code path but the GPU timing calls; writes "
+        f"into {DRY_RUN_OUT} unless --out is given",
+    )
     p.add_argument("--repeats", type=positive_int, help="timed runs per path (default 5)")
-    p.add_argument("--calls", type=positive_int,
-                   help="K calls per timed run (default: per shape)")
+    p.add_argument("--calls", type=positive_int, help="K calls per timed run (default: per shape)")
     p.add_argument("--page-size", type=positive_int, help="cache page size (default 64)")
-    p.add_argument("--sm-count", type=positive_int,
-                   help=f"for the split rule (default: the GPU's, else {H200_SM_COUNT})")
-    p.add_argument("--time-budget", type=_positive_float, default=420.0,
-                   help="seconds; paths after it are recorded as skipped (default 420)")
-    p.add_argument("--bytes-budget-gib", type=_positive_float,
-                   help="skip the XLA paths where their temporaries would exceed this "
-                        "(default: a quarter of the GPU's memory, else 16)")
-    p.add_argument("--report-only", type=Path, nargs="+", metavar="RESULTS_JSON",
-                   help="measure nothing: copy a results.json (or merge those of a sweep "
-                        "run in parts) into --out and render its plots and markdown page")
+    p.add_argument(
+        "--sm-count",
+        type=positive_int,
+        help=f"for the split rule (default: the GPU's, else {H200_SM_COUNT})",
+    )
+    p.add_argument(
+        "--time-budget",
+        type=_positive_float,
+        default=420.0,
+        help="seconds; paths after it are recorded as skipped (default 420)",
+    )
+    p.add_argument(
+        "--bytes-budget-gib",
+        type=_positive_float,
+        help="skip the XLA paths where their temporaries would exceed this "
+        "(default: a quarter of the GPU's memory, else 16)",
+    )
+    p.add_argument(
+        "--report-only",
+        type=Path,
+        nargs="+",
+        metavar="RESULTS_JSON",
+        help="measure nothing: copy a results.json (or merge those of a sweep "
+        "run in parts) into --out and render its plots and markdown page",
+    )
     return p
 
 
@@ -751,9 +921,11 @@ def replace_refusal(out_dir: Path, platform: str | None, *, dry_run: bool = Fals
     if machine.get("platform") != "gpu" or not measured:
         return None
     new = "a dry run's results" if dry_run else f"results from platform {platform!r}"
-    return (f"{path} holds results measured on a GPU ({machine.get('device', '?')}, "
-            f"{machine.get('date', '?')}); {new} would replace them. Choose another folder "
-            f"with --out (a dry run writes to {DRY_RUN_OUT} by default).")
+    return (
+        f"{path} holds results measured on a GPU ({machine.get('device', '?')}, "
+        f"{machine.get('date', '?')}); {new} would replace them. Choose another folder "
+        f"with --out (a dry run writes to {DRY_RUN_OUT} by default)."
+    )
 
 
 def write_json(results: dict, out_dir: Path) -> Path:
@@ -772,20 +944,24 @@ def write_outputs(results: dict, out_dir: Path, markdown: Path | None) -> Path:
     write_json(results, out_dir)
     page = (markdown or out_dir.with_name(out_dir.name + ".md")).resolve()
     page.parent.mkdir(parents=True, exist_ok=True)
-    page.write_text(bench_report.render_markdown(
-        results, image_dir=os.path.relpath(out_dir, page.parent)))
+    page.write_text(
+        bench_report.render_markdown(results, image_dir=os.path.relpath(out_dir, page.parent))
+    )
     return page
 
 
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
-    args.out = args.out or (DRY_RUN_OUT if args.dry_run and not args.report_only
-                            else DEFAULT_OUT)
+    args.out = args.out or (DRY_RUN_OUT if args.dry_run and not args.report_only else DEFAULT_OUT)
     if args.report_only:
         results = bench_report.merge_results(
-            [json.loads(path.read_text()) for path in args.report_only])
-        refusal = replace_refusal(args.out, results.get("machine", {}).get("platform"),
-                                  dry_run=bool(results.get("config", {}).get("dry_run")))
+            [json.loads(path.read_text()) for path in args.report_only]
+        )
+        refusal = replace_refusal(
+            args.out,
+            results.get("machine", {}).get("platform"),
+            dry_run=bool(results.get("config", {}).get("dry_run")),
+        )
         if refusal:
             print(f"bench: {refusal}", file=sys.stderr)
             return 2
@@ -800,27 +976,35 @@ def main(argv: list[str]) -> int:
     # Else JAX takes 75% of the GPU when its backend starts, leaving torch (vLLM) little.
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     if not args.dry_run and jax.default_backend() != "gpu":
-        print(f"no GPU visible to JAX ({jax.devices()}); use --dry-run on a CPU",
-              file=sys.stderr)
+        print(f"no GPU visible to JAX ({jax.devices()}); use --dry-run on a CPU", file=sys.stderr)
         return 2
     refusal = replace_refusal(args.out, jax.devices()[0].platform, dry_run=args.dry_run)
     if refusal:
         print(f"bench: {refusal}", file=sys.stderr)
         return 2
     preset: dict[str, Any] = DRY if args.dry_run else QUICK if args.quick else {}
-    shapes = sweep_shapes(args.batch or preset.get("batches", BATCHES),
-                          args.heads or preset.get("heads", HEADS),
-                          args.lens or preset.get("lens", LENS))
+    shapes = sweep_shapes(
+        args.batch or preset.get("batches", BATCHES),
+        args.heads or preset.get("heads", HEADS),
+        args.lens or preset.get("lens", LENS),
+    )
     sm_count, bytes_budget = _device_defaults(args)
     settings = Settings(
-        dry_run=args.dry_run, repeats=args.repeats or preset.get("repeats", 5),
+        dry_run=args.dry_run,
+        repeats=args.repeats or preset.get("repeats", 5),
         calls=args.calls or preset.get("calls"),
-        page_size=args.page_size or preset.get("page_size", 64), sm_count=sm_count,
-        paths=args.paths, time_budget_s=args.time_budget, bytes_budget=bytes_budget,
-        runs_per_repeat=1 if args.dry_run else RUNS_PER_REPEAT)
+        page_size=args.page_size or preset.get("page_size", 64),
+        sm_count=sm_count,
+        paths=args.paths,
+        time_budget_s=args.time_budget,
+        bytes_budget=bytes_budget,
+        runs_per_repeat=1 if args.dry_run else RUNS_PER_REPEAT,
+    )
     results = run_sweep(shapes, settings, checkpoint=lambda r: write_json(r, args.out))
     page = write_outputs(results, args.out, args.markdown)
     print(bench_report.summary_table(results))
-    print(f"wrote {args.out / 'results.json'}, {len(results['plots'])} plots and {page} "
-          f"in {results['elapsed_s']:.0f} s")
+    print(
+        f"wrote {args.out / 'results.json'}, {len(results['plots'])} plots and {page} "
+        f"in {results['elapsed_s']:.0f} s"
+    )
     return 0

@@ -33,8 +33,15 @@ from mla_jax.decode import mla_decode
 from mla_jax.splits import num_kv_splits
 from mla_jax.tools.problem import Problem, make_problem
 
-PATHS = ("jax-triton", "jax-xla", "jax-reference", "torch-dense", "torch-split-kv", "vllm",
-         "numpy-f64")
+PATHS = (
+    "jax-triton",
+    "jax-xla",
+    "jax-reference",
+    "torch-dense",
+    "torch-split-kv",
+    "vllm",
+    "numpy-f64",
+)
 # Bound on the relative errors ||a - b|| / ||b|| of out and of lse, per input dtype.
 TOLERANCE = {"float32": 1e-4, "float16": 2e-3, "bfloat16": 1.5e-2}
 # The split rules' SM count where no GPU can be asked (H200 / H100 SXM); the other
@@ -94,6 +101,7 @@ def default_sm_count() -> int:
 
 def int_at_least(minimum: int) -> Callable[[str], int]:
     """An argparse ``type``: an int ``>= minimum``; else argparse's usage error (exit 2)."""
+
     def parse(text: str) -> int:
         try:
             value = int(text)
@@ -120,8 +128,10 @@ def _numpy(t) -> np.ndarray:
 def _jax_arrays(pj: Problem) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
     """``(q, kv_cache, block_table, seq_lens)`` of ``Problem.as_jax()``'s result (the
     fields are typed for the numpy problem)."""
-    return cast(tuple[jax.Array, jax.Array, jax.Array, jax.Array],
-                (pj.q, pj.kv_cache, pj.block_table, pj.seq_lens))
+    return cast(
+        tuple[jax.Array, jax.Array, jax.Array, jax.Array],
+        (pj.q, pj.kv_cache, pj.block_table, pj.seq_lens),
+    )
 
 
 def _jax_decode(backend: Backend) -> Callable[..., PathOutput]:
@@ -130,29 +140,39 @@ def _jax_decode(backend: Backend) -> Callable[..., PathOutput]:
             raise Unavailable("needs a CUDA GPU")
         batch, heads, _ = p.q.shape
         # vLLM's split rule, so every split-KV path here splits alike.
-        buf = reserve_logits_buffer(batch, heads, max(1, p.max_seq_len),
-                                    kv_lora_rank=p.kv_lora_rank,
-                                    rope_dim=p.q.shape[2] - p.kv_lora_rank, sm_count=sm_count,
-                                    policy="vllm")
+        buf = reserve_logits_buffer(
+            batch,
+            heads,
+            max(1, p.max_seq_len),
+            kv_lora_rank=p.kv_lora_rank,
+            rope_dim=p.q.shape[2] - p.kv_lora_rank,
+            sm_count=sm_count,
+            policy="vllm",
+        )
         try:
-            out, lse, _buf = mla_decode(*_jax_arrays(pj), buf, scale=scale,
-                                        max_seq_len=p.max_seq_len, backend=backend)
+            out, lse, _buf = mla_decode(
+                *_jax_arrays(pj), buf, scale=scale, max_seq_len=p.max_seq_len, backend=backend
+            )
         except ImportError as e:  # jax-triton missing on a GPU machine
             raise Unavailable(str(e)) from e
-        return PathOutput(np.asarray(out), np.asarray(lse),
-                          int(num_kv_splits(p.max_seq_len, sm_count)))
+        return PathOutput(
+            np.asarray(out), np.asarray(lse), int(num_kv_splits(p.max_seq_len, sm_count))
+        )
+
     return run
 
 
 def _jax_reference(p: Problem, pj: Problem, *, scale: float, **_) -> PathOutput:
-    out, lse = reference.mla_decode_reference(*_jax_arrays(pj), scale=scale,
-                                              kv_lora_rank=p.kv_lora_rank)
+    out, lse = reference.mla_decode_reference(
+        *_jax_arrays(pj), scale=scale, kv_lora_rank=p.kv_lora_rank
+    )
     return PathOutput(np.asarray(out), np.asarray(lse), None)
 
 
 def _numpy_f64(p: Problem, _pj: Problem, *, scale: float, **_) -> PathOutput:
-    out, lse = reference.mla_decode_reference_np(p.q, p.kv_cache, p.block_table, p.seq_lens,
-                                                 scale=scale, kv_lora_rank=p.kv_lora_rank)
+    out, lse = reference.mla_decode_reference_np(
+        p.q, p.kv_cache, p.block_table, p.seq_lens, scale=scale, kv_lora_rank=p.kv_lora_rank
+    )
     return PathOutput(out, lse, None)
 
 
@@ -178,13 +198,15 @@ def _torch_split_kv(p: Problem, pj: Problem, *, scale: float, sm_count: int, **_
     from mla_jax.torch_ref import mla_decode_split_kv_torch
 
     splits = int(num_kv_splits(p.max_seq_len, sm_count))
-    out, lse = mla_decode_split_kv_torch(*args, scale=scale, kv_lora_rank=p.kv_lora_rank,
-                                         num_kv_splits=splits)
+    out, lse = mla_decode_split_kv_torch(
+        *args, scale=scale, kv_lora_rank=p.kv_lora_rank, num_kv_splits=splits
+    )
     return PathOutput(_numpy(out), _numpy(lse), splits)
 
 
-def _vllm(p: Problem, pj: Problem, *, scale: float, sm_count: int, vllm_kernel: Any,
-          **_) -> PathOutput:
+def _vllm(
+    p: Problem, pj: Problem, *, scale: float, sm_count: int, vllm_kernel: Any, **_
+) -> PathOutput:
     args = _torch_args(pj)
     try:
         from mla_jax.tools import vllm_kernel as vk
@@ -200,14 +222,16 @@ def _vllm(p: Problem, pj: Problem, *, scale: float, sm_count: int, vllm_kernel: 
         except ImportError as e:
             raise Unavailable(f"cannot load the kernel: {e}") from e
         if mod is None:
-            raise Unavailable("no kernel file: --vllm-kernel or MLA_JAX_VLLM_KERNEL "
-                              "(docs/vllm_kernel.md)")
+            raise Unavailable(
+                "no kernel file: --vllm-kernel or MLA_JAX_VLLM_KERNEL (docs/vllm_kernel.md)"
+            )
         args = [a.cuda() for a in args]
     else:  # a module object, e.g. vllm_kernel.torch_reference_module() for a CPU dry run
         mod = vllm_kernel
     splits = int(num_kv_splits(p.max_seq_len, sm_count))
-    out, lse = vk.vllm_decode(mod, *args, scale=scale, num_kv_splits=splits,
-                              kv_lora_rank=p.kv_lora_rank)
+    out, lse = vk.vllm_decode(
+        mod, *args, scale=scale, num_kv_splits=splits, kv_lora_rank=p.kv_lora_rank
+    )
     # vLLM's stage 2 divides 0 by 0 on a row without tokens; score the others.
     return PathOutput(_numpy(out), _numpy(lse), splits, rows=p.seq_lens > 0)
 
@@ -250,9 +274,17 @@ def score(name: str, got: PathOutput, truth: PathOutput, tolerance: float) -> Sc
         lse_rel = math.inf
     bitwise = np.array_equal(got.out[rows], truth.out[rows].astype(got.out.dtype))
     skipped = int((~rows).sum())
-    return Score(name, True, f"{skipped} empty rows not scored" if skipped else "",
-                 got.num_splits, max_abs, rel, lse_rel, bitwise,
-                 bool(rel <= tolerance and lse_rel <= tolerance))
+    return Score(
+        name,
+        True,
+        f"{skipped} empty rows not scored" if skipped else "",
+        got.num_splits,
+        max_abs,
+        rel,
+        lse_rel,
+        bitwise,
+        bool(rel <= tolerance and lse_rel <= tolerance),
+    )
 
 
 def compare(
@@ -283,8 +315,9 @@ def compare(
     for name, runner in RUNNERS.items():
         scale = problem.scale * (1 + inject[1]) if inject and inject[0] == name else problem.scale
         try:
-            outputs[name] = runner(problem, pj, scale=scale, sm_count=sm_count,
-                                   vllm_kernel=vllm_kernel)
+            outputs[name] = runner(
+                problem, pj, scale=scale, sm_count=sm_count, vllm_kernel=vllm_kernel
+            )
         except Unavailable as e:
             missing[name] = str(e)
         except Exception as e:  # one broken path must not hide the others
@@ -293,10 +326,15 @@ def compare(
         why = missing.get(ground_truth) or errors[ground_truth]
         raise ValueError(f"ground truth {ground_truth} gave no result: {why}")
     tolerance = TOLERANCE[str(problem.q.dtype)]
-    scores = [Score(name, False, missing[name]) if name in missing
-              else Score(name, True, errors[name], passed=False) if name in errors
-              else score(name, outputs[name], outputs[ground_truth], tolerance)
-              for name in PATHS if name != ground_truth]
+    scores = [
+        Score(name, False, missing[name])
+        if name in missing
+        else Score(name, True, errors[name], passed=False)
+        if name in errors
+        else score(name, outputs[name], outputs[ground_truth], tolerance)
+        for name in PATHS
+        if name != ground_truth
+    ]
     return Report(problem, sm_count, ground_truth, tolerance, outputs, scores)
 
 
@@ -305,11 +343,17 @@ def describe(report: Report) -> dict:
     p = report.problem
     finite = lambda v: v if not isinstance(v, float) or math.isfinite(v) else None
     return {
-        "problem": {"batch": p.q.shape[0], "heads": p.q.shape[1],
-                    "seq_lens": p.seq_lens.tolist(), "page_size": p.kv_cache.shape[1],
-                    "dtype": str(p.q.dtype), "kv_lora_rank": p.kv_lora_rank,
-                    "rope_dim": p.q.shape[2] - p.kv_lora_rank, "scale": p.scale,
-                    "sm_count": report.sm_count},
+        "problem": {
+            "batch": p.q.shape[0],
+            "heads": p.q.shape[1],
+            "seq_lens": p.seq_lens.tolist(),
+            "page_size": p.kv_cache.shape[1],
+            "dtype": str(p.q.dtype),
+            "kv_lora_rank": p.kv_lora_rank,
+            "rope_dim": p.q.shape[2] - p.kv_lora_rank,
+            "scale": p.scale,
+            "sm_count": report.sm_count,
+        },
         "ground_truth": report.ground_truth,
         "tolerance": report.tolerance,
         "passed": report.passed,
@@ -333,10 +377,13 @@ def format_table(report: Report) -> str:
     num = lambda v, width: "-".rjust(width) if v is None else f"{v:{width}.2e}"
     for s in report.scores:
         result = ("n/a" if not s.available else "PASS" if s.passed else "FAIL") + (
-            f" ({s.note})" if s.note else "")
+            f" ({s.note})" if s.note else ""
+        )
         bitwise = "-" if s.bitwise_equal is None else "yes" if s.bitwise_equal else "no"
-        lines.append(f"{s.path:15s} {num(s.max_abs_err, 11)} {num(s.rel_err, 9)} "
-                     f"{num(s.lse_rel_err, 9)} {s.num_splits or '-':>6} {bitwise:>7s}  {result}")
+        lines.append(
+            f"{s.path:15s} {num(s.max_abs_err, 11)} {num(s.rel_err, 9)} "
+            f"{num(s.lse_rel_err, 9)} {s.num_splits or '-':>6} {bitwise:>7s}  {result}"
+        )
     return "\n".join(lines)
 
 
@@ -348,12 +395,19 @@ def _inject(text: str) -> tuple[str, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m mla_jax compare", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m mla_jax compare",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--batch", type=positive_int, default=4)
     parser.add_argument("--heads", type=positive_int, default=16)
-    parser.add_argument("--max-len", type=positive_int, default=2048,
-                        help="longest sequence; the others are ragged, one is empty")
+    parser.add_argument(
+        "--max-len",
+        type=positive_int,
+        default=2048,
+        help="longest sequence; the others are ragged, one is empty",
+    )
     parser.add_argument("--page-size", type=positive_int, default=16)
     parser.add_argument("--dtype", choices=tuple(TOLERANCE), default="bfloat16")
     parser.add_argument("--kv-lora-rank", type=positive_int, default=512)
@@ -361,20 +415,40 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int_at_least(0), default=0)
     parser.add_argument("--ground-truth", choices=PATHS, default="numpy-f64")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    parser.add_argument("--sm-count", type=positive_int, default=None,
-                        help=f"for the split rule (default: the GPU's, else {H200_SM_COUNT})")
-    parser.add_argument("--vllm-kernel", metavar="PATH", default=None,
-                        help="vLLM's triton_decode_attention.py (docs/vllm_kernel.md)")
+    parser.add_argument(
+        "--sm-count",
+        type=positive_int,
+        default=None,
+        help=f"for the split rule (default: the GPU's, else {H200_SM_COUNT})",
+    )
+    parser.add_argument(
+        "--vllm-kernel",
+        metavar="PATH",
+        default=None,
+        help="vLLM's triton_decode_attention.py (docs/vllm_kernel.md)",
+    )
     # Hidden: PATH=REL scales one path's softmax scale by 1 + REL (tests the check).
     parser.add_argument("--inject", type=_inject, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     problem = make_problem(
-        batch=args.batch, num_heads=args.heads, seq_lens=args.max_len,
-        page_size=args.page_size, dtype=args.dtype, kv_lora_rank=args.kv_lora_rank,
-        rope_dim=args.rope_dim, seed=args.seed, empty_rows=1 if args.batch > 1 else 0)
+        batch=args.batch,
+        num_heads=args.heads,
+        seq_lens=args.max_len,
+        page_size=args.page_size,
+        dtype=args.dtype,
+        kv_lora_rank=args.kv_lora_rank,
+        rope_dim=args.rope_dim,
+        seed=args.seed,
+        empty_rows=1 if args.batch > 1 else 0,
+    )
     try:
-        report = compare(problem, ground_truth=args.ground_truth, sm_count=args.sm_count,
-                         vllm_kernel=args.vllm_kernel, inject=args.inject)
+        report = compare(
+            problem,
+            ground_truth=args.ground_truth,
+            sm_count=args.sm_count,
+            vllm_kernel=args.vllm_kernel,
+            inject=args.inject,
+        )
     except ValueError as e:
         print(f"compare: {e}", file=sys.stderr)
         return 2

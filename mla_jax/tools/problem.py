@@ -50,12 +50,17 @@ class Problem(NamedTuple):
     def as_jax(self, device: jax.Device | None = None) -> Problem:
         """The same problem with every array on ``device`` (default: JAX's default)."""
         put = lambda a: jax.device_put(a, device)
-        return self._replace(q=put(self.q), kv_cache=put(self.kv_cache),
-                             block_table=put(self.block_table), seq_lens=put(self.seq_lens))
+        return self._replace(
+            q=put(self.q),
+            kv_cache=put(self.kv_cache),
+            block_table=put(self.block_table),
+            seq_lens=put(self.seq_lens),
+        )
 
 
-def _lengths(seq_lens: Sequence[int] | int, batch: int, empty_rows: int,
-             rng: np.random.Generator) -> np.ndarray:
+def _lengths(
+    seq_lens: Sequence[int] | int, batch: int, empty_rows: int, rng: np.random.Generator
+) -> np.ndarray:
     """Explicit lengths, or ragged ones in [1, max] with row 0 at the max and
     ``empty_rows`` other rows set to 0."""
     if not isinstance(seq_lens, int):
@@ -64,8 +69,10 @@ def _lengths(seq_lens: Sequence[int] | int, batch: int, empty_rows: int,
             raise ValueError(f"seq_lens: got {list(seq_lens)}, needed {batch} lengths >= 0")
         return lens
     if seq_lens < 1 or not 0 <= empty_rows < batch:
-        raise ValueError(f"need max seq_len >= 1 and 0 <= empty_rows < batch={batch}, "
-                         f"got seq_lens={seq_lens}, empty_rows={empty_rows}")
+        raise ValueError(
+            f"need max seq_len >= 1 and 0 <= empty_rows < batch={batch}, "
+            f"got seq_lens={seq_lens}, empty_rows={empty_rows}"
+        )
     lens = rng.integers(1, seq_lens + 1, batch, dtype=np.int32)
     lens[0] = seq_lens  # the max is exact: it sets the split count
     lens[1 + rng.permutation(batch - 1)[:empty_rows]] = 0
@@ -114,7 +121,7 @@ def make_problem(
     table = rng.integers(0, num_pages, (batch, pages_per_seq)).astype(np.int32)
     starts = np.concatenate([[0], np.cumsum(needed)])
     for b in range(batch):
-        table[b, :needed[b]] = pool[starts[b]:starts[b + 1]]
+        table[b, : needed[b]] = pool[starts[b] : starts[b + 1]]
     return Problem(
         q=rng.standard_normal((batch, num_heads, width), np.float32).astype(dtype),
         kv_cache=rng.standard_normal((num_pages, page_size, width), np.float32).astype(dtype),

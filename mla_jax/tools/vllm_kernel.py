@@ -33,7 +33,8 @@ _STAND_INS = {
     ("vllm.platforms", "current_platform"): (
         "import torch as _torch\n"
         "class current_platform:  # mla_jax stand-in for vllm.platforms.current_platform\n"
-        "    is_rocm = staticmethod(lambda: _torch.version.hip is not None)\n"),
+        "    is_rocm = staticmethod(lambda: _torch.version.hip is not None)\n"
+    ),
     ("vllm.triton_utils", "triton"): "import triton\n",
     ("vllm.triton_utils", "tl"): "import triton.language as tl\n",
 }
@@ -63,8 +64,10 @@ def patch_source(source: str) -> str:
     patched = _VLLM_IMPORT.sub(replace, source)
     left = re.findall(r"^\s*(?:import vllm|from vllm)\b.*$", patched, re.MULTILINE)
     if unknown or left:
-        raise ValueError("vLLM kernel file has vllm imports without a stand-in in "
-                         f"mla_jax.tools.vllm_kernel: {unknown + left}")
+        raise ValueError(
+            "vLLM kernel file has vllm imports without a stand-in in "
+            f"mla_jax.tools.vllm_kernel: {unknown + left}"
+        )
     return patched
 
 
@@ -84,8 +87,9 @@ def _write_patched(source_path: Path, patched: str) -> Path:
             return target
         except OSError:
             continue
-    raise OSError(f"cannot write the patched vLLM kernel next to {source_path} "
-                  "or in the temporary folder")
+    raise OSError(
+        f"cannot write the patched vLLM kernel next to {source_path} or in the temporary folder"
+    )
 
 
 def load(path: str | os.PathLike | None = None) -> types.ModuleType | None:
@@ -105,6 +109,8 @@ def load(path: str | os.PathLike | None = None) -> types.ModuleType | None:
     if module_name in sys.modules:
         return sys.modules[module_name]
     spec = importlib.util.spec_from_file_location(module_name, target)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load the patched kernel file {target}")
     module = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = module  # Triton resolves globals through the module
     try:
@@ -130,8 +136,19 @@ def ensure_triton_cache_dir() -> None:
         knobs.cache.dir = knobs.cache.get_triton_dir("cache")
 
 
-def vllm_decode(mod, q, kv_cache, block_table, seq_lens, *, scale: float,
-                num_kv_splits: int, kv_lora_rank: int = 512, k_scale=None, v_scale=None):
+def vllm_decode(
+    mod,
+    q,
+    kv_cache,
+    block_table,
+    seq_lens,
+    *,
+    scale: float,
+    num_kv_splits: int,
+    kv_lora_rank: int = 512,
+    k_scale=None,
+    v_scale=None,
+):
     """One MLA decode step through vLLM's ``decode_attention_fwd`` (torch tensors).
 
     Args:
@@ -154,26 +171,44 @@ def vllm_decode(mod, q, kv_cache, block_table, seq_lens, *, scale: float,
 
     batch, heads, dim = q.shape
     if kv_cache.ndim != 3 or kv_cache.shape[-1] != dim:
-        raise ValueError(f"kv_cache {list(kv_cache.shape)} does not match q {list(q.shape)}: "
-                         f"needed [num_pages, page_size, {dim}]")
+        raise ValueError(
+            f"kv_cache {list(kv_cache.shape)} does not match q {list(q.shape)}: "
+            f"needed [num_pages, page_size, {dim}]"
+        )
     if block_table.shape[0] != batch or seq_lens.shape != (batch,):
-        raise ValueError(f"block_table {list(block_table.shape)} / seq_lens "
-                         f"{list(seq_lens.shape)} do not match batch {batch}")
+        raise ValueError(
+            f"block_table {list(block_table.shape)} / seq_lens "
+            f"{list(seq_lens.shape)} do not match batch {batch}"
+        )
     ensure_triton_cache_dir()
-    ones = lambda: torch.ones((), dtype=torch.float32, device=q.device)  # noqa: E731
+    ones = lambda: torch.ones((), dtype=torch.float32, device=q.device)
     k_scale = ones() if k_scale is None else k_scale
     v_scale = ones() if v_scale is None else v_scale
     # As forward_mqa: zeroed outputs, an uninitialised split buffer (vLLM serves it
     # from a workspace), the cache with a kv-head dim of 1, and its kv_c part as v.
     out = torch.zeros(batch, heads, kv_lora_rank, dtype=q.dtype, device=q.device)
     lse = torch.zeros(batch, heads, dtype=q.dtype, device=q.device)
-    attn_logits = torch.empty(batch, heads, num_kv_splits, kv_lora_rank + 1,
-                              dtype=torch.float32, device=q.device)
+    attn_logits = torch.empty(
+        batch, heads, num_kv_splits, kv_lora_rank + 1, dtype=torch.float32, device=q.device
+    )
     kv = kv_cache.unsqueeze(2)
     mod.decode_attention_fwd(
-        q, kv, kv[..., :kv_lora_rank], out, lse, block_table, seq_lens, attn_logits,
-        num_kv_splits, scale, kv.size(1),
-        logit_cap=0.0, k_scale=k_scale, v_scale=v_scale, is_mla=True)
+        q,
+        kv,
+        kv[..., :kv_lora_rank],
+        out,
+        lse,
+        block_table,
+        seq_lens,
+        attn_logits,
+        num_kv_splits,
+        scale,
+        kv.size(1),
+        logit_cap=0.0,
+        k_scale=k_scale,
+        v_scale=v_scale,
+        is_mla=True,
+    )
     return out, lse
 
 
@@ -186,9 +221,24 @@ def torch_reference_module() -> types.SimpleNamespace:
     """
     import torch
 
-    def decode_attention_fwd(q, k_buffer, v_buffer, o, lse, req_to_token, b_seq_len,
-                             attn_logits, num_kv_splits, sm_scale, page_size=1,
-                             logit_cap=0.0, k_scale=None, v_scale=None, is_mla=False):
+    def decode_attention_fwd(
+        q,
+        k_buffer,
+        v_buffer,
+        o,
+        lse,
+        req_to_token,
+        b_seq_len,
+        attn_logits,
+        num_kv_splits,
+        sm_scale,
+        page_size=1,
+        logit_cap=0.0,
+        k_scale=None,
+        v_scale=None,
+        is_mla=False,
+    ):
+        del logit_cap, k_scale, v_scale, is_mla  # vLLM's signature; the stand-in needs none
         assert num_kv_splits == attn_logits.shape[2]
         assert k_buffer.shape[1] == page_size and k_buffer.shape[2] == 1
         k = k_buffer[req_to_token.long()].flatten(1, 3).float()  # [B, N, Lk]
