@@ -35,7 +35,9 @@ class DecodeState(NamedTuple):
     positions: jax.Array  # int32 [B], the next token's index
 
 
-def _rms_normalise(x: jax.Array, eps: float) -> jax.Array:
+def rms_normalise(x: jax.Array, eps: float) -> jax.Array:
+    """RMS normalisation without a weight: what each layer reads, and what
+    ``decode_loop`` feeds the next step from this step's output."""
     return x * lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + eps)
 
 
@@ -122,7 +124,7 @@ def decode_step(
         attn, cache, buffer = mla_decode_layer(
             params,
             config,
-            _rms_normalise(h, config.rms_norm_eps),
+            rms_normalise(h, config.rms_norm_eps),
             cache,
             state.block_table,
             state.positions,
@@ -143,7 +145,7 @@ def _scan_steps(params_list, config, x0, state, num_steps, *, backend, unroll):
     def body(carry, _):
         x, state = carry
         y, state = decode_step(params_list, config, x, state, backend=backend)
-        return (_rms_normalise(y, config.rms_norm_eps), state), y
+        return (rms_normalise(y, config.rms_norm_eps), state), y
 
     (_, state), outputs = lax.scan(body, (x0, state), length=num_steps, unroll=unroll)
     return outputs, state

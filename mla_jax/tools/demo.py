@@ -28,7 +28,7 @@ import numpy as np
 
 from mla_jax.decode import Backend, mla_decode, resolve_backend
 from mla_jax.layer import PRESETS, MLAConfig, MLAParams, init_params
-from mla_jax.loop import DecodeState, decode_loop, init_decode_state
+from mla_jax.loop import DecodeState, decode_loop, init_decode_state, rms_normalise
 from mla_jax.reference import mla_decode_reference
 from mla_jax.splits import DEFAULT_POLICY, Policy, kv_splits
 from mla_jax.tools.compare import H200_SM_COUNT, TOLERANCE, default_sm_count
@@ -133,13 +133,6 @@ class Run(NamedTuple):
 
 
 @functools.partial(jax.jit, static_argnames="eps")
-def _next_input(outputs: jax.Array, eps: float) -> jax.Array:
-    """The last step's output RMS-normalised, as ``decode_loop`` feeds it to the next
-    step, so the chunks make one continuous decode."""
-    y = outputs[-1]
-    return y * jax.lax.rsqrt(jnp.mean(y * y, axis=-1, keepdims=True) + eps)
-
-
 def decode_chunks(
     params: list[MLAParams],
     config: MLAConfig,
@@ -172,7 +165,8 @@ def decode_chunks(
     start = time.perf_counter()
     for i in range(1, chunks + 1):
         outputs, state = decode_loop(params, config, x, state, chunk, backend=backend)
-        x = _next_input(outputs, config.rms_norm_eps)
+        # As decode_loop feeds a step, so the chunks make one continuous decode.
+        x = rms_normalise(outputs[-1], config.rms_norm_eps)
         longest = int(np.asarray(state.positions).max())  # waits for the chunk
         print(
             f"  {label} step {i * chunk:>{width}}/{chunk * chunks}  longest sequence "
