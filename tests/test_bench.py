@@ -241,6 +241,57 @@ def test_render_markdown_synthetic():
     ]
 
 
+def test_public_helpers_and_figures():
+    """What notebooks/03_performance.ipynb draws with: the helpers, and the figures
+    write_plots saves, from a metric name or a function of (shape, path)."""
+    from matplotlib.colors import LogNorm
+
+    def shape(length, times):
+        return {
+            "B": 1,
+            "H": 16,
+            "L": length,
+            "floor_ms": 0.001,
+            "paths": {p: {"ms": ms, "pct_of_floor": 0.1 / ms} for p, ms in times.items()},
+        }
+
+    results = {
+        "paths": {"triton": "vLLM's rule", "triton-occupancy": "occupancy", "vllm": "vLLM"},
+        "shapes": [
+            shape(1024, {"triton": 0.02, "triton-occupancy": 0.01}),
+            shape(4096, {"triton": 0.04, "triton-occupancy": 0.05}),
+        ],
+    }
+    first = results["shapes"][0]
+    assert bench_report.timed_paths(results) == ["triton", "triton-occupancy"]
+    assert bench_report.metric(first, "triton", "ms") == 0.02
+    assert bench_report.metric(first, "vllm", "ms") is None
+    assert bench_report.speedup(first, "triton-occupancy", over="triton") == 2.0
+    assert bench_report.speedup(first, "triton", over="vllm") is None
+    assert bench_report.fmt(None) == "—" and bench_report.fmt(2.0, ".2f", suffix="×") == "2.00×"
+
+    fig = bench_report.time_vs_len_figure(results, ["triton", "triton-occupancy"], title="t")
+    assert fig.get_suptitle() == "t"
+    (ax,) = fig.axes
+    assert [line.get_label() for line in ax.get_lines()] == ["vLLM's rule", "occupancy", "floor"]
+
+    fig = bench_report.heatmap_figure(
+        results,
+        ["triton-occupancy"],
+        lambda s, p: bench_report.speedup(s, p, over="triton"),
+        "split rules",
+        ratio=True,
+    )
+    ax = fig.axes[0]
+    assert ax.get_title() == "occupancy"
+    assert [t.get_text() for t in ax.texts] == ["2", "0.8"]
+    assert isinstance(ax.images[0].norm, LogNorm) and ax.images[0].norm.vmax == 2.0
+    fig = bench_report.heatmap_figure(results, ["triton"], "pct_of_floor", "%", ratio=False)
+    assert [t.get_text() for t in fig.axes[0].texts] == ["5", "2.5"]
+    with pytest.raises(ValueError, match="at least one path"):
+        bench_report.heatmap_figure(results, [], "ms", "none", ratio=False)
+
+
 @pytest.mark.parametrize("path", ["dense", "xla"])
 @pytest.mark.parametrize("perturb", [True, False])
 def test_every_call_does_its_work_only_when_perturbed_and_kept(path, perturb):

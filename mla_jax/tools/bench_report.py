@@ -16,6 +16,10 @@ dict ``mla_jax.tools.bench`` writes as ``results.json``:
 A shape's ``num_kv_splits`` is vLLM's split count there (the baseline's); each path's
 entry has its own (none for the dense path). ``triton_kernel_calls``: the Triton
 custom calls in the JAX path's timed chain (2 per call on the Triton paths).
+
+The helpers that read it (``metric``, ``speedup``, ``timed_paths``, ``fmt``) and the
+figures (``time_vs_len_figure``, ``heatmap_figure``, matplotlib ``Figure``s that
+``write_plots`` saves as PNGs) are public: notebooks/03_performance.ipynb draws with them.
 """
 
 from __future__ import annotations
@@ -23,9 +27,12 @@ from __future__ import annotations
 import collections
 import itertools
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:  # matplotlib is imported only when a figure is drawn
+    from matplotlib.figure import Figure
 
 # Path keys in display order, and their labels.
 PATH_LABELS = {
@@ -78,11 +85,21 @@ def path_metrics(
     }
 
 
-def _metric(shape: dict, path: str, key: str) -> float | None:
+def metric(shape: dict, path: str, key: str) -> float | None:
+    """``path``'s ``key`` (``"ms"``, ``"pct_of_floor"``, ...) at ``shape``, or None where
+    the path was not measured there."""
     return shape["paths"].get(path, {}).get(key)
 
 
-def _fmt(value: float | None, spec: str = ".3g", *, suffix: str = "") -> str:
+def speedup(shape: dict, path: str, over: str) -> float | None:
+    """``over``'s time / ``path``'s at ``shape`` (> 1: ``path`` is faster), or None where
+    either was not measured. ``speedup(s, p, "vllm")`` is the recorded speedup_vs_vllm."""
+    mine, theirs = metric(shape, path, "ms"), metric(shape, over, "ms")
+    return None if mine is None or theirs is None else theirs / mine
+
+
+def fmt(value: float | None, spec: str = ".3g", *, suffix: str = "") -> str:
+    """``value`` in ``spec`` with ``suffix``, or an em dash for a missing value."""
     return "—" if value is None else f"{value:{spec}}{suffix}"
 
 
@@ -95,12 +112,12 @@ def _splits(shape: dict, path: str) -> int | None:
     return shape.get("num_kv_splits") if SPLIT_POLICY.get(path) == "vllm" else None
 
 
-def _timed_paths(results: dict) -> list[str]:
+def timed_paths(results: dict) -> list[str]:
     """Paths with at least one time, in display order."""
     return [
         p
         for p in results["paths"]
-        if any(_metric(s, p, "ms") is not None for s in results["shapes"])
+        if any(metric(s, p, "ms") is not None for s in results["shapes"])
     ]
 
 
@@ -145,7 +162,7 @@ def render_markdown(results: dict, image_dir: str = "") -> str:
     ``image_dir`` is the results folder relative to where the page is written.
     """
     labels = results["paths"]
-    timed = _timed_paths(results)
+    timed = timed_paths(results)
     ours = [p for p in timed if p != BASELINE]
     machine, ceil, cfg = results["machine"], results["ceilings"], results["config"]
     lines = [
@@ -163,7 +180,7 @@ def render_markdown(results: dict, image_dir: str = "") -> str:
         f"bf16 matmul {ceil['matmul_tflops']:.3g} TFLOP/s. Floor = max(KV bytes / copy, "
         "flops / matmul); KV bytes = B·L·576·2, flops = B·H·L·(2·576 + 2·512).",
         f"- An almost empty iteration of a rolled JAX `fori_loop` takes "
-        f"{_fmt(ceil.get('jax_loop_step_ms'), '.3g')} ms. The decode paths' loops are "
+        f"{fmt(ceil.get('jax_loop_step_ms'), '.3g')} ms. The decode paths' loops are "
         "unrolled, so this is not part of their times; it is what a rolled loop would add.",
         f"- bf16, kv_lora_rank {cfg['kv_lora_rank']} + rope {cfg['rope_dim']}, page size "
         f"{cfg['page_size']}, shuffled block tables, every row of length L; "
@@ -186,8 +203,8 @@ def render_markdown(results: dict, image_dir: str = "") -> str:
     lines += ["", "## Device time per call (ms)", ""]
     rows = []
     for s in results["shapes"]:
-        row = [str(s["B"]), str(s["H"]), str(s["L"]), _fmt(s["floor_ms"], ".3g")]
-        rows.append(row + [_fmt(_metric(s, p, "ms"), ".3g") for p in timed])
+        row = [str(s["B"]), str(s["H"]), str(s["L"]), fmt(s["floor_ms"], ".3g")]
+        rows.append(row + [fmt(metric(s, p, "ms"), ".3g") for p in timed])
     lines += _table(["B", "H", "L", "floor"] + [labels[p] for p in timed], rows)
 
     split = [
@@ -198,7 +215,7 @@ def render_markdown(results: dict, image_dir: str = "") -> str:
     if split:
         lines += ["", "## KV splits per call", ""]
         rows = [
-            [str(s["B"]), str(s["H"]), str(s["L"])] + [_fmt(_splits(s, p), "d") for p in split]
+            [str(s["B"]), str(s["H"]), str(s["L"])] + [fmt(_splits(s, p), "d") for p in split]
             for s in results["shapes"]
         ]
         lines += _table(["B", "H", "L"] + [labels[p] for p in split], rows)
@@ -209,9 +226,9 @@ def render_markdown(results: dict, image_dir: str = "") -> str:
     rows = []
     for s in results["shapes"]:
         row = [str(s["B"]), str(s["H"]), str(s["L"])]
-        row += [_fmt(_metric(s, p, "pct_of_floor"), ".0f") for p in timed]
+        row += [fmt(metric(s, p, "pct_of_floor"), ".0f") for p in timed]
         if BASELINE in timed:
-            row += [_fmt(_metric(s, p, "speedup_vs_vllm"), ".2f", suffix="×") for p in ours]
+            row += [fmt(metric(s, p, "speedup_vs_vllm"), ".2f", suffix="×") for p in ours]
         rows.append(row)
     lines += _table(header, rows)
 
@@ -222,9 +239,9 @@ def render_markdown(results: dict, image_dir: str = "") -> str:
                 str(s["B"]),
                 str(s["H"]),
                 str(s["L"]),
-                _fmt(_metric(s, "triton", "tbps"), ".3g"),
-                _fmt(_metric(s, "triton", "tflops"), ".3g"),
-                _fmt(_metric(s, "triton", "max_abs_err"), ".2g"),
+                fmt(metric(s, "triton", "tbps"), ".3g"),
+                fmt(metric(s, "triton", "tflops"), ".3g"),
+                fmt(metric(s, "triton", "max_abs_err"), ".2g"),
             ]
             for s in results["shapes"]
         ]
@@ -247,7 +264,7 @@ def render_markdown(results: dict, image_dir: str = "") -> str:
 
 def summary_table(results: dict) -> str:
     """A short plain-text table for the terminal: ms per path, triton's % and ×vLLM."""
-    timed = _timed_paths(results)
+    timed = timed_paths(results)
     header = (
         f"{'B':>4} {'H':>4} {'L':>6} {'floor':>8} "
         + " ".join(f"{p:>8}" for p in timed)
@@ -255,12 +272,12 @@ def summary_table(results: dict) -> str:
     )
     lines = [header]
     for s in results["shapes"]:
-        cells = [_fmt(_metric(s, p, "ms"), ".4f") for p in timed]
+        cells = [fmt(metric(s, p, "ms"), ".4f") for p in timed]
         lines.append(
             f"{s['B']:>4} {s['H']:>4} {s['L']:>6} {s['floor_ms']:>8.4f} "
             + " ".join(f"{c:>8}" for c in cells)
-            + f" {_fmt(_metric(s, 'triton', 'pct_of_floor'), '.0f'):>8}"
-            + f" {_fmt(_metric(s, 'triton', 'speedup_vs_vllm'), '.2f'):>8}"
+            + f" {fmt(metric(s, 'triton', 'pct_of_floor'), '.0f'):>8}"
+            + f" {fmt(metric(s, 'triton', 'speedup_vs_vllm'), '.2f'):>8}"
         )
     skips = collections.Counter(
         (p, r["skipped"])
@@ -276,12 +293,21 @@ def _len_label(seq_len: int) -> str:
     return f"{seq_len // 1024}k" if seq_len % 1024 == 0 else str(seq_len)
 
 
-def _grid(results: dict, path: str, key: str):
+# A metric of (shape, path): a key of the path's entry ("ms", "pct_of_floor", ...) or a
+# function computing one (say, ``lambda s, p: speedup(s, p, over="triton")``).
+Metric = str | Callable[[dict, str], float | None]
+
+
+def _value(shape: dict, path: str, key: Metric) -> float | None:
+    return metric(shape, path, key) if isinstance(key, str) else key(shape, path)
+
+
+def _grid(results: dict, path: str, key: Metric):
     """(row labels "B= H=", column Ls, matrix with NaN where missing) of one metric."""
     shapes = results["shapes"]
     rows = sorted({(s["B"], s["H"]) for s in shapes})
     cols = sorted({s["L"] for s in shapes})
-    value = {(s["B"], s["H"], s["L"]): _metric(s, path, key) for s in shapes}
+    value = {(s["B"], s["H"], s["L"]): _value(s, path, key) for s in shapes}
     matrix = [
         [math.nan if value.get((b, h, n)) is None else value[(b, h, n)] for n in cols]
         for b, h in rows
@@ -289,15 +315,20 @@ def _grid(results: dict, path: str, key: str):
     return [f"B={b} H={h}" for b, h in rows], cols, matrix
 
 
-def _heatmaps(results: dict, paths: list[str], key: str, title: str, *, ratio: bool):
+def heatmap_figure(
+    results: dict, paths: list[str], key: Metric, title: str, *, ratio: bool
+) -> Figure:
     """One heat map per path of ``key`` over (B, H) x L, values written in the cells.
 
+    ``key``: a metric of the paths' entries, or a function ``(shape, path) -> value``.
     ``ratio``: a log colour scale symmetric about 1 (red slower, green faster);
     else a linear one from 0 to at least 100 (a percentage).
     """
     from matplotlib.colors import LogNorm, Normalize
     from matplotlib.figure import Figure
 
+    if not paths:
+        raise ValueError("heatmap_figure needs at least one path")
     grids = [_grid(results, path, key) for path in paths]
     finite = [v for _, _, matrix in grids for row in matrix for v in row if not math.isnan(v)]
     norm: Normalize
@@ -314,7 +345,7 @@ def _heatmaps(results: dict, paths: list[str], key: str, title: str, *, ratio: b
         ax.set_xticks(range(len(cols)), [_len_label(n) for n in cols])
         ax.set_yticks(range(len(row_labels)), row_labels)
         ax.set_xlabel("L")
-        ax.set_title(results["paths"][path])
+        ax.set_title(results["paths"].get(path, path), fontsize=9)
         for i, row in enumerate(matrix):
             for j, v in enumerate(row):
                 if not math.isnan(v):
@@ -324,7 +355,11 @@ def _heatmaps(results: dict, paths: list[str], key: str, title: str, *, ratio: b
     return fig
 
 
-def _time_vs_len(results: dict, paths: list[str]):
+def time_vs_len_figure(
+    results: dict,
+    paths: list[str],
+    title: str = "Device time per call vs sequence length",
+) -> Figure:
     """Time per call against L, one panel per (H, B), a line per path plus the floor."""
     from matplotlib.figure import Figure
     from matplotlib.ticker import NullLocator
@@ -339,9 +374,7 @@ def _time_vs_len(results: dict, paths: list[str]):
         panel = sorted((s for s in shapes if s["B"] == b and s["H"] == h), key=lambda s: s["L"])
         for path in paths:
             points = [
-                (s["L"], _metric(s, path, "ms"))
-                for s in panel
-                if _metric(s, path, "ms") is not None
+                (s["L"], metric(s, path, "ms")) for s in panel if metric(s, path, "ms") is not None
             ]
             if points:
                 ax.plot(*zip(*points, strict=True), marker="o", label=results["paths"][path])
@@ -350,12 +383,12 @@ def _time_vs_len(results: dict, paths: list[str]):
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xticks(lens, [_len_label(n) for n in lens])
-        ax.xaxis.set_minor_locator(NullLocator())
+        ax.xaxis.set_minor_locator(NullLocator())  # label only the measured L
         ax.set_title(f"B={b} H={h}", fontsize=9)
         ax.set_xlabel("L")
         ax.set_ylabel("ms per call")
     axes[0][0].legend(fontsize=7)
-    fig.suptitle("Device time per call vs sequence length")
+    fig.suptitle(title)
     return fig
 
 
@@ -366,18 +399,18 @@ def write_plots(results: dict, out_dir: str | Path) -> list[str]:
         import matplotlib  # noqa: F401
     except ImportError:
         return []
-    timed = _timed_paths(results)
+    timed = timed_paths(results)
     if not timed:
         return []
     figures = {
-        "time_vs_len.png": _time_vs_len(results, timed),
-        "pct_of_floor.png": _heatmaps(
+        "time_vs_len.png": time_vs_len_figure(results, timed),
+        "pct_of_floor.png": heatmap_figure(
             results, timed, "pct_of_floor", "% of the roofline floor", ratio=False
         ),
     }
     ours = [p for p in timed if p != BASELINE]
     if BASELINE in timed and ours:
-        figures["speedup_vs_vllm.png"] = _heatmaps(
+        figures["speedup_vs_vllm.png"] = heatmap_figure(
             results, ours, "speedup_vs_vllm", "Speed-up over vLLM (>1: faster)", ratio=True
         )
     for name, fig in figures.items():
