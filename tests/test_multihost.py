@@ -12,6 +12,10 @@ problem, shardings and donation. The tests assert on its JSON, and compare the t
 launches with each other: the same mesh size runs the same per-device programs,
 so the results must be bitwise equal whichever process holds which device.
 
+DeepSeek generation (``scripts/multihost_generate.py``): ``mla_jax.deepseek.generate``
+on a 4-device mesh of 2 processes, parameters replicated and prompts split on the
+batch, against the same script run as one process on one device: the same tokens.
+
 The launcher starts the processes itself, with a free port chosen by binding to
 port 0 (tried once more on a collision), kills them all as soon as one fails or
 the time runs out, and checks that the port is closed afterwards.
@@ -32,11 +36,12 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "multihost_decode.py"
+GENERATE = REPO / "scripts" / "multihost_generate.py"
 LAUNCH_TIMEOUT = 300.0  # seconds for one launch (80 s seen on a shared 2-core machine)
 INIT_TIMEOUT = 60  # seconds each process waits for the others in initialize
 SCHEMES = ("heads", "batch")
 LAYOUTS = {"2x2": (2, 2), "4x1": (4, 1)}  # name: (processes, CPU devices each)
-# Printed by each process once every process has joined.
+# Printed by each process once every process has joined: "<script's stem>: joined:".
 JOINED = "multihost_decode: joined:"
 # A collision on the coordinator's port: process 0 cannot serve it. jax raises the
 # first; gRPC logs the second (an error, shown at TF_CPP_MIN_LOG_LEVEL=2), and
@@ -83,15 +88,16 @@ def _run_once(
     port: int,
     timeout: float,
     extra: dict[int, list[str]],
+    script: Path = SCRIPT,
 ) -> list[dict]:
-    """Starts ``num_processes`` copies; returns each one's rc, log and JSON."""
+    """Starts ``num_processes`` copies of ``script``; returns each one's rc, log and JSON."""
     out.mkdir(parents=True, exist_ok=True)
     logs, procs = [], []
     try:
         for i in range(num_processes):
             log = open(out / f"log-{i}.txt", "w")  # noqa: SIM115 (closed below)
             logs.append(log)
-            command = [sys.executable, str(SCRIPT), "--num-processes", str(num_processes),
+            command = [sys.executable, str(script), "--num-processes", str(num_processes),
                        "--process-id", str(i), "--coordinator", f"127.0.0.1:{port}",
                        "--init-timeout", str(INIT_TIMEOUT), "--out", str(out), *args,
                        *extra.get(i, [])]  # fmt: skip
@@ -134,8 +140,9 @@ def launch(
     out: Path,
     timeout: float = LAUNCH_TIMEOUT,
     extra: dict[int, list[str]] | None = None,
+    script: Path = SCRIPT,
 ) -> tuple[list[dict], int, Path]:
-    """Runs the worker in ``num_processes`` processes, process ``i`` with ``args`` and
+    """Runs ``script`` in ``num_processes`` processes, process ``i`` with ``args`` and
     ``extra[i]``; returns (results, port, the directory of their files).
 
     A port that was free when chosen can be taken before process 0 binds it: then
@@ -144,8 +151,8 @@ def launch(
     """
     for attempt in range(2):
         port, directory = free_port(), out / f"try{attempt}"
-        results = _run_once(num_processes, args, directory, port, timeout, extra or {})
-        if results[0]["rc"] == 0 or JOINED in results[0]["log"]:
+        results = _run_once(num_processes, args, directory, port, timeout, extra or {}, script)
+        if results[0]["rc"] == 0 or f"{script.stem}: joined:" in results[0]["log"]:
             break
     return results, port, directory
 
@@ -261,3 +268,51 @@ def test_a_taken_port_is_recognised(tmp_path):
     log = results[0]["log"]
     assert results[0]["rc"] != 0 and JOINED not in log, _summary(results)
     assert any(s in log for s in PORT_TAKEN), _summary(results)
+
+
+def test_deepseek_generation_on_two_processes_matches_one_process(tmp_path):
+    """A tiny DeepSeek-V3 (2 layers, one MoE) generates 8 greedy tokens for 4 ragged
+    prompts, the batch split over a 4-device mesh of 2 processes: the gathered tokens
+    equal those of ``generate`` in one process on one device, and so do the logits
+    they came from, within rounding. One test, so one xdist worker runs it."""
+    start = time.monotonic()
+    # The reference runs beside the launch: its own process, no jax.distributed.
+    reference_dir = tmp_path / "reference"
+    with open(tmp_path / "reference-log.txt", "w") as log:
+        reference = subprocess.Popen(
+            [sys.executable, str(GENERATE), "--unsharded", "--out", str(reference_dir)],
+            cwd=REPO, env=_child_env(), stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        try:
+            results, port, directory = launch(
+                2, ["--local-device-count", "2"], tmp_path / "sharded", script=GENERATE
+            )
+            rc = reference.wait(timeout=LAUNCH_TIMEOUT)
+        finally:
+            if reference.poll() is None:
+                reference.kill()
+                reference.wait(timeout=30)
+    seconds = round(time.monotonic() - start, 1)
+    assert rc == 0, (tmp_path / "reference-log.txt").read_text()[-4000:]
+    got = _ok({"results": results})
+    want = json.loads((reference_dir / "results-0.json").read_text())
+    assert want["unsharded"] and want["num_processes"] == 1, want
+
+    for r in got:
+        assert r["num_processes"] == 2 and r["mesh"] == {"dp": 4}, r
+        assert len(r["local_devices"]) == 2 and r["platform"] == "cpu", r
+        assert r["specs"] == {"tokens": "P('dp',)", "logits": "P('dp',)"}, r["specs"]
+        assert r["prompt_lens"] == want["prompt_lens"]
+        # Every process gathers the whole batch: the one-process tokens.
+        assert r["tokens"] == want["tokens"], (r["process_id"], r["tokens"], want["tokens"])
+    assert len({r["logits_digest"] for r in got}) == 1
+    a, b = np.load(directory / "generated.npz"), np.load(reference_dir / "generated.npz")
+    assert a["tokens"].shape == (4, 8) and np.array_equal(a["tokens"], b["tokens"])
+    diff = float(np.abs(a["logits"] - b["logits"]).max())
+    top2 = np.sort(b["logits"], axis=-1)[..., -2:]
+    margin = float((top2[..., 1] - top2[..., 0]).min())
+    print(f"generation: {seconds} s, max |logits diff| {diff:.2e}, smallest top-2 margin "
+          f"{margin:.3f}, per process {[r['seconds'] for r in got]}")  # fmt: skip
+    # Partitioned dots may round differently; a token changes only past its margin.
+    assert diff <= 1e-4 < margin, (diff, margin)
+    assert port_is_closed(port)
