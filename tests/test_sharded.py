@@ -626,7 +626,7 @@ def child(request):
     env = dict(
         os.environ,
         JAX_PLATFORMS="cpu",
-        PYTHONPATH=root,
+        PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p),
         XLA_FLAGS=f"{flags} --xla_force_host_platform_device_count={DEVICES}".strip(),
     )
     procs = [

@@ -20,10 +20,12 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] not in COMMANDS:
         lines = [f"  {name:8s} {help_}" for name, (_, help_) in COMMANDS.items()]
+        asked = argv[:1] in (["-h"], ["--help"])
+        # As argparse does: help asked for goes to stdout, a usage error to stderr.
         print(
             "usage: python -m mla_jax {" + ",".join(COMMANDS) + "} [options]\n" + "\n".join(lines),
-            file=sys.stderr,
+            file=sys.stdout if asked else sys.stderr,
         )
-        return 0 if argv[:1] in (["-h"], ["--help"]) else 2
+        return 0 if asked else 2
     module = importlib.import_module(COMMANDS[argv[0]][0])
     return module.main(argv[1:])

@@ -132,7 +132,6 @@ class Run(NamedTuple):
     finite: bool
 
 
-@functools.partial(jax.jit, static_argnames="eps")
 def decode_chunks(
     params: list[MLAParams],
     config: MLAConfig,
