@@ -74,12 +74,8 @@ JOINED = "multihost_decode: joined:"  # printed once jax.distributed is up
 AXIS = "x"
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0],
-        epilog=__doc__.split("\n\n", 1)[1],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+def add_process_arguments(p: argparse.ArgumentParser) -> argparse._ArgumentGroup:
+    """The "processes" options every multi-process script here takes; returns the group."""
     g = p.add_argument_group("processes")
     g.add_argument("--num-processes", type=int, default=1)
     g.add_argument("--process-id", type=int, default=0)
@@ -105,6 +101,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     g.add_argument(
         "--init-timeout", type=int, default=120, help="seconds to wait for every process"
     )
+    return g
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        epilog=__doc__.split("\n\n", 1)[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_process_arguments(p)
     g = p.add_argument_group("problem")
     g.add_argument("--schemes", default=",".join(SCHEMES), help="comma-separated")
     g.add_argument("--backend", choices=("auto", "xla", "triton"), default="auto")

@@ -50,7 +50,12 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from multihost_decode import configure_environment, initialize, process_local_part
+from multihost_decode import (
+    add_process_arguments,
+    configure_environment,
+    initialize,
+    process_local_part,
+)
 
 MARK = "MULTIHOST_GENERATE "
 JOINED = "multihost_generate: joined:"  # printed once jax.distributed is up
@@ -64,31 +69,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         epilog=__doc__.split("\n\n", 1)[1],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    g = p.add_argument_group("processes")
-    g.add_argument("--num-processes", type=int, default=1)
-    g.add_argument("--process-id", type=int, default=0)
-    g.add_argument(
-        "--coordinator",
-        default=None,
-        help="host:port where process 0 serves the coordinator; 'auto': let "
-        "jax.distributed.initialize() read a cluster launcher's environment; "
-        "omitted with one process: no jax.distributed at all",
-    )
-    g.add_argument(
-        "--local-device-ids",
-        default=None,
-        help="comma-separated GPU ids this process uses (e.g. '1' for one process per GPU)",
-    )
-    g.add_argument(
-        "--local-device-count",
-        type=int,
-        default=None,
-        help="run on the CPU with this many simulated devices in this process (sets "
-        "XLA_FLAGS and JAX_PLATFORMS=cpu before JAX starts)",
-    )
-    g.add_argument(
-        "--init-timeout", type=int, default=120, help="seconds to wait for every process"
-    )
+    g = add_process_arguments(p)
     g.add_argument(
         "--unsharded",
         action="store_true",

@@ -90,9 +90,10 @@ def check(out, lse, want_out, want_lse, atol):
     np.testing.assert_allclose(lse[ok], want_lse[ok], atol=atol, err_msg=f"seed {SEED}")
 
 
+@pytest.mark.parametrize("backend", ["xla", pytest.param("triton", marks=pytest.mark.gpu)])
 @pytest.mark.parametrize("max_seq_len", [None, CAPACITY, 4 * CAPACITY])
 @pytest.mark.parametrize("policy", ["vllm", "occupancy"])
-def test_xla_backend_keeps_the_documented_semantics(max_seq_len, policy):
+def test_backends_keep_the_documented_semantics(backend, max_seq_len, policy):
     case, (want_out, want_lse) = hazards()
     buf = mla_jax.reserve_logits_buffer(
         len(case.seq_lens),
@@ -108,9 +109,11 @@ def test_xla_backend_keeps_the_documented_semantics(max_seq_len, policy):
         buf,
         scale=case.scale,
         max_seq_len=max_seq_len,
-        backend="xla",
+        backend=backend,
     )
-    check(out, lse, want_out, want_lse, atol=2e-5)
+    # On the GPU the float32 dots run on tensor cores (exact IEEE products, another
+    # summation order): the tolerance the H200 run was held to.
+    check(out, lse, want_out, want_lse, atol=2e-5 if backend == "xla" else 5e-5)
 
 
 @pytest.mark.interpreter
