@@ -158,8 +158,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def check_args(args: argparse.Namespace) -> None:
-    """ValueErrors naming the argument to change."""
+def check_process_args(args: argparse.Namespace) -> None:
+    """ValueErrors naming the process option (``add_process_arguments``) to change."""
     if args.num_processes < 1:
         raise ValueError(f"--num-processes must be at least 1, got {args.num_processes}")
     if not 0 <= args.process_id < args.num_processes:
@@ -172,6 +172,13 @@ def check_args(args: argparse.Namespace) -> None:
             "--num-processes > 1 needs --coordinator host:port (process 0's address and a "
             "free port, the same in every process), or --coordinator auto under a launcher"
         )
+    if args.local_device_count is not None and args.local_device_count < 1:
+        raise ValueError("--local-device-count must be at least 1")
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """ValueErrors naming the argument to change."""
+    check_process_args(args)
     schemes = args.schemes.split(",")
     if not schemes or set(schemes) - set(SCHEMES):
         raise ValueError(
@@ -195,8 +202,6 @@ def check_args(args: argparse.Namespace) -> None:
         )
     if args.save_arrays and args.out is None:
         raise ValueError("--save-arrays writes into --out DIR: pass --out")
-    if args.local_device_count is not None and args.local_device_count < 1:
-        raise ValueError("--local-device-count must be at least 1")
 
 
 def configure_environment(args: argparse.Namespace) -> None:

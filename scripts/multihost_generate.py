@@ -52,6 +52,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from multihost_decode import (
     add_process_arguments,
+    check_process_args,
     configure_environment,
     initialize,
     process_local_part,
@@ -90,25 +91,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def check_args(args: argparse.Namespace) -> None:
     """ValueErrors naming the argument to change."""
-    if args.num_processes < 1:
-        raise ValueError(f"--num-processes must be at least 1, got {args.num_processes}")
-    if not 0 <= args.process_id < args.num_processes:
-        raise ValueError(
-            f"--process-id must be in [0, {args.num_processes}) for --num-processes "
-            f"{args.num_processes}, got {args.process_id}"
-        )
-    if args.num_processes > 1 and args.coordinator is None:
-        raise ValueError(
-            "--num-processes > 1 needs --coordinator host:port (process 0's address and a "
-            "free port, the same in every process), or --coordinator auto under a launcher"
-        )
+    check_process_args(args)
     if args.unsharded and (args.num_processes > 1 or args.coordinator is not None):
         raise ValueError("--unsharded is the one-process reference: drop the process options")
     for name in ("batch", "prompt_len", "new_tokens", "layers"):
         if getattr(args, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be at least 1")
-    if args.local_device_count is not None and args.local_device_count < 1:
-        raise ValueError("--local-device-count must be at least 1")
 
 
 # ------------------------------------------------------------------- model, prompts
