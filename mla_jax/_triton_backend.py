@@ -1,18 +1,28 @@
-"""jax-triton calls of the stage 1 and stage 2 kernels.
+"""Calls of the stage 1 and stage 2 kernels (``mla_jax._launch``: Triton's disk
+cache, jaxlib's ``triton_kernel_call``).
 
 Stage 1 receives the logits buffer as an input aliased to its only output
-(``input_output_aliases``), so it writes in place and returns the same buffer.
+(``input_output_aliases``), so it writes in place and returns the same buffer. On
+sm_90 it is the Gluon kernel (``mla_jax._gluon_kernels``) where that one is measured to
+win (``use_gluon``), else the ``tl`` kernel; both write the same partials, which the
+one stage 2 merges.
 Shapes are checked by the caller (``mla_jax.decode``); everything here is static
 except the arrays, and the split count travels as an int32 array.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import jax
 import jax.numpy as jnp
-import jax_triton as jt
 
-from mla_jax import kernels
+from mla_jax import _gluon_kernels, _launch, kernels
+
+# The Gluon stage 1 beats the tl one on the H200 where each split holds many blocks:
+# 1.13-1.46x at 1, 2 and 4 splits (B >= 16 at H = 128, L = 4096), but 0.59x at B = 1,
+# 64 splits of one block each (docs/performance.md, "Gluon stage 1").
+GLUON_MAX_SPLITS = 4
 
 
 def _strides(x: jax.Array) -> tuple[int, ...]:
@@ -22,6 +32,32 @@ def _strides(x: jax.Array) -> tuple[int, ...]:
         strides.append(step)
         step *= size
     return tuple(reversed(strides))
+
+
+def use_gluon(
+    q_nope: jax.Array,
+    kv_cache: jax.Array,
+    grid_splits: int,
+    kv_lora_rank: int,
+    rope_dim: int,
+    compute_capability: int,
+) -> bool:
+    """Whether stage 1 runs as the Gluon kernel: an sm_90 build, a problem it supports
+    (``_gluon_kernels.supports``) and at most ``GLUON_MAX_SPLITS`` splits."""
+    return (
+        compute_capability == 90
+        and grid_splits <= GLUON_MAX_SPLITS
+        and _gluon_kernels.supports(
+            num_heads=q_nope.shape[1],
+            page_size=kv_cache.shape[1],
+            kv_lora_rank=kv_lora_rank,
+            rope_dim=rope_dim,
+            q_dtype=jnp.dtype(q_nope.dtype).name,
+            kv_dtype=jnp.dtype(kv_cache.dtype).name,
+            kv_row_stride=_strides(kv_cache)[1],
+            kv_page_stride=_strides(kv_cache)[0],
+        )
+    )
 
 
 def decode(
@@ -51,14 +87,15 @@ def decode(
       num_splits: int32 ``[1]``, at most ``grid_splits``.
       grid_splits: programs launched along the split axis (static).
       kv_scale: float32 ``[1]``, the cache's dequantisation scale (1 unless fp8).
-      config: overrides of ``kernels.stage1_config`` (tuning sweeps only).
+      config: overrides of ``kernels.stage1_config`` (tuning sweeps only; the tl
+        stage 1 then, never the Gluon one).
 
     Returns:
       ``out [B, H, kv_lora_rank]`` in q's dtype, ``lse`` float32 ``[B, H]``, and the
       logits buffer written in place.
     """
     batch, num_heads = q_nope.shape[:2]
-    stage1, stage2 = kernels.launch_params(
+    problem: dict[str, Any] = dict(
         batch=batch,
         num_heads=num_heads,
         num_pages=kv_cache.shape[0],
@@ -74,42 +111,39 @@ def decode(
         kv_strides=_strides(kv_cache),
         block_table_strides=_strides(block_table),
         buffer_strides=_strides(logits_buffer),
-        float32_inputs=q_nope.dtype == jnp.float32,
-        config=config,
     )
-    buffer = jt.triton_call(
-        q_nope,
-        q_pe,
-        kv_cache,
-        block_table,
-        seq_lens,
-        num_splits,
-        kv_scale,
-        logits_buffer,
-        kernel=kernels.mla_decode_stage1,
-        out_shape=jax.ShapeDtypeStruct(logits_buffer.shape, logits_buffer.dtype),
+    stage1, stage2 = kernels.launch_params(
+        **problem, float32_inputs=q_nope.dtype == jnp.float32, config=config
+    )
+    stage1_kernel = kernels.mla_decode_stage1
+    cc = _launch.device_capability() if compute_capability is None else compute_capability
+    if config is None and use_gluon(q_nope, kv_cache, grid_splits, kv_lora_rank, rope_dim, cc):
+        stage1 = _gluon_kernels.launch_params(**problem)
+        stage1_kernel = _gluon_kernels.mla_decode_stage1_gluon
+    (buffer,) = _launch.launch(
+        stage1_kernel,
+        (q_nope, q_pe, kv_cache, block_table, seq_lens, num_splits, kv_scale, logits_buffer),
+        out_shapes=[jax.ShapeDtypeStruct(logits_buffer.shape, logits_buffer.dtype)],
         grid=stage1["grid"],
-        input_output_aliases={7: 0},  # logits_buffer -> the only output
-        compute_capability=compute_capability,
+        constexprs=stage1["constexprs"],
         num_warps=stage1["num_warps"],
         num_stages=stage1["num_stages"],
+        input_output_aliases={7: 0},  # logits_buffer -> the only output
+        compute_capability=cc,
         name="mla_decode_stage1",
-        **stage1["constexprs"],
     )
-    out, lse = jt.triton_call(
-        buffer,
-        seq_lens,
-        num_splits,
-        kernel=kernels.mla_decode_stage2,
-        out_shape=(
+    out, lse = _launch.launch(
+        kernels.mla_decode_stage2,
+        (buffer, seq_lens, num_splits),
+        out_shapes=[
             jax.ShapeDtypeStruct((batch, num_heads, kv_lora_rank), q_nope.dtype),
             jax.ShapeDtypeStruct((batch, num_heads), jnp.float32),
-        ),
+        ],
         grid=stage2["grid"],
-        compute_capability=compute_capability,
+        constexprs=stage2["constexprs"],
         num_warps=stage2["num_warps"],
         num_stages=stage2["num_stages"],
+        compute_capability=cc,
         name="mla_decode_stage2",
-        **stage2["constexprs"],
     )
     return out, lse, buffer

@@ -101,7 +101,8 @@ def decode(
     # The kernels' bounds: lengths within the block table's row, pages within the pool.
     capacity = block_table.shape[1] * kv_cache.shape[1]
     seq_lens = jnp.clip(seq_lens, 0, capacity)
-    block_table = jnp.clip(block_table, 0, kv_cache.shape[0] - 1)
+    num_pages = kv_cache.shape[0]
+    block_table = jnp.where((block_table >= 0) & (block_table < num_pages), block_table, 0)
     stage1 = lambda k: (
         lambda buf: lax.dynamic_update_slice(
             buf,

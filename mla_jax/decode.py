@@ -274,7 +274,7 @@ def _decode_step(
 
     if backend == "triton":
         check_triton_sizes(kv_lora_rank, rope_dim)
-        from mla_jax import _triton_backend  # jax_triton needs a GPU-capable jaxlib
+        from mla_jax import _triton_backend  # Triton: an optional dependency
 
         q_pe_arg, qp_offset = (q_nope, kv_lora_rank) if q_pe is None else (q_pe, 0)
         out, lse, data = _triton_backend.decode(
@@ -351,8 +351,8 @@ def mla_decode(
         in q's dtype, or ``float8_e4m3fn`` with ``k_scale``; each row is ``kv_c``
         followed by the rope key ``k_pe``.
       block_table: int32 ``[B, pages_per_seq]``, page indices into ``kv_cache``. A
-        live entry outside ``[0, num_pages)`` is clamped into it (the kernels never
-        read outside the cache); entries past a row's length are never read.
+        live entry outside ``[0, num_pages)`` reads page 0 (no path reads outside
+        the cache); entries past a row's length are never read.
       seq_lens: int32 ``[B]``; a row of length 0 gives ``out = 0``, ``lse = -inf``.
         Lengths are clamped to ``[0, pages_per_seq * page_size]`` (a negative length
         is an empty row; one past the block table's capacity reads the capacity).
@@ -371,7 +371,7 @@ def mla_decode(
       k_scale: the cache's float32 dequantisation scale (a Python float or a scalar
         array), used for the key and the value roles alike, as vLLM does; required
         for an fp8 cache (``mla_jax.cache.quantize_fp8``), 1 by default otherwise.
-      backend: ``"triton"`` (jax-triton kernels, CUDA), ``"xla"`` (portable jnp) or
+      backend: ``"triton"`` (the Triton/Gluon kernels, CUDA), ``"xla"`` (portable jnp) or
         ``"auto"`` (triton on a GPU, xla elsewhere).
       compute_capability: lower the Triton kernels for this CUDA capability (e.g. 90)
         without asking a GPU, as in ``jax.export(..., platforms=["cuda"])`` on a CPU.

@@ -1,8 +1,8 @@
 """Triton kernels of the two-stage split-KV MLA decode.
 
 No JAX here: the Triton interpreter loads this module alone (tests drive it with
-torch CPU tensors), and ``mla_jax._triton_backend`` calls the same kernels through
-jax-triton. Both drivers take the launch parameters from ``launch_params``.
+torch CPU tensors), and ``mla_jax._triton_backend`` calls the same kernels from JAX
+(``mla_jax._launch``). Both drivers take the launch parameters from ``launch_params``.
 
 Stage 1, one program per (row, head tile, split): an online softmax over the
 split's slice of the row's paged latent cache. Each 576-wide latent row is read
@@ -48,9 +48,12 @@ def _split_range(seq_len, num_splits, split):
 
 
 @triton.jit
-def _clamp_page(page, NUM_PAGES: tl.constexpr):
-    """A page index inside the cache, whatever the block table holds."""
-    return tl.minimum(tl.maximum(page, 0), NUM_PAGES - 1)
+def _safe_page(page, NUM_PAGES: tl.constexpr):
+    """A page index inside the cache, whatever the block table holds: one outside
+    ``[0, NUM_PAGES)`` reads page 0. (A select, not a min/max clamp: ptxas keeps the
+    select and the block's base address in uniform registers, where a clamp moved the
+    address arithmetic to every thread, 1-3% at 16-head tiles.)"""
+    return tl.where(page.to(tl.uint32) < NUM_PAGES, page, 0)
 
 
 @triton.jit
@@ -193,7 +196,9 @@ def mla_decode_stage1(
     offs = tl.arange(0, BLOCK_N)
     # The next block's page index is loaded one iteration ahead, by hand: a latent load
     # whose address comes from a load of the same iteration is an indirect load, which
-    # Triton's pipeliner buffers one stage shallower (no overlap at 2 stages).
+    # Triton's pipeliner buffers one stage shallower (no overlap at 2 stages). It is
+    # checked against the pool where it is used, not where it is loaded, so nothing
+    # waits for the load before the next block.
     if PAGED_LOADS:
         # Blocks aligned to BLOCK_N lie inside one page: one page index per block, and
         # the tile is BLOCK_N contiguous rows at a scalar base, so the per-row address
@@ -202,11 +207,15 @@ def mla_decode_stage1(
         # but 5-25% slower on the H200, the peeled code costing registers
         # (docs/performance.md, "Latent loads").
         first = start - start % BLOCK_N
-        page = _clamp_page(tl.load(bt_row + first // PAGE_SIZE), NUM_PAGES)
+        page = tl.load(bt_row + first // PAGE_SIZE)
         for n0 in range(first, end, BLOCK_N):
             tokens = n0 + offs
             tok_mask = (tokens >= start) & (tokens < end)
-            block = kv_ptr + page.to(tl.int64) * stride_kv_page + (n0 % PAGE_SIZE) * stride_kv_row
+            block = (
+                kv_ptr
+                + _safe_page(page, NUM_PAGES).to(tl.int64) * stride_kv_page
+                + (n0 % PAGE_SIZE) * stride_kv_row
+            )
             kv_c = _load_chunks(
                 block + offs[:, None] * stride_kv_row + d_lora[None, :],
                 tok_mask[:, None],
@@ -219,10 +228,7 @@ def mla_decode_stage1(
                 mask=tok_mask[:, None],
                 other=0.0,
             ).to(q_nope[0].dtype)
-            page = _clamp_page(
-                tl.load(bt_row + (n0 + BLOCK_N) // PAGE_SIZE, mask=n0 + BLOCK_N < end, other=0),
-                NUM_PAGES,
-            )
+            page = tl.load(bt_row + (n0 + BLOCK_N) // PAGE_SIZE, mask=n0 + BLOCK_N < end, other=0)
             m_i, l_i, acc = _attend(
                 q_nope,
                 q_pe,
@@ -239,13 +245,14 @@ def mla_decode_stage1(
     else:
         # Pages shorter than a block: a page index per token.
         tokens = start + offs
-        pages = _clamp_page(
-            tl.load(bt_row + tokens // PAGE_SIZE, mask=tokens < end, other=0), NUM_PAGES
-        )
+        pages = tl.load(bt_row + tokens // PAGE_SIZE, mask=tokens < end, other=0)
         for n0 in range(start, end, BLOCK_N):
             tokens = n0 + offs
             tok_mask = tokens < end
-            row_off = pages.to(tl.int64) * stride_kv_page + (tokens % PAGE_SIZE) * stride_kv_row
+            row_off = (
+                _safe_page(pages, NUM_PAGES).to(tl.int64) * stride_kv_page
+                + (tokens % PAGE_SIZE) * stride_kv_row
+            )
             kv_c = _load_chunks(
                 kv_ptr + row_off[:, None] + d_lora[None, :],
                 tok_mask[:, None],
@@ -259,10 +266,7 @@ def mla_decode_stage1(
                 other=0.0,
             ).to(q_nope[0].dtype)
             next_tokens = tokens + BLOCK_N
-            pages = _clamp_page(
-                tl.load(bt_row + next_tokens // PAGE_SIZE, mask=next_tokens < end, other=0),
-                NUM_PAGES,
-            )
+            pages = tl.load(bt_row + next_tokens // PAGE_SIZE, mask=next_tokens < end, other=0)
             m_i, l_i, acc = _attend(
                 q_nope,
                 q_pe,
@@ -451,7 +455,7 @@ def launch_params(
     """Grids, options and constexpr arguments of both stages (element strides).
 
     Returns ``(stage1, stage2)``, each ``{"grid", "num_warps", "num_stages",
-    "constexprs"}``; the jax-triton wrapper and the interpreter tests both launch
+    "constexprs"}``; the JAX backend and the interpreter tests both launch
     from these, so they cannot disagree. ``float32_inputs`` keeps float32 dots
     exact (no TF32); ``config`` overrides entries of ``stage1_config`` (for tuning).
     """

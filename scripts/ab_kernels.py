@@ -28,7 +28,6 @@ from sweep_configs import SM, shapes_parser
 from mla_jax import kernels
 from mla_jax.splits import occupancy_kv_splits
 from mla_jax.tools import bench
-from mla_jax.tools.vllm_kernel import ensure_triton_cache_dir
 
 ROUNDS = 4  # the two versions alternate which goes first
 
@@ -72,7 +71,6 @@ def main():
         "prev": load_kernels(args.prev, "prev"),
         "this": load_kernels(args.this, "this") if args.this else kernels,
     }
-    ensure_triton_cache_dir()  # Triton's own launcher, after jax_triton's import emptied it
     rows = []
     for seed, (batch, heads, length) in enumerate(args.shapes):
         problem = make_problem(batch, heads, length, seed)

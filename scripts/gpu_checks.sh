@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU checks, on any machine with a CUDA GPU and this checkout importable (python3
-# with jax[cuda12], triton 3.6, jax-triton 0.3 and torch; MLA_JAX_VLLM_KERNEL pointing
+# with jax[cuda12], triton 3.6 and torch; MLA_JAX_VLLM_KERNEL pointing
 # at vLLM's kernel file for the vLLM columns, docs/vllm_kernel.md). Logs go under DIR:
 #   scripts/gpu_checks.sh --out DIR MODE [MODE ...]
 # Modes:
@@ -16,6 +16,8 @@
 #   bench-large        the sweep at B = 16, 64, 128
 #   experiments        each stage's device time, then the stage-1 config sweep
 #   deepseek           DeepSeek parity through triton and decode throughput
+#   gluon              the Gluon stage 1 against float64 and the tl kernel, and both timed
+#   first-call         the first mla_decode in three new processes sharing a new kernel cache
 # Merge the two bench parts with `python -m mla_jax bench --report-only small.json large.json`.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -94,6 +96,15 @@ for mode in "$@"; do
             profile stage1 "$shape"
         done
         profile stage2 1x128x4096
+        ;;
+    gluon)
+        timeout 300 python3 scripts/gluon_check.py 2>&1 | tee "$OUT/gluon_check.log" | tail -12
+        ;;
+    first-call)
+        cache="$(mktemp -d)"
+        for _ in 1 2 3; do
+            TRITON_CACHE_DIR="$cache" timeout 120 python3 scripts/first_call.py 2>&1 | tail -1
+        done | tee "$OUT/first_call.log"
         ;;
     deepseek)
         timeout 300 python3 scripts/deepseek_gpu.py --out "$OUT/deepseek" 2>&1 \

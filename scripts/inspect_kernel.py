@@ -17,10 +17,8 @@ import subprocess
 import tempfile
 
 import triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
 
-from mla_jax import kernels
+from mla_jax import _launch, kernels
 
 
 def compile_stage1(heads, page, dtype, kv_dtype, config):
@@ -43,28 +41,20 @@ def compile_stage1(heads, page, dtype, kv_dtype, config):
         float32_inputs=dtype == "fp32",
         config=config,
     )
-    sig = {
-        "q_nope_ptr": f"*{dtype}",
-        "q_pe_ptr": f"*{dtype}",
-        "kv_ptr": f"*{kv_dtype}",
-        "block_table_ptr": "*i32",
-        "seq_lens_ptr": "*i32",
-        "num_splits_ptr": "*i32",
-        "kv_scale_ptr": "*fp32",
-        "buf_in_ptr": "*fp32",
-        "buf_ptr": "*fp32",
-    }
-    consts = stage1["constexprs"]
-    sig.update(dict.fromkeys(consts, "constexpr"))
-    # jax-triton marks every array argument 16-byte aligned; without that hint Triton
-    # cannot vectorise or pipeline (cp.async) the loads.
-    aligned = {(i,): [["tt.divisibility", 16]] for i, t in enumerate(sig.values()) if t[0] == "*"}
-    src = ASTSource(fn=kernels.mla_decode_stage1, signature=sig, constexprs=consts, attrs=aligned)
-    return triton.compile(
-        src,
-        target=GPUTarget("cuda", 90, 32),
-        options={"num_warps": stage1["num_warps"], "num_stages": stage1["num_stages"]},
+    # Triton types of the run-time arguments: q_nope, q_pe, kv, block table, seq_lens,
+    # num_splits, kv_scale, the buffer in, the buffer out.
+    runtime = [f"*{dtype}", f"*{dtype}", f"*{kv_dtype}", "*i32", "*i32", "*i32", "*fp32"]
+    runtime += ["*fp32", "*fp32"]
+    # The build the launch route makes (its alignment hints, options and target), from
+    # the same Triton cache.
+    spec = _launch.kernel_spec(
+        kernels.mla_decode_stage1,
+        runtime,
+        stage1["constexprs"],
+        num_warps=stage1["num_warps"],
+        num_stages=stage1["num_stages"],
     )
+    return _launch.compile_kernel(spec, 90)
 
 
 def run_tool(name, data, suffix, *args):

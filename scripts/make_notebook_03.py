@@ -78,8 +78,8 @@ from pathlib import Path
 from IPython.display import display
 
 from mla_jax.splits import occupancy_kv_splits
-from mla_jax.tools.bench_report import (fmt, heatmap_figure, metric, speedup,
-                                        time_vs_len_figure, timed_paths)
+from mla_jax.tools.bench_report import (MACHINE_VERSIONS, fmt, heatmap_figure, metric,
+                                        speedup, time_vs_len_figure, timed_paths)
 
 results = json.loads(Path("../docs/benchmarks/results.json").read_text())
 machine, config = results["machine"], results["config"]
@@ -92,9 +92,9 @@ def span(values, spec=".2f"):
     return f"{min(values):{spec}}–{max(values):{spec}}"
 
 
-print(f"{machine['device']} ({machine['sm_count']} SMs), jax {machine['jax']}, "
-      f"jax_triton {machine['jax_triton']}, triton {machine['triton']}, "
-      f"torch {machine.get('torch')}, {machine['date']}")
+# The versions this results file records (jax_triton only in older ones).
+versions = ", ".join(f"{k} {machine[k]}" for k in MACHINE_VERSIONS if machine.get(k))
+print(f"{machine['device']} ({machine['sm_count']} SMs), {versions}, {machine['date']}")
 print(f"{len(results['shapes'])} shapes, {config['calls_rule']}, {config['repeats']} repeats")
 print(f"timing, as the sweep records it: {results['what']}")
 for i, part in enumerate(PARTS, 1):

@@ -14,7 +14,6 @@ from stage_times import launchers, make_problem
 from sweep_configs import SM, parse_shapes
 
 from mla_jax.splits import occupancy_kv_splits
-from mla_jax.tools.vllm_kernel import ensure_triton_cache_dir
 
 LAUNCHES = 3
 
@@ -25,7 +24,6 @@ def main():
     parser.add_argument("--splits", type=int, help="default: the occupancy policy's")
     args = parser.parse_args()
     ((batch, heads, length),) = args.shape
-    ensure_triton_cache_dir()
     splits = args.splits or occupancy_kv_splits(batch, heads, length, SM)
     stage1, stage2, out, _ = launchers(*make_problem(batch, heads, length, 0), splits)
     for _ in range(LAUNCHES):

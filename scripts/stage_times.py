@@ -2,7 +2,7 @@
 
 The bench times whole jitted calls (launches and XLA's gaps included). This script
 launches ``kernels.mla_decode_stage1`` and ``mla_decode_stage2`` with Triton's own
-launcher on torch CUDA tensors (the same launch parameters jax-triton gets, the
+launcher on torch CUDA tensors (the same launch parameters the JAX path gets, the
 default split policy, an exact-size buffer) and times, each with
 ``triton.testing.do_bench_cudagraph`` (median): stage 1 alone, stage 2 alone (and
 version 6's stage 2, one head and 128 columns a program), both.
@@ -34,7 +34,6 @@ from sweep_configs import PAGE, SCALE, SM, direct, shapes_parser, time_decode
 from mla_jax import kernels
 from mla_jax.splits import occupancy_kv_splits
 from mla_jax.tools import bench, bench_report
-from mla_jax.tools.vllm_kernel import ensure_triton_cache_dir
 from mla_jax.torch_ref import mla_decode_dense_torch
 
 LORA, ROPE = 512, 64
@@ -148,7 +147,6 @@ def main():
     )
     args = parser.parse_args()
     jax_calls = [int(k) for k in args.jax_calls.split(",") if k]
-    ensure_triton_cache_dir()  # Triton's own launcher, after jax_triton's import emptied it
     results = []
     # Every CUDA-graph capture comes before the first JAX call: a capture is invalidated
     # by CUDA calls XLA's threads make meanwhile (run 23 lost its second shape to that).

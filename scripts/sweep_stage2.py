@@ -23,7 +23,6 @@ from sweep_configs import SM, shapes_parser
 
 from mla_jax import kernels
 from mla_jax.splits import occupancy_kv_splits
-from mla_jax.tools.vllm_kernel import ensure_triton_cache_dir
 
 # Small batches, where the split count (so stage 2's share) is largest.
 SHAPES = [
@@ -58,7 +57,6 @@ def main():
     parser.add_argument("--prev", required=True, help="version 6's kernels.py")
     args = parser.parse_args()
     prev = load_kernels(args.prev, "prev")
-    ensure_triton_cache_dir()
     rows = []
     for seed, (batch, heads, length) in enumerate(args.shapes):
         problem = make_problem(batch, heads, length, seed)

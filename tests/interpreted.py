@@ -2,7 +2,7 @@
 
 ``TRITON_INTERPRET`` must be set before triton defines any kernel, so the
 interpreted runs happen in worker processes started with it set; the test process
-keeps the compiled kernels that jax-triton lowers. Use ``interpreter_pool()`` and
+keeps the compiled kernels that ``mla_jax._launch`` lowers. Use ``interpreter_pool()`` and
 submit ``run`` to it.
 """
 

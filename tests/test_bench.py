@@ -32,6 +32,9 @@ def test_dry_run_writes_json_plots_and_markdown(dry_run):
     out = dry_run / "benchmarks"
     results = json.loads((out / "results.json").read_text())
     assert results["config"]["dry_run"] is True
+    # The versions that matter to the Triton path; jax-triton is no longer one of them.
+    assert {"jax", "jaxlib", "triton", "torch"} <= set(results["machine"])
+    assert "jax_triton" not in results["machine"]
     assert results["ceilings"]["copy_tbps"] > 0 and results["ceilings"]["matmul_tflops"] > 0
     assert list(results["paths"]) == ["triton", "triton-occupancy", "xla", "dense", "vllm"]
     assert [(s["B"], s["H"], s["L"]) for s in results["shapes"]] == DRY_SHAPES
@@ -228,6 +231,11 @@ def test_render_markdown_synthetic():
     assert "- B=4 H=128 L=4096, mla_jax occupancy: error: OOM" in page
     assert "![time_vs_len](benchmarks/time_vs_len.png)" in page
     assert "Dry run" not in page
+    assert "(132 SMs); jax 0.11.2; " in page  # the versions the file has, no others
+    # Results written while the kernels went through jax-triton record its version.
+    old = {**results, "machine": {**results["machine"], "jax_triton": "0.3.1", "triton": "3.6.0"}}
+    old_page = bench_report.render_markdown(old, image_dir="benchmarks")
+    assert "(132 SMs); jax 0.11.2, jax_triton 0.3.1, triton 3.6.0; " in old_page
     table = bench_report.summary_table(results)
     assert table.splitlines()[1].split() == [
         "4",

@@ -14,7 +14,7 @@ from mla_jax.tools.problem import make_problem
 # Small enough for a CPU; 1100 tokens give 2 KV splits.
 SMALL = ["--batch", "3", "--heads", "8", "--max-len", "1100", "--seed", "4"]
 ON_CPU = {"jax-xla", "jax-reference", "torch-dense", "torch-split-kv"}
-AVAILABLE = ON_CPU | ({"jax-triton"} if jax.default_backend() == "gpu" else set())
+AVAILABLE = ON_CPU | ({"mla_jax-triton"} if jax.default_backend() == "gpu" else set())
 
 
 @pytest.fixture(autouse=True)
@@ -75,10 +75,10 @@ def test_other_ground_truth_and_bad_ones(capsys):
     report = cmp.compare(problem(seed=3), ground_truth="torch-split-kv")
     assert report.passed and by_path(report)["numpy-f64"].passed
     if jax.default_backend() == "gpu":  # the triton path runs there
-        assert cmp.compare(problem(), ground_truth="jax-triton").passed
+        assert cmp.compare(problem(), ground_truth="mla_jax-triton").passed
     else:
-        with pytest.raises(ValueError, match="jax-triton gave no result"):
-            cmp.compare(problem(), ground_truth="jax-triton")
+        with pytest.raises(ValueError, match="mla_jax-triton gave no result"):
+            cmp.compare(problem(), ground_truth="mla_jax-triton")
     with pytest.raises(ValueError, match="ground_truth must be one of"):
         cmp.compare(problem(), ground_truth="nope")
     # vLLM's kernel gives a result only where its file is carried and torch sees a GPU.

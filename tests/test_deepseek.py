@@ -204,7 +204,7 @@ def test_unsupported_checkpoints_raise(case, tmp_path, changes, message):
 def test_decode_loop_lowers_for_sm90(case):
     """The whole generation loop with the Triton kernels, lowered for an H100/H200
     (CUDA capability 9.0) on a machine without a GPU."""
-    pytest.importorskip("jax_triton")
+    pytest.importorskip("triton")
     from jax import export
 
     from mla_jax.deepseek.generate import decode_loop

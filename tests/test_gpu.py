@@ -1,4 +1,4 @@
-"""The real jax-triton path on a CUDA GPU (skipped elsewhere): bf16 and fp16."""
+"""The real Triton path on a CUDA GPU (skipped elsewhere): bf16 and fp16."""
 
 import jax
 import jax.numpy as jnp

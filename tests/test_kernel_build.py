@@ -1,9 +1,8 @@
 """Stage 1's sm_90 build fits the GPU: shared memory within what one SM offers.
 
-A configuration over the limit compiles and lowers fine on a CPU and only fails at
-launch on the GPU, so the build is read here (``scripts/inspect_kernel.py``, in a
-child process with its own Triton cache: importing jax_triton blanks
-``TRITON_CACHE_DIR``)."""
+A configuration over the limit compiles on a CPU and would fail only at launch on the
+GPU (``mla_jax._launch`` refuses it at lowering too), so the build is read here
+(``scripts/inspect_kernel.py``, in a child process with a fresh Triton cache)."""
 
 import os
 import re

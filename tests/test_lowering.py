@@ -1,4 +1,4 @@
-"""The jax-triton path lowered for CUDA on a machine without a GPU.
+"""The Triton path (``mla_jax._launch``) lowered for CUDA on a machine without a GPU.
 
 Lowering compiles both Triton kernels for sm_90 (PTX and cubin), so this proves the
 kernels build for Hopper in every dtype, and that the lowered step aliases the
@@ -55,7 +55,7 @@ def lowered_text(dtype, *, heads, max_seq_len, pair=False, batch=4, rows=8):
 
 
 def backend_config(line: str) -> bytes:
-    """The serialized (zlib) jax-triton kernel call in a custom call's backend_config."""
+    """The serialized (zlib) jaxlib Triton kernel call in a custom call's backend_config."""
     config = re.search(r'backend_config = "((?:[^"\\]|\\.)*)"', line).group(1)
     # MLIR escapes a backslash as \\ and every other unprintable byte or quote as \XX.
     raw = re.sub(
@@ -200,8 +200,8 @@ def test_runtime_split_grid_is_the_batch_bound(policy, batch, heads, want):
 
 @pytest.mark.parametrize("heads, mma", [(128, "HGMMA"), (16, "HMMA")])
 def test_stage1_sass_uses_the_expected_mma(heads, mma, tmp_path):
-    """The sm_90 build of stage 1 (scripts/inspect_kernel.py, jax-triton's alignment
-    hints): 64-head tiles run on warpgroup MMA (HGMMA), 16-head tiles on mma.sync
+    """The sm_90 build of stage 1 (scripts/inspect_kernel.py, the launch route's
+    alignment hints): 64-head tiles run on warpgroup MMA (HGMMA), 16-head tiles on mma.sync
     (HMMA), and the latent tiles are loaded asynchronously (LDGSTS, cp.async)."""
     import os
     import subprocess
@@ -209,8 +209,7 @@ def test_stage1_sass_uses_the_expected_mma(heads, mma, tmp_path):
     from pathlib import Path
 
     script = Path(__file__).parents[1] / "scripts" / "inspect_kernel.py"
-    # Its own Triton cache: importing jax_triton (earlier tests) sets TRITON_CACHE_DIR
-    # to "", which the child would inherit and Triton refuses.
+    # A fresh Triton cache keeps the run self-contained (it compiles the build anew).
     env = os.environ | {"TRITON_CACHE_DIR": str(tmp_path)}
     proc = subprocess.run(
         [sys.executable, str(script), "--heads", str(heads)],

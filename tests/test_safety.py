@@ -5,8 +5,8 @@ The documented semantics (``mla_decode``'s docstring), on every backend:
 - ``seq_lens`` are clamped to ``[0, pages_per_seq * page_size]``: a negative length is
   an empty row (``out = 0``, ``lse = -inf``), one past the block table's capacity reads
   the capacity, never the next row's entries or memory past the table;
-- a live block-table entry outside ``[0, num_pages)`` reads the nearest page of the
-  pool, never memory outside the cache;
+- a live block-table entry outside ``[0, num_pages)`` reads page 0, never memory
+  outside the cache;
 - a NaN or inf in a live input makes that row's ``lse`` NaN, never ``-inf`` (which
   only marks an empty row); a NaN in a dead cache slot changes nothing.
 
@@ -61,11 +61,11 @@ def hazards():
     q[7, 2, 0] = np.inf
     kv[table[8, 1], 7, 4] = np.nan  # token 23 of row 8, whose length is 21: dead
     seq_lens = np.asarray(lens, np.int32)
-    # What the rows mean: lengths and pages clamped into range.
+    # What the rows mean: lengths clamped into range, pages outside the pool read page 0.
     want_out, want_lse = mla_decode_reference_np(
         q,
         kv,
-        np.clip(table, 0, num_pages - 1),
+        np.where((table >= 0) & (table < num_pages), table, 0),
         np.clip(seq_lens, 0, CAPACITY),
         scale=case.scale,
         kv_lora_rank=TINY[0],

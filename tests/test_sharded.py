@@ -10,7 +10,7 @@ printing one JSON line of measurements; the tests below assert on them. Checked:
 - with ``policy="occupancy"``, against ``mla_decode`` run on each shard alone;
 - the buffer's shard shapes against ``reserve_logits_buffer`` for one shard;
 - a jitted ``lax.scan`` threading the donated buffer and caches, with no collective;
-- the jax-triton path exported for CUDA (sm_90) with the sharding: one stage-1 /
+- the Triton path exported for CUDA (sm_90) with the sharding: one stage-1 /
   stage-2 pair in the per-shard program, at per-shard shapes, buffer aliased;
 - the errors.
 """

@@ -224,8 +224,8 @@ def test_real_kernel_in_the_interpreter_matches_the_reference():
 
 
 def test_triton_cache_dir_survives_jax_triton(monkeypatch):
-    """jax_triton empties TRITON_CACHE_DIR on import; vLLM's launch needs one."""
-    import jax_triton  # noqa: F401
+    """jax_triton empties TRITON_CACHE_DIR on import (mla_jax no longer imports it, a
+    caller may); vLLM's launch needs one."""
     from triton import knobs
 
     monkeypatch.setenv("TRITON_CACHE_DIR", "")  # what jax_triton's import leaves

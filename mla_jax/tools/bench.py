@@ -87,7 +87,8 @@ TARGET_RUN_MS, MIN_CALLS, MAX_CALLS = 2.0, 5, 20
 # 60-100% at 1/128/4096 (K=20) to the CUDA-graph device time (measured with
 # scripts/stage_times.py); with 10 runs a sync, within 6% of it (13% at 1/128/4096).
 RUNS_PER_REPEAT = 10
-# jax-triton's custom call target; each mla_decode call on the Triton path is two.
+# jaxlib's custom call target for a Triton kernel (mla_jax._launch emits it); each
+# mla_decode call on the Triton path is two.
 TRITON_TARGET = "triton_kernel_call"
 
 
@@ -588,11 +589,12 @@ def machine_info(sm_count: int) -> dict:
         "python": platform.python_version(),
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
     }
-    for dist in ("jax", "jaxlib", "jax-triton", "triton", "torch"):
+    # jaxlib too: the Triton kernels launch through its triton_kernel_call.
+    for dist in ("jax", "jaxlib", "triton", "torch"):
         try:
-            info[dist.replace("-", "_")] = importlib.metadata.version(dist)
+            info[dist] = importlib.metadata.version(dist)
         except importlib.metadata.PackageNotFoundError:
-            info[dist.replace("-", "_")] = None
+            info[dist] = None
     return info
 
 

@@ -2,7 +2,7 @@
 
 Paths, each scored against the ground truth (default: the float64 numpy reference):
 
-  jax-triton      mla_decode(backend="triton")        needs a CUDA GPU
+  mla_jax-triton  mla_decode(backend="triton")        needs a CUDA GPU and triton
   jax-xla         mla_decode(backend="xla")
   jax-reference   dense jnp reference (float32)
   torch-dense     mla_jax.torch_ref dense             needs torch
@@ -34,7 +34,7 @@ from mla_jax.splits import num_kv_splits
 from mla_jax.tools.problem import Problem, make_problem
 
 PATHS = (
-    "jax-triton",
+    "mla_jax-triton",
     "jax-xla",
     "jax-reference",
     "torch-dense",
@@ -153,7 +153,7 @@ def _jax_decode(backend: Backend) -> Callable[..., PathOutput]:
             out, lse, _buf = mla_decode(
                 *_jax_arrays(pj), buf, scale=scale, max_seq_len=p.max_seq_len, backend=backend
             )
-        except ImportError as e:  # jax-triton missing on a GPU machine
+        except ImportError as e:  # triton (the optional dependency) missing on a GPU machine
             raise Unavailable(str(e)) from e
         return PathOutput(
             np.asarray(out), np.asarray(lse), int(num_kv_splits(p.max_seq_len, sm_count))
@@ -237,7 +237,7 @@ def _vllm(
 
 
 RUNNERS: dict[str, Callable[..., PathOutput]] = {
-    "jax-triton": _jax_decode("triton"),
+    "mla_jax-triton": _jax_decode("triton"),
     "jax-xla": _jax_decode("xla"),
     "jax-reference": _jax_reference,
     "torch-dense": _torch_dense,

@@ -129,6 +129,8 @@ def ensure_triton_cache_dir() -> None:
     ``import jax_triton`` sets ``TRITON_CACHE_DIR=""`` for the whole process, after
     which any kernel launched through Triton's runtime (vLLM's) fails with "Could not
     create or locate cache dir"; this points the cache knob back at Triton's default.
+    mla_jax itself no longer imports jax_triton, so this is a no-op unless something
+    else in the process did.
     """
     from triton import knobs
 

@@ -1,0 +1,434 @@
+"""Launching Triton and Gluon kernels from JAX, through Triton's on-disk cache.
+
+``launch`` binds a primitive whose CUDA lowering compiles the kernel with Triton's
+own ``triton.compile`` for an explicit ``GPUTarget("cuda", cc, 32)`` and emits
+jaxlib's ``triton_kernel_call`` custom call (the one jax-triton emits: a serialized
+``TritonKernelCall`` with the kernel's PTX, zlib-compressed into ``backend_config``,
+custom-call API version 2). jaxlib launches it with the array operands in order,
+each row-major, then the results, then two null pointers for Triton's global and
+profiling scratch (which is why a kernel that needs scratch memory is refused).
+
+Why not jax-triton: it compiles in memory only, so every new process paid the
+whole Triton pipeline (5-7 s for the two decode kernels on the H200) while lowering,
+before JAX's persistent compilation cache could help; and it launches ``tl`` kernels
+only, where Gluon kernels (``triton.experimental.gluon``) need ``GluonASTSource``.
+Here the source kind follows the kernel: ``@gluon.jit`` functions compile from a
+``GluonASTSource``, ``@triton.jit`` ones from an ``ASTSource``.
+
+The compile cache
+-----------------
+Where: Triton's cache folder, ``triton.knobs.cache.dir``: ``$TRITON_CACHE_DIR`` when
+set, else ``$TRITON_HOME/.triton/cache`` (``~/.triton/cache``). One sub-folder per
+kernel build holds its IRs, PTX, cubin and metadata. ``import jax_triton`` sets
+``TRITON_CACHE_DIR=""`` for its process; a build then goes to Triton's default
+folder instead (the setting is swapped in for the compile and put back).
+
+What keys it: Triton's own cache key, the hash of the Triton version (and the
+source of its compiler), the kernel's source and that of every ``@jit`` function it
+calls, the constexpr values, the argument types and alignment hints, the compile
+options (``num_warps``, ``num_stages``...), the target (``cc``, ptxas version) and
+the environment variables Triton says change a build. A change in any of them is a
+new build; nothing stale is reused.
+
+How to clear it: delete the folder (``rm -rf ~/.triton/cache``, or the one
+``TRITON_CACHE_DIR`` names); one build is the sub-folder holding its
+``<kernel name>.json`` (``Build.folder``). ``TRITON_ALWAYS_COMPILE=1`` compiles
+anew whatever is there.
+
+Within a process, builds are also memoised (``_build``, keyed by the kernel, its
+constexprs, signature, options and capability), since lowering runs at every trace.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import operator
+import os
+import threading
+import zlib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import triton
+from jax.extend import core as jex_core
+from jax.interpreters import mlir, xla
+from triton import knobs
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from triton.runtime.jit import JITFunction
+
+CUSTOM_CALL_TARGET = "triton_kernel_call"
+"""jaxlib's target (``jaxlib/gpu_triton.py`` registers it for CUDA)."""
+
+POINTER_ALIGNMENT = 16
+"""Every array operand is promised 16-byte aligned (XLA's buffers are): Triton needs
+the hint to vectorise and pipeline loads, and jaxlib checks it at each launch."""
+
+# Largest shared memory one block may opt in to, by compute capability (CUDA C++
+# Programming Guide, "Technical Specifications per Compute Capability"). A build
+# over it lowers fine and fails only at launch, so it is refused here.
+MAX_SHARED_BYTES = {
+    70: 98304,
+    75: 65536,
+    80: 166912,
+    86: 101376,
+    87: 166912,
+    89: 101376,
+    90: 232448,
+    100: 232448,
+    103: 232448,
+    120: 101376,
+}
+MAX_TMEM_COLUMNS = 512  # Blackwell tensor memory; more makes Triton emit a trap
+
+_GRID_LIMITS = (2**31 - 1, 65535, 65535)  # CUDA's grid dimensions x, y, z
+
+_TRITON_TYPES = {
+    "bool": "i1",
+    "int8": "i8",
+    "int16": "i16",
+    "int32": "i32",
+    "int64": "i64",
+    "uint8": "u8",
+    "uint16": "u16",
+    "uint32": "u32",
+    "uint64": "u64",
+    "float16": "fp16",
+    "bfloat16": "bf16",
+    "float32": "fp32",
+    "float64": "fp64",
+    "float8_e4m3fn": "fp8e4nv",
+    "float8_e5m2": "fp8e5",
+    "float8_e4m3fnuz": "fp8e4b8",
+    "float8_e5m2fnuz": "fp8e5b16",
+}
+
+Scalar = bool | int | float
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelSpec:
+    """Everything that decides a build apart from the target.
+
+    ``signature`` holds the kernel's parameters in order, as Triton types: ``*bf16``
+    for a pointer, ``i32`` for a scalar, ``constexpr`` for a compile-time value.
+    ``constexprs`` holds ``(name, type name, value)``, the type name keeping ``True``,
+    ``1`` and ``1.0`` apart in the in-process memo (they compare equal in Python).
+    """
+
+    kernel: JITFunction
+    signature: tuple[tuple[str, str], ...]
+    constexprs: tuple[tuple[str, str, Any], ...]
+    num_warps: int
+    num_stages: int
+
+    @property
+    def pointer_indices(self) -> tuple[int, ...]:
+        return tuple(i for i, (_, t) in enumerate(self.signature) if t.startswith("*"))
+
+
+@dataclasses.dataclass(frozen=True)
+class Build:
+    """What jaxlib's call needs from one compiled kernel."""
+
+    name: str
+    num_warps: int
+    num_ctas: int
+    shared_bytes: int
+    ptx: str
+    folder: str  # the build's sub-folder of Triton's cache dir
+
+
+def triton_type(dtype: Any) -> str:
+    """Triton's name for an array element type (``*`` + this is a pointer)."""
+    name = jnp.dtype(dtype).name
+    if name not in _TRITON_TYPES:
+        raise TypeError(f"no Triton type for arrays of {name}")
+    return _TRITON_TYPES[name]
+
+
+def _scalar_type(value: Scalar) -> str:
+    if isinstance(value, bool):
+        return "i1"
+    if isinstance(value, int):
+        if -(2**31) <= value < 2**31:
+            return "i32"
+        if -(2**63) <= value < 2**63:
+            return "i64"
+        raise ValueError(f"integer argument {value} does not fit in 64 bits")
+    return "fp32"  # what Triton's own launcher passes a Python float as
+
+
+def kernel_spec(
+    kernel: JITFunction,
+    runtime_types: Sequence[str],
+    constexprs: Mapping[str, Any],
+    *,
+    num_warps: int,
+    num_stages: int,
+) -> KernelSpec:
+    """The build of ``kernel`` whose non-constexpr parameters, in order, have
+    ``runtime_types`` (``*fp32``, ``i32``...) and the others ``constexprs``."""
+    if not isinstance(kernel, JITFunction):
+        raise TypeError(
+            f"kernel must be a @triton.jit or @gluon.jit function, not {type(kernel).__name__}"
+            " (autotuners and heuristics are not supported: pass the chosen config)"
+        )
+    names = list(kernel.arg_names)
+    unknown = sorted(set(constexprs) - set(names))
+    if unknown:
+        raise ValueError(f"{kernel.__name__} has no parameters {unknown}")
+    annotated = {names[i] for i in kernel.constexprs}
+    missing = [n for n in names if n in annotated and n not in constexprs]
+    if missing:
+        raise ValueError(f"{kernel.__name__}: no value for the constexpr parameters {missing}")
+    runtime = [n for n in names if n not in constexprs]
+    if len(runtime) != len(runtime_types):
+        raise ValueError(
+            f"{kernel.__name__} takes {len(runtime)} run-time arguments {runtime} "
+            f"(inputs, then outputs), got {len(runtime_types)}"
+        )
+    types = dict(zip(runtime, runtime_types))
+    return KernelSpec(
+        kernel=kernel,
+        signature=tuple((n, types.get(n, "constexpr")) for n in names),
+        constexprs=tuple(
+            (n, type(constexprs[n]).__name__, constexprs[n]) for n in names if n in constexprs
+        ),
+        num_warps=num_warps,
+        num_stages=num_stages,
+    )
+
+
+def _source(spec: KernelSpec) -> ASTSource:
+    """Triton's compile source: a ``GluonASTSource`` for a Gluon kernel."""
+    source_cls: type[ASTSource] = ASTSource
+    if spec.kernel.is_gluon():
+        from triton.experimental.gluon._runtime import GluonASTSource
+
+        source_cls = GluonASTSource
+    aligned = [["tt.divisibility", POINTER_ALIGNMENT]]
+    return source_cls(
+        fn=spec.kernel,
+        signature=dict(spec.signature),
+        constexprs={n: v for n, _, v in spec.constexprs},
+        attrs={(i,): aligned for i in spec.pointer_indices},
+    )
+
+
+_CACHE_DIR_LOCK = threading.Lock()
+
+
+def compile_kernel(spec: KernelSpec, compute_capability: int) -> Any:
+    """``triton.compile`` of ``spec`` for CUDA ``compute_capability``: Triton's
+    ``CompiledKernel`` (``.asm``, ``.metadata``, ``.metadata_group``: its files), from
+    the disk cache when built before. Not memoised (``_build`` is)."""
+    target = GPUTarget("cuda", compute_capability, 32)
+    options = {"num_warps": spec.num_warps, "num_stages": spec.num_stages, "num_ctas": 1}
+    if knobs.cache.dir:
+        return triton.compile(_source(spec), target=target, options=options)
+    # TRITON_CACHE_DIR="" (``import jax_triton`` sets it) leaves Triton nowhere to
+    # write: use its default folder for this compile and put the setting back.
+    with _CACHE_DIR_LOCK, knobs.cache.scope():
+        knobs.cache.dir = knobs.cache.get_triton_dir("cache")
+        return triton.compile(_source(spec), target=target, options=options)
+
+
+def check_resources(metadata: Any, compute_capability: int, name: str) -> None:
+    """Refuses a build jaxlib's call cannot run: it passes no global or profiling
+    scratch memory (null pointers), and shared or tensor memory past the device's
+    limit fails only at launch."""
+    for field in ("global_scratch_size", "profile_scratch_size"):
+        size = getattr(metadata, field, 0) or 0
+        if size:
+            raise ValueError(
+                f"{name} needs {size} bytes of {field.removesuffix('_size').replace('_', ' ')}"
+                " memory (e.g. on-device TMA descriptors, or Proton instrumentation);"
+                " jaxlib's triton_kernel_call provides none"
+            )
+    shared = metadata.shared or 0
+    limit = MAX_SHARED_BYTES.get(compute_capability)
+    if limit is not None and shared > limit:
+        raise ValueError(
+            f"{name} needs {shared} bytes of shared memory; sm_{compute_capability} "
+            f"allows {limit} a block (use smaller tiles or fewer stages)"
+        )
+    tmem = getattr(metadata, "tmem_size", 0) or 0
+    if tmem > MAX_TMEM_COLUMNS:
+        raise ValueError(f"{name} needs {tmem} tensor memory columns (at most {MAX_TMEM_COLUMNS})")
+
+
+@functools.lru_cache(maxsize=256)
+def _build(spec: KernelSpec, compute_capability: int) -> Build:
+    """The checked build of ``spec``, once per process (lowering runs per trace)."""
+    compiled = compile_kernel(spec, compute_capability)
+    meta = compiled.metadata
+    check_resources(meta, compute_capability, spec.kernel.__name__)
+    if "ptx" not in compiled.asm:
+        raise RuntimeError(
+            f"Triton's cache holds no PTX for {spec.kernel.__name__} (TRITON_STORE_BINARY_ONLY"
+            " is set?); jaxlib's call needs it"
+        )
+    return Build(
+        name=meta.name,
+        num_warps=meta.num_warps,
+        num_ctas=meta.num_ctas,
+        shared_bytes=meta.shared,
+        ptx=compiled.asm["ptx"],
+        folder=os.path.dirname(
+            next(p for f, p in compiled.metadata_group.items() if f.endswith(".json"))
+        ),
+    )
+
+
+def _gpu_triton() -> Any:
+    """jaxlib's Triton call classes; they come with the CUDA plugin (jax-cuda12-plugin),
+    which also lowers for CUDA on a machine without a GPU."""
+    from jax._src.lib import gpu_triton
+
+    if not hasattr(gpu_triton, "TritonKernelCall"):
+        raise RuntimeError(
+            "lowering Triton kernels for CUDA needs jaxlib's CUDA plugin: install "
+            "jax[cuda12], or jax-cuda12-plugin at the jaxlib version to lower without a GPU"
+        )
+    return gpu_triton
+
+
+def device_capability() -> int:
+    """The CUDA compute capability of device 0 (e.g. 90), what a build targets when
+    no ``compute_capability`` is given."""
+    return int(_gpu_triton().get_compute_capability(0))
+
+
+_call_p = jex_core.Primitive("mla_jax_triton_call")
+_call_p.multiple_results = True
+_call_p.def_impl(functools.partial(xla.apply_primitive, _call_p))
+
+
+@_call_p.def_abstract_eval
+def _abstract_eval(*_, out_shapes, **__):
+    return [jax.core.ShapedArray(s.shape, s.dtype) for s in out_shapes]
+
+
+def _lowering(
+    ctx: mlir.LoweringRuleContext,
+    *operands: Any,
+    spec: KernelSpec,
+    out_shapes: tuple[jax.ShapeDtypeStruct, ...],
+    grid: tuple[int, int, int],
+    scalars: tuple[tuple[int, str, Scalar], ...],
+    aliases: tuple[tuple[int, int], ...],
+    compute_capability: int | None,
+    name: str,
+) -> Sequence[Any]:
+    lib = _gpu_triton()
+    cc = device_capability() if compute_capability is None else compute_capability
+    build = _build(spec, cc)
+    kernel = lib.TritonKernel(
+        build.name, build.num_warps, build.num_ctas, build.shared_bytes, build.ptx, "", cc
+    )
+    scalar_at = {i: (t, v) for i, t, v in scalars}
+    params = []
+    for i in range(len(operands) + len(scalars) + len(out_shapes)):
+        if i in scalar_at:
+            dtype, value = scalar_at[i]
+            params.append(lib.create_scalar_parameter(value, dtype))
+        else:
+            params.append(lib.create_array_parameter(0, POINTER_ALIGNMENT))
+    call = lib.TritonKernelCall(kernel, *grid, params)
+    rule = jax.ffi.ffi_lowering(
+        CUSTOM_CALL_TARGET,
+        api_version=2,
+        # Version 2 takes the opaque bytes as they are (jax annotates only str).
+        backend_config=zlib.compress(call.to_proto(name, b"")),  # type: ignore[arg-type]
+        operand_output_aliases=dict(aliases),
+    )
+    return rule(ctx, *operands)
+
+
+mlir.register_lowering(_call_p, _lowering, platform="cuda")
+
+
+def launch(
+    kernel: JITFunction,
+    inputs: Sequence[jax.Array | Scalar],
+    *,
+    out_shapes: Sequence[jax.ShapeDtypeStruct],
+    grid: Sequence[int],
+    constexprs: Mapping[str, Any] | None = None,
+    num_warps: int = 4,
+    num_stages: int = 3,
+    input_output_aliases: Mapping[int, int] | None = None,
+    compute_capability: int | None = None,
+    name: str | None = None,
+) -> tuple[jax.Array, ...]:
+    """Calls a ``@triton.jit`` or ``@gluon.jit`` kernel on JAX arrays.
+
+    The kernel's parameters that are not in ``constexprs`` receive, in order, the
+    ``inputs`` (arrays as pointers to their row-major data, Python scalars by value)
+    and then a pointer to each output. The kernel is compiled when the call is
+    lowered for CUDA, from Triton's disk cache when it was built before (see the
+    module docstring).
+
+    Args:
+      kernel: the JIT function; a Gluon one compiles as Gluon.
+      inputs: arrays, or ``bool``/``int``/``float`` run-time scalars (``i1``,
+        ``i32``/``i64``, ``fp32``).
+      out_shapes: the outputs' shapes and dtypes.
+      grid: up to three program counts (x, y, z).
+      constexprs: values of the compile-time parameters (all ``tl.constexpr`` ones).
+      num_warps, num_stages: Triton's compile options.
+      input_output_aliases: ``{input index: output index}``; the output is the input's
+        buffer, written in place (donate the input to avoid a copy).
+      compute_capability: CUDA capability to build for, e.g. 90; None asks device 0
+        at lowering.
+      name: the call's name in the lowered module (default: the kernel's).
+
+    Returns:
+      The outputs, one array per entry of ``out_shapes``.
+    """
+    out_shapes = tuple(jax.ShapeDtypeStruct(s.shape, s.dtype) for s in out_shapes)
+    grid3 = tuple(operator.index(g) for g in grid) + (1,) * (3 - len(grid))
+    if not 1 <= len(grid) <= 3 or any(not 0 <= g <= n for g, n in zip(grid3, _GRID_LIMITS)):
+        raise ValueError(f"grid {tuple(grid)}: one to three ints within CUDA's {_GRID_LIMITS}")
+    arrays: list[jax.Array] = []
+    operand_of: dict[int, int] = {}  # input index -> custom-call operand index
+    scalars: list[tuple[int, str, Scalar]] = []
+    types: list[str] = []
+    for i, x in enumerate(inputs):
+        if isinstance(x, bool | int | float):
+            scalars.append((i, _scalar_type(x), x))
+            types.append(scalars[-1][1])
+        else:
+            operand_of[i] = len(arrays)
+            arrays.append(x)
+            types.append("*" + triton_type(x.dtype))
+    types += ["*" + triton_type(s.dtype) for s in out_shapes]
+    spec = kernel_spec(
+        kernel, types, dict(constexprs or {}), num_warps=num_warps, num_stages=num_stages
+    )
+    aliases = []
+    for i, o in sorted((input_output_aliases or {}).items()):
+        if i not in operand_of or not 0 <= o < len(out_shapes):
+            raise ValueError(f"alias {i} -> {o}: no such array input or output")
+        x, out = arrays[operand_of[i]], out_shapes[o]
+        if (x.shape, x.dtype) != (out.shape, out.dtype):
+            raise ValueError(f"alias {i} -> {o}: input {x.shape} {x.dtype} is not {out}")
+        aliases.append((operand_of[i], o))
+    if len({o for _, o in aliases}) != len(aliases):
+        raise ValueError(f"two inputs alias one output: {dict(input_output_aliases or {})}")
+    return tuple(
+        _call_p.bind(
+            *arrays,
+            spec=spec,
+            out_shapes=out_shapes,
+            grid=grid3,
+            scalars=tuple(scalars),
+            aliases=tuple(aliases),
+            compute_capability=compute_capability,
+            name=name or kernel.__name__,
+        )
+    )

@@ -1,0 +1,49 @@
+"""Seconds to the first ``mla_decode`` result in a fresh process (GPU).
+
+Run it several times with one ``TRITON_CACHE_DIR``: the first run compiles both kernels
+and fills the cache, later runs should find them there (``mla_jax._launch``).
+
+    TRITON_CACHE_DIR=/tmp/tc python scripts/first_call.py --heads 128   # x3
+"""
+
+import argparse
+import time
+
+START = time.perf_counter()
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+from mla_jax import mla_decode, reserve_logits_buffer  # noqa: E402
+from mla_jax.tools.problem import softmax_scale  # noqa: E402
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--heads", type=int, default=128)
+    p.add_argument("--batch", type=int, default=4)
+    p.add_argument("--max-len", type=int, default=4096)
+    args = p.parse_args()
+    imported = time.perf_counter()
+    page, width = 64, 576
+    pages_per_seq = args.max_len // page
+    rng = np.random.default_rng(0)
+    q = jnp.asarray(rng.standard_normal((args.batch, args.heads, width)), jnp.bfloat16)
+    kv = jnp.asarray(rng.standard_normal((args.batch * pages_per_seq, page, width)), jnp.bfloat16)
+    table = jnp.arange(args.batch * pages_per_seq, dtype=jnp.int32).reshape(args.batch, -1)
+    lens = jnp.full((args.batch,), args.max_len, jnp.int32)
+    buf = reserve_logits_buffer(args.batch, args.heads, args.max_len)
+    ready = time.perf_counter()
+    out, lse, _ = mla_decode(q, kv, table, lens, buf, scale=softmax_scale(), backend="triton")
+    jax.block_until_ready((out, lse))
+    done = time.perf_counter()
+    print(
+        f"heads={args.heads} device={jax.devices()[0].device_kind}: imports "
+        f"{imported - START:.2f} s, inputs {ready - imported:.2f} s, "
+        f"first mla_decode {done - ready:.2f} s, process total {done - START:.2f} s"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,263 @@
+"""The kernel launch route (``mla_jax._launch``), lowered for CUDA on a machine
+without a GPU: jaxlib's ``triton_kernel_call`` with the buffer aliased, Triton's disk
+cache reused by a new process, Gluon kernels, and the errors it raises early.
+
+No timing: whether a build came from the cache is what Triton's compilation
+listener (``triton.knobs.compilation.listener``) reports for each ``triton.compile``.
+"""
+
+import json
+import os
+import re
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import pytest
+import triton
+import triton.language as tl
+from triton import knobs
+
+from mla_jax import _launch
+from tests.test_lowering import _proto_fields, backend_config
+
+ROOT = Path(__file__).parents[1]
+S = jax.ShapeDtypeStruct
+
+
+@triton.jit
+def add_scalar(x_ptr, c, y_ptr, N: tl.constexpr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < N
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=mask) + c, mask=mask)
+
+
+def lower(fn, *args) -> str:
+    return jax.jit(fn).trace(*args).lower(lowering_platforms=("cuda",)).as_text()
+
+
+def custom_calls(text: str) -> list[str]:
+    return [ln for ln in text.splitlines() if "stablehlo.custom_call @triton_kernel_call" in ln]
+
+
+def kernel_call(line: str) -> dict:
+    """jaxlib's ``TritonAnyKernelCall`` (jaxlib/gpu/triton.proto) in a custom call:
+    its name, the launch grid and the kernel's fields."""
+    outer = _proto_fields(backend_config(line))
+    call = _proto_fields(outer[1])
+    kernel = _proto_fields(call[1])
+    return {
+        "name": outer[4].decode(),
+        "grid": tuple(call.get(f, 0) for f in (2, 3, 4)),
+        "kernel_name": kernel[1].decode(),
+        "num_warps": kernel[2],
+        "ptx": kernel.get(4, b""),
+        "ttir": kernel.get(5, b""),
+        "cc": kernel[6],
+    }
+
+
+def decode_step(q, kv, bt, sl, buf):
+    import mla_jax
+
+    return mla_jax.mla_decode(
+        q, kv, bt, sl, buf, scale=0.1, max_seq_len=256, backend="triton", compute_capability=90
+    )
+
+
+def decode_args():
+    from tests.cases import buffer_spec
+
+    return (
+        S((2, 16, 576), jnp.bfloat16),
+        S((8, 64, 576), jnp.bfloat16),
+        S((2, 4), jnp.int32),
+        S((2,), jnp.int32),
+        buffer_spec(2, 16, 2),
+    )
+
+
+def test_decode_lowers_to_two_triton_kernel_calls_with_the_buffer_aliased():
+    text = jax.jit(decode_step, donate_argnums=4).trace(*decode_args())
+    text = text.lower(lowering_platforms=("cuda",)).as_text()
+    stage1, stage2 = custom_calls(text)
+    for line in (stage1, stage2):
+        assert "api_version = 2" in line
+    # Stage 1: eight operands, the eighth (index 7) the logits buffer, its only result.
+    assert len(re.search(r"@triton_kernel_call\(([^)]*)\)", stage1).group(1).split(", ")) == 8
+    assert re.findall(r"operand_index = (\d+)", stage1) == ["7"]
+    assert "output_operand_aliases" not in stage2
+    calls = [kernel_call(stage1), kernel_call(stage2)]
+    assert [c["name"] for c in calls] == ["mla_decode_stage1", "mla_decode_stage2"]
+    assert [c["kernel_name"] for c in calls] == ["mla_decode_stage1", "mla_decode_stage2"]
+    for c in calls:
+        assert c["cc"] == 90 and b".target sm_90a" in c["ptx"] and c["ttir"] == b""
+
+
+_CHILD = """
+import hashlib, json, sys
+sys.path.insert(0, {root!r})
+import jax
+from triton import knobs
+from tests.test_kernel_cache import decode_args, decode_step
+
+events = []
+knobs.compilation.listener = lambda src, cache_hit, **_: events.append([src.name, cache_hit])
+text = jax.jit(decode_step).trace(*decode_args()).lower(lowering_platforms=("cuda",)).as_text()
+digest = hashlib.sha256(text.encode()).hexdigest()
+print(json.dumps({{"events": events, "module": digest, "jax_triton": "jax_triton" in sys.modules}}))
+"""
+
+
+def _lower_in_child(env) -> dict:
+    proc = subprocess.run(
+        [sys.executable, "-c", _CHILD.format(root=str(ROOT))],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_a_new_process_takes_both_kernels_from_the_disk_cache(tmp_path):
+    env = os.environ | {"TRITON_CACHE_DIR": str(tmp_path)}
+    env.pop("TRITON_ALWAYS_COMPILE", None)
+    first = _lower_in_child(env)
+    assert not first["jax_triton"]  # which would set TRITON_CACHE_DIR="" on import
+    assert first["events"] == [["mla_decode_stage1", False], ["mla_decode_stage2", False]]
+    builds = sorted(p.name for p in tmp_path.glob("*/mla_decode_stage*.json"))
+    assert builds == ["mla_decode_stage1.json", "mla_decode_stage2.json"]
+    second = _lower_in_child(env)
+    # Triton found both builds (no compilation), and the program is the same.
+    assert second["events"] == [["mla_decode_stage1", True], ["mla_decode_stage2", True]]
+    assert second["module"] == first["module"]
+    assert sorted(p.name for p in tmp_path.glob("*/mla_decode_stage*.json")) == builds
+
+
+def add(x, c=1.5, **kw):
+    return _launch.launch(
+        add_scalar,
+        [x, c],
+        out_shapes=[S(x.shape, x.dtype)],
+        grid=(2,),
+        constexprs=dict(N=x.shape[0], BLOCK=128),
+        compute_capability=90,
+        **kw,
+    )[0]
+
+
+def test_one_build_per_process_and_scalars_pass_by_value(monkeypatch):
+    events = []
+    monkeypatch.setattr(knobs.compilation, "listener", lambda src, **_: events.append(src.name))
+    _launch._build.cache_clear()
+    x = S((256,), jnp.float32)
+    for c in (1.5, 2.5):  # the scalar is a run-time value: one build
+        (line,) = custom_calls(lower(lambda x, c=c: add(x, c), x))
+        assert kernel_call(line)["grid"] == (2, 1, 1)
+    assert events == ["add_scalar"]
+    lower(lambda x: add(x, 7), x)  # an int scalar is another signature (i32)
+    assert events == ["add_scalar", "add_scalar"]
+    spec = _launch.kernel_spec(
+        add_scalar, ["*fp32", "fp32", "*fp32"], dict(N=256, BLOCK=128), num_warps=4, num_stages=3
+    )
+    build = _launch._build(spec, 90)  # the first one, memoised
+    assert events == ["add_scalar", "add_scalar"] and build.name == "add_scalar"
+    files = set(os.listdir(build.folder))
+    assert {"add_scalar.json", "add_scalar.ptx", "add_scalar.cubin"} <= files
+
+
+def test_the_cache_works_when_jax_triton_emptied_its_setting(tmp_path, monkeypatch):
+    """``import jax_triton`` sets TRITON_CACHE_DIR="": builds go to Triton's default
+    folder (under TRITON_HOME) and the setting is left as it was."""
+    monkeypatch.setenv("TRITON_CACHE_DIR", "")
+    monkeypatch.setenv("TRITON_HOME", str(tmp_path))
+    assert not knobs.cache.dir
+    spec = _launch.kernel_spec(
+        add_scalar, ["*fp32", "fp32", "*fp32"], dict(N=64, BLOCK=64), num_warps=2, num_stages=1
+    )
+    compiled = _launch.compile_kernel(spec, 90)
+    assert Path(compiled.metadata_group["add_scalar.json"]).is_relative_to(tmp_path)
+    assert os.environ["TRITON_CACHE_DIR"] == "" and not knobs.cache.dir
+
+
+def test_gluon_kernels_compile_as_gluon():
+    gluon = pytest.importorskip("triton.experimental.gluon")
+    gl = gluon.language
+    from triton.backends.compiler import Language
+
+    @gluon.jit
+    def copy(x_ptr, y_ptr, N: gl.constexpr, BLOCK: gl.constexpr):
+        layout: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
+        offs = gl.program_id(0) * BLOCK + gl.arange(0, BLOCK, layout=layout)
+        mask = offs < N
+        gl.store(y_ptr + offs, gl.load(x_ptr + offs, mask=mask), mask=mask)
+
+    spec = _launch.kernel_spec(
+        copy, ["*fp32", "*fp32"], dict(N=256, BLOCK=128), num_warps=4, num_stages=1
+    )
+    assert _launch.compile_kernel(spec, 90).src.language == Language.GLUON
+
+    def f(x):
+        return _launch.launch(
+            copy,
+            [x],
+            out_shapes=[S(x.shape, x.dtype)],
+            grid=(2,),
+            constexprs=dict(N=256, BLOCK=128),
+            input_output_aliases={0: 0},
+            compute_capability=90,
+        )[0]
+
+    (line,) = custom_calls(lower(f, S((256,), jnp.float32)))
+    assert kernel_call(line)["kernel_name"] == "copy"
+    assert re.findall(r"operand_index = (\d+)", line) == ["0"]
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (dict(constexprs=dict(N=256)), r"no value for the constexpr parameters \['BLOCK'\]"),
+        (dict(constexprs=dict(N=256, BLOCK=128, M=1)), r"has no parameters \['M'\]"),
+        (dict(inputs="one"), r"takes 3 run-time arguments"),
+        (dict(input_output_aliases={0: 0}, out=S((128,), jnp.float32)), r"alias 0 -> 0: input"),
+        (dict(input_output_aliases={1: 0}), r"alias 1 -> 0: no such array input"),
+        (dict(grid=(1, 70000)), r"grid \(1, 70000\)"),
+        (dict(kernel=triton.autotune([triton.Config({})], key=[])(add_scalar)), "autotuners"),
+    ],
+)
+def test_bad_launches_fail_before_compiling(change, message):
+    x = S((256,), jnp.float32)
+    kwargs = dict(
+        out_shapes=[change.pop("out", x)],
+        grid=(2,),
+        constexprs=dict(N=256, BLOCK=128),
+        compute_capability=90,
+    )
+    kernel = change.pop("kernel", add_scalar)
+    inputs = [x] if change.pop("inputs", None) else [x, 1.0]
+    kwargs.update(change)
+    with pytest.raises((ValueError, TypeError), match=message):
+        lower(lambda x: _launch.launch(kernel, [x, *inputs[1:]], **kwargs), x)
+
+
+@pytest.mark.parametrize(
+    "metadata, message",
+    [
+        (dict(global_scratch_size=128), "128 bytes of global scratch memory"),
+        (dict(profile_scratch_size=64), "64 bytes of profile scratch memory"),
+        (dict(shared=232449), "232449 bytes of shared memory; sm_90 allows 232448"),
+        (dict(tmem_size=1024), "1024 tensor memory columns"),
+    ],
+)
+def test_builds_jaxlib_cannot_run_are_refused(metadata, message):
+    fields = dict(shared=1024, global_scratch_size=0, profile_scratch_size=0, tmem_size=None)
+    meta = types.SimpleNamespace(**(fields | metadata))
+    with pytest.raises(ValueError, match=message):
+        _launch.check_resources(meta, 90, "k")
+    _launch.check_resources(types.SimpleNamespace(**fields), 90, "k")
