@@ -4,7 +4,7 @@ cache, jaxlib's ``triton_kernel_call``).
 Stage 1 receives the logits buffer as an input aliased to its only output
 (``input_output_aliases``), so it writes in place and returns the same buffer. On
 sm_90 it is the Gluon kernel (``mla_jax._gluon_kernels``) where that one is measured to
-win (``use_gluon``), else the ``tl`` kernel; both write the same partials, which the
+win (``use_gluon``: long splits), else the ``tl`` kernel; both write the same partials, which the
 one stage 2 merges.
 Shapes are checked by the caller (``mla_jax.decode``); everything here is static
 except the arrays, and the split count travels as an int32 array.
@@ -20,9 +20,9 @@ import jax.numpy as jnp
 from mla_jax import _gluon_kernels, _launch, kernels
 
 # The Gluon stage 1 beats the tl one on the H200 where each split holds many blocks:
-# 1.13-1.46x at 1, 2 and 4 splits (B >= 16 at H = 128, L = 4096), but 0.59x at B = 1,
-# 64 splits of one block each (docs/performance.md, "Gluon stage 1").
-GLUON_MAX_SPLITS = 4
+# 1.13x at 1024 tokens a split (16/128/4096), 1.36-1.46x at 2048-16384, but 0.59x at
+# 64 (1/128/4096, one block a split) (docs/performance.md, "Gluon stage 1").
+GLUON_MIN_SPLIT_TOKENS = 1024
 
 
 def _strides(x: jax.Array) -> tuple[int, ...]:
@@ -38,15 +38,17 @@ def use_gluon(
     q_nope: jax.Array,
     kv_cache: jax.Array,
     grid_splits: int,
+    max_tokens: int,
     kv_lora_rank: int,
     rope_dim: int,
     compute_capability: int,
 ) -> bool:
     """Whether stage 1 runs as the Gluon kernel: an sm_90 build, a problem it supports
-    (``_gluon_kernels.supports``) and at most ``GLUON_MAX_SPLITS`` splits."""
+    (``_gluon_kernels.supports``), and splits of at least ``GLUON_MIN_SPLIT_TOKENS``
+    tokens when a row holds ``max_tokens``."""
     return (
         compute_capability == 90
-        and grid_splits <= GLUON_MAX_SPLITS
+        and -(-max_tokens // grid_splits) >= GLUON_MIN_SPLIT_TOKENS
         and _gluon_kernels.supports(
             num_heads=q_nope.shape[1],
             page_size=kv_cache.shape[1],
@@ -76,6 +78,7 @@ def decode(
     kv_lora_rank: int,
     rope_dim: int,
     compute_capability: int | None,
+    max_tokens: int | None = None,
     config: dict[str, int] | None = None,
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """Both stages on checked inputs.
@@ -87,6 +90,8 @@ def decode(
       num_splits: int32 ``[1]``, at most ``grid_splits``.
       grid_splits: programs launched along the split axis (static).
       kv_scale: float32 ``[1]``, the cache's dequantisation scale (1 unless fp8).
+      max_tokens: the most tokens a row holds, as known at trace time (a static
+        ``max_seq_len``); None: the block table's capacity. It picks stage 1's kernel.
       config: overrides of ``kernels.stage1_config`` (tuning sweeps only; the tl
         stage 1 then, never the Gluon one).
 
@@ -117,7 +122,11 @@ def decode(
     )
     stage1_kernel = kernels.mla_decode_stage1
     cc = _launch.device_capability() if compute_capability is None else compute_capability
-    if config is None and use_gluon(q_nope, kv_cache, grid_splits, kv_lora_rank, rope_dim, cc):
+    capacity = block_table.shape[1] * kv_cache.shape[1]
+    longest = capacity if max_tokens is None else min(max_tokens, capacity)
+    if config is None and use_gluon(
+        q_nope, kv_cache, grid_splits, longest, kv_lora_rank, rope_dim, cc
+    ):
         stage1 = _gluon_kernels.launch_params(**problem)
         stage1_kernel = _gluon_kernels.mla_decode_stage1_gluon
     (buffer,) = _launch.launch(

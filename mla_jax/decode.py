@@ -292,6 +292,7 @@ def _decode_step(
             kv_lora_rank=kv_lora_rank,
             rope_dim=rope_dim,
             compute_capability=compute_capability,
+            max_tokens=static_max_seq_len,
         )
     else:
         q = q_nope if q_pe is None else jnp.concatenate([q_nope, q_pe], axis=-1)

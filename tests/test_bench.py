@@ -147,8 +147,9 @@ def test_floor_and_metrics_by_hand():
 
 def test_sweep_shapes_calls_and_skips():
     shapes = bench.sweep_shapes(bench.BATCHES, bench.HEADS, bench.LENS)
-    assert len(shapes) == 5 * 2 * 3 + 2 * 2
+    assert len(shapes) == 5 * 4 * 3 + 2 * 4
     assert {(b, n) for b, _, n in shapes if n == 65536} == {(1, 65536), (4, 65536)}
+    assert {h for _, h, _ in shapes} == {16, 32, 64, 128}
     assert bench.calls_for(0.0003) == 20 and bench.calls_for(0.1) == 20
     assert bench.calls_for(5.0) == 5 and bench.calls_for(0.2) == 10
     settings = bench.Settings(

@@ -130,25 +130,26 @@ if __name__ == "__main__":
 
 
 @pytest.mark.parametrize(
-    "batch, heads, cc, dtype, kernel",
+    "batch, heads, length, cc, dtype, kernel",
     [
-        (16, 128, 90, jnp.bfloat16, "mla_decode_stage1_gluon"),  # 4 splits
-        (128, 64, 90, jnp.float16, "mla_decode_stage1_gluon"),  # 1 split
-        (1, 128, 90, jnp.bfloat16, "mla_decode_stage1"),  # 64 splits of one block each
-        (16, 128, 80, jnp.bfloat16, "mla_decode_stage1"),  # not Hopper
-        (16, 16, 90, jnp.bfloat16, "mla_decode_stage1"),  # under a 64-head tile
-        (16, 128, 90, jnp.float32, "mla_decode_stage1"),
+        (16, 128, 4096, 90, jnp.bfloat16, "mla_decode_stage1_gluon"),  # 4 splits of 1024
+        (128, 64, 4096, 90, jnp.float16, "mla_decode_stage1_gluon"),  # 1 split
+        (16, 128, 1024, 90, jnp.bfloat16, "mla_decode_stage1"),  # 4 splits of 256
+        (1, 128, 4096, 90, jnp.bfloat16, "mla_decode_stage1"),  # 64 splits of one block
+        (16, 128, 4096, 80, jnp.bfloat16, "mla_decode_stage1"),  # not Hopper
+        (16, 16, 4096, 90, jnp.bfloat16, "mla_decode_stage1"),  # under a 64-head tile
+        (16, 128, 4096, 90, jnp.float32, "mla_decode_stage1"),
     ],
 )
-def test_stage1_is_the_gluon_kernel_where_it_wins(batch, heads, cc, dtype, kernel):
-    """``mla_decode`` at L = 4096 lowers stage 1 to the Gluon kernel on sm_90 at few
-    splits of a problem it supports (``_triton_backend.use_gluon``), else to the tl
-    kernel; stage 2 is the same either way."""
+def test_stage1_is_the_gluon_kernel_where_it_wins(batch, heads, length, cc, dtype, kernel):
+    """``mla_decode`` lowers stage 1 to the Gluon kernel on sm_90 for a problem it
+    supports whose splits hold at least 1024 tokens (``_triton_backend.use_gluon``),
+    else to the tl kernel; stage 2 is the same either way."""
     import mla_jax
     from tests.cases import buffer_spec
     from tests.test_kernel_cache import custom_calls, kernel_call
 
-    length, page = 4096, 64
+    page = 64
 
     def step(q, kv, bt, sl, buf):
         return mla_jax.mla_decode(

@@ -59,7 +59,7 @@ from mla_jax.tools.problem import QK_NOPE_HEAD_DIM, softmax_scale
 BATCHES = (1, 4, 16, 64, 128)
 # The fp8 cache is timed on request (--paths triton-fp8), not in every sweep.
 DEFAULT_PATHS = tuple(p for p in PATH_LABELS if p != "triton-fp8")
-HEADS = (16, 128)
+HEADS = (16, 32, 64, 128)  # 32 and 64: DeepSeek-V3 at tensor parallelism 4 and 2
 LENS = (1024, 4096, 16384, 65536)
 LONG_LEN, LONG_MAX_BATCH = 16384, 4  # lengths past LONG_LEN only for B <= 4
 QUICK = {"batches": (4, 128), "heads": (16, 128), "lens": (4096, 16384), "repeats": 3}
