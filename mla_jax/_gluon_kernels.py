@@ -70,9 +70,10 @@ BLOCK_N = 64
 NUM_WARPS = 8
 LORA = 512
 ROPE = 64
-_LOG2E = gl.constexpr(1.4426950408889634)
-_LN2 = gl.constexpr(0.6931471805599453)
-RESCALE_THRESHOLD = gl.constexpr(8.0)  # as kernels.RESCALE_THRESHOLD
+# The tl kernels' constants, one definition (gl.constexpr is tl.constexpr).
+_LOG2E = kernels._LOG2E
+_LN2 = kernels._LN2
+RESCALE_THRESHOLD = kernels.RESCALE_THRESHOLD
 # The tl stage 1's constexprs that are its own tiling, not the problem's.
 _TL_TILING = ("BLOCK_H", "BLOCK_N", "DOT_PRECISION", "PAGED_LOADS", "LORA_CHUNKS")
 

@@ -46,6 +46,7 @@ def use_gluon(
     """Whether stage 1 runs as the Gluon kernel: an sm_90 build, a problem it supports
     (``_gluon_kernels.supports``), and splits of at least ``GLUON_MIN_SPLIT_TOKENS``
     tokens when a row holds ``max_tokens``."""
+    kv_page_stride, kv_row_stride = _strides(kv_cache)[:2]
     return (
         compute_capability == 90
         and -(-max_tokens // grid_splits) >= GLUON_MIN_SPLIT_TOKENS
@@ -56,8 +57,8 @@ def use_gluon(
             rope_dim=rope_dim,
             q_dtype=jnp.dtype(q_nope.dtype).name,
             kv_dtype=jnp.dtype(kv_cache.dtype).name,
-            kv_row_stride=_strides(kv_cache)[1],
-            kv_page_stride=_strides(kv_cache)[0],
+            kv_row_stride=kv_row_stride,
+            kv_page_stride=kv_page_stride,
         )
     )
 
