@@ -336,3 +336,54 @@ def test_fp8_cache_matches_reference_on_dequantised_values(heads, rng):
         q, kv8, bt, sl, buf, scale=case.scale, k_scale=k_scale, backend="triton"
     )
     assert_close(out, lse, rounded._replace(kv_cache=dequant), jnp.bfloat16)
+
+
+@pytest.mark.parametrize(
+    "batch, heads, length, dtype",
+    [
+        (16, 128, 4096, jnp.bfloat16),  # 4 splits of 1024 tokens
+        (8, 64, 16384, jnp.float16),
+        (4, 96, 16384, jnp.bfloat16),  # a full 64-head tile and a half-masked one
+    ],
+)
+@pytest.mark.parametrize("max_seq_len", ["static", "runtime"])
+def test_gluon_stage1_through_mla_decode(batch, heads, length, dtype, max_seq_len, rng):
+    """On sm_90, ``mla_decode`` at shapes whose splits hold >= 1024 tokens lowers stage 1
+    to the Gluon kernel; it matches the float64 reference on ragged rows (an empty row,
+    page edges, a full row). ``runtime`` leaves ``max_seq_len`` out: the block table's
+    capacity, ``length``, plans the splits."""
+    from mla_jax import _launch
+    from tests.test_kernel_cache import custom_calls, kernel_call
+
+    if _launch.device_capability() != 90:
+        pytest.skip("the Gluon stage 1 is built for sm_90")
+    lens = [0, 1, 63, 64, 65, length, int(rng.integers(1, length)), length - 1][:batch]
+    case = random_case(
+        rng,
+        batch=batch,
+        heads=heads,
+        dims=DEEPSEEK,
+        page_size=64,
+        pages_per_seq=length // 64,
+        seq_lens=rng.permutation(lens + [length] * (batch - len(lens))),
+    )
+    args, rounded = on_device(case, dtype)
+    buffer = mla_jax.reserve_logits_buffer(batch, heads, length)
+    step = jax.jit(
+        lambda q, kv, bt, sl, buf: mla_jax.mla_decode(
+            q,
+            kv,
+            bt,
+            sl,
+            buf,
+            scale=case.scale,
+            max_seq_len=length if max_seq_len == "static" else None,
+            backend="triton",
+        ),
+        donate_argnums=4,
+    )
+    text = step.lower(*args, buffer).as_text()
+    names = [kernel_call(line)["kernel_name"] for line in custom_calls(text)]
+    assert names == ["mla_decode_stage1_gluon", "mla_decode_stage2"], names
+    out, lse, _ = step(*args, buffer)
+    assert_close(out, lse, rounded, dtype)
