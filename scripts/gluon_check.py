@@ -50,6 +50,17 @@ TIMING = [
     (64, 64, 4096),
     (128, 64, 16384),
 ]
+CROSSOVER = [
+    (1, 128, 4096),
+    (1, 128, 16384),
+    (4, 128, 4096),
+    (4, 128, 16384),
+    (16, 128, 1024),
+    (16, 128, 16384),
+    (1, 64, 16384),
+    (4, 64, 4096),
+    (16, 64, 4096),
+]
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 PATHS = ("tl", "gluon", "seesaw")  # the stage-1 kernels: tl, Gluon, Gluon seesaw
 GLUON_PATHS = PATHS[1:]
@@ -337,11 +348,42 @@ def run_timing(pool, gen, sm):
         torch.cuda.empty_cache()
 
 
+def run_crossover(pool, gen, sm):
+    """Where the Gluon kernels start to win: at shapes whose occupancy splits are
+    short, tl at its occupancy split count against each Gluon kernel at that count
+    and at fewer, longer splits (both stages, do_bench_cudagraph median)."""
+    print("crossover (both stages, us; gluon kernels at split counts occ, occ/2, ...):")
+    for batch, heads, length in CROSSOVER:
+        q, table, lens = uniform_problem(pool, batch, heads, length, gen)
+        occ = occupancy_kv_splits(batch, heads, length, sm)
+        counts = [s for s in (occ, occ // 2, occ // 4, occ // 8, occ // 16) if s >= 1]
+        times = {}
+        for splits in counts:
+            run = Launch(q, pool, table, lens, splits)
+            for path in PATHS if splits == occ else GLUON_PATHS:
+                run.both(path)
+                times[path, splits] = 1e3 * triton.testing.do_bench_cudagraph(
+                    functools.partial(run.both, path), rep=50, return_mode="median"
+                )
+            del run
+        cells = " | ".join(
+            f"{path}@{s} ({length // s} tok) {us:6.1f}" for (path, s), us in times.items()
+        )
+        print(f"  B={batch:3d} H={heads:3d} L={length:5d} occ={occ:3d} | {cells}", flush=True)
+        torch.cuda.empty_cache()
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--skip-timing", action="store_true")
     parser.add_argument("--skip-checks", action="store_true")
+    parser.add_argument("--crossover", action="store_true", help="only the crossover timing")
     args = parser.parse_args()
+    if args.crossover:
+        props = torch.cuda.get_device_properties(0)
+        gen = torch.Generator(device="cuda").manual_seed(0)
+        run_crossover(new_pool(torch.bfloat16, gen), gen, props.multi_processor_count)
+        return
     t0 = time.time()
     props = torch.cuda.get_device_properties(0)
     sm = props.multi_processor_count
