@@ -45,8 +45,70 @@ Design (one CTA per (head tile, row, split), as the tl kernel):
   a softmax of time to land instead of a whole iteration; and ptxas (C7515)
   serialised every wgmma of that version. A warp-specialised "seesaw" (FlashMLA:
   each warpgroup computes the full S of alternate blocks, so one's softmax overlaps
-  the other's MMAs) is the next step. fp8 caches are not supported yet: the tile
-  would have to be widened to 16 bits in shared memory (or an fp8 wgmma used).
+  the other's MMAs) is ``mla_decode_stage1_gluon_seesaw`` below. fp8 caches are not
+  supported yet: the tile would have to be widened to 16 bits in shared memory (or an
+  fp8 wgmma used).
+
+Seesaw schedule (``mla_decode_stage1_gluon_seesaw``; same arguments, grid, contract
+and output; launched with ``seesaw_launch_params``: ``num_warps = 4``, the build adds
+a 4-warp worker, 8 warps in all). FlashMLA's "seesaw" (its 2025-04 deep dive) as far
+as Gluon on triton 3.6 goes:
+
+* ``gl.warp_specialize`` gives each warpgroup its own code: warpgroup 0 is the
+  default partition, warpgroup 1 the worker (256 registers each, ``setmaxnreg``).
+  Blocks go by pairs: the even block in latent slot 0, the odd one in slot 1.
+  Warpgroup 0 computes the whole S = Q K^T (64 x 64, N = 64 wgmmas: Q and K each read
+  once from shared memory a block, where the split S read Q twice) of the even
+  block and owns O_L (output columns 0-255); warpgroup 1 the odd block's S and O_R.
+* Per pair, with m the running max (lazy rescaling as the tl kernel's):
+  WG0: S0 (waits ready0) -> m0 = max(m, rowmax S0), scale0 = 2^(m - m0),
+  P0 = 2^(S0 - m0) -> publishes m0 and P0 (p0 barrier) -> O_L = O_L scale0 + P0 V0_L
+  (P0 from registers, async) -> waits m1 and P1 (p1 barrier) while that MMA runs ->
+  O_L = O_L 2^(m0 - m1) + P1 V1_L (P1 from shared memory).
+  WG1: S1 (waits ready1; runs with WG0's S0) -> waits m0/P0 -> m1 = max(m0, rowmax S1),
+  scale1 = 2^(m0 - m1), P1 = 2^(S1 - m1) (this softmax runs while WG0's P0 V0_L is on
+  the tensor cores) -> publishes m1 and P1 -> O_R = O_R scale0 + P0 V0_R (P0 from
+  shared memory) -> O_R = O_R scale1 + P1 V1_R (P1 from registers; the refill of slot 0
+  is issued while it runs) -> refills slot 1.
+  Both warpgroups apply every block in order, so each O half is always relative to
+  the same m; the row sum is kept per warpgroup (its own blocks' P, rescaled the
+  same way) and the two are added once at the end (one more exchange).
+  Unlike FlashMLA's order, P0 needs no scale1 (WG1 rescales O_R between its two
+  MMAs instead), so WG0 publishes P0 before WG1's softmax, not after.
+* P of each block goes over that block's k_pe (64 x 64, the same shape and layout),
+  dead once its QK^T is done: no P buffers. Shared memory: 72 KB Q + 2 x 72 KB
+  latent + 1.5 KB m/l exchange + mbarriers = 222980 bytes.
+* Handshakes (mbarriers; an arrive is a 128-thread named barrier then one thread's
+  arrive, so everything the warpgroup did before it is released): ready0/1 (count
+  128: each thread's ``cp.async.mbarrier.arrive.noinc`` fires when its copies have
+  landed), p0 (WG0 -> WG1: m0 and P0), p1 (WG1 -> WG0: m1 and P1), free0/1 (WG0 ->
+  WG1: WG0's MMAs on that slot are done; WG1, the slot's last user, then refills
+  it), l0/l1 (row sums). Every barrier completes once a pair, so pair i waits parity
+  i & 1; none can complete twice before its waiter looks (each next completion needs
+  something the waiter itself does after its wait, e.g. p0's next needs slot 0's
+  refill, issued by WG1 after it waited p0). The m
+  exchange is double-buffered by pair parity. Every reader of a generic-proxy write
+  (cp.async, P stores) through wgmma runs ``fence_async_shared`` after its wait (and
+  the P writer before its arrive).
+* No CTA-wide barrier inside the loop (5 a block in ``mla_decode_stage1_gluon``):
+  each warpgroup syncs itself (named 128-thread barriers) and the other through
+  mbarriers. The sm_90 build: 255 registers, no spills, 88 HGMMA; every
+  ``wgmma.wait_group`` is 0, the overlap being across warpgroups and, in each,
+  across an mbarrier wait (WG0) or the refill's cp.async issue (WG1).
+* The views of Q and the slots are indexed by an opaque 0 (``_opaque_zero``) inside
+  the loop: with fixed views every wgmma descriptor is loop-invariant, LLVM hoists
+  them all (Q's 36 alone are 72 registers) and ptxas spilled 920 bytes.
+* Not done (and why): FlashMLA's finer pipelining. (1) With two 64-token slots the
+  next pair's loads start only as each slot's last MMA ends: WG0's next S waits for
+  slot 0's refill, issued after WG1's P0 V0_R, about two 64 x 256 MMAs ahead of use;
+  WG1's next S waits for slot 1's, issued at the very end of its pair (FlashMLA eases
+  this with 9 per-64-column TMA barriers a block, so S starts on the first column
+  tile; with cp.async that would be 9 commit groups and 18 mbarriers, not tried).
+  (2) No TMA (no global scratch for descriptors). (3) No wgmma kept in flight past a
+  ``wgmma.wait_group N > 0``: each warpgroup's accumulator must be rescaled between
+  its two PV MMAs (the other order, FlashMLA's, would make WG0 wait for scale1
+  before publishing P0) and at 255 registers there is no room for a second
+  accumulator or for P0 in registers.
 """
 
 from __future__ import annotations
@@ -59,6 +121,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared,
+    mbarrier,
     warpgroup_mma,
     warpgroup_mma_wait,
 )
@@ -382,3 +445,648 @@ def mla_decode_stage1_gluon(
         + LORA
     )
     gl.store(buf_ptr + lse_off, lse, mask=lse_heads < NUM_HEADS)
+
+
+# --------------------------------------------------------------------------------------
+# The seesaw version (see the module docstring, "Seesaw schedule").
+
+SEESAW_NUM_WARPS = 4  # the default partition (warpgroup 0); the worker adds 4 more
+# The worker's registers: 256, as the default partition (8 warps x 256 = the whole file).
+SEESAW_WORKER_REGS = gl.constexpr(256)
+
+
+def seesaw_launch_params(**problem: Any) -> dict:
+    """``launch_params`` for ``mla_decode_stage1_gluon_seesaw``: the same grid and
+    constexprs; ``num_warps`` is the default partition's 4 (the build adds the worker
+    warpgroup: its metadata says 8)."""
+    return launch_params(**problem) | {"num_warps": SEESAW_NUM_WARPS}
+
+
+@gluon.jit
+def _seesaw_copy_block(
+    kv_c_dst,
+    k_pe_dst,
+    kv_ptr,
+    page,
+    n0,
+    start,
+    end,
+    ready,
+    PAGE_SIZE: gl.constexpr,
+    NUM_PAGES: gl.constexpr,
+    LORA: gl.constexpr,
+    ROPE: gl.constexpr,
+    BLOCK_N: gl.constexpr,
+    stride_kv_page: gl.constexpr,
+    stride_kv_row: gl.constexpr,
+):
+    """``cp.async`` of the block at token ``n0`` (raw page index ``page``) by the 128
+    threads of one warpgroup; rows outside ``[start, end)`` are zero-filled (a block
+    wholly past ``end``, the phantom second block of an odd count, is all zeros). Each
+    thread then arrives on ``ready`` (``cp.async.mbarrier.arrive.noinc``) once its own
+    copies have landed, so ``ready`` (count 128) completes when the block has."""
+    copy_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
+    offs = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, copy_layout))
+    page_base = kv_ptr + _safe_page(page, NUM_PAGES).to(gl.int64) * stride_kv_page
+    # The rows as rows of the page (not of the block from a block base): element
+    # offsets that change block to block are not hoisted out of the loop, where 36
+    # 64-bit offsets a thread would spill.
+    rows = n0 % PAGE_SIZE + offs
+    ok = (n0 + offs >= start) & (n0 + offs < end)
+    _copy_rows(kv_c_dst, page_base, rows, ok, stride_kv_row, LORA, copy_layout)
+    _copy_rows(k_pe_dst, page_base + LORA, rows, ok, stride_kv_row, ROPE, copy_layout)
+    async_copy.mbarrier_arrive(ready, increment_count=False)
+
+
+@gluon.jit
+def _opaque_zero(i):
+    """0, which the compiler cannot see through (it depends on ``i``)."""
+    return gl.inline_asm_elementwise(
+        "and.b32 $0, $1, 0;", "=r,r", [i], dtype=gl.int32, is_pure=True, pack=1
+    )
+
+
+@gluon.jit
+def _seesaw_store(
+    buf_ptr,
+    acc,
+    l_i,
+    m_i,
+    kv_scale,
+    tile,
+    row,
+    split,
+    valid,
+    COL0: gl.constexpr,
+    WRITE_LSE: gl.constexpr,
+    NUM_HEADS: gl.constexpr,
+    LORA: gl.constexpr,
+    BLOCK_H: gl.constexpr,
+    stride_buf_b: gl.constexpr,
+    stride_buf_h: gl.constexpr,
+    stride_buf_s: gl.constexpr,
+):
+    """One warpgroup's half of the partial (columns ``[COL0, COL0 + 256)``), and the lse
+    if ``WRITE_LSE``; nothing where ``valid`` is false (an empty split)."""
+    o_layout: gl.constexpr = acc.type.layout
+    s_rows: gl.constexpr = l_i.type.layout
+    o_rows: gl.constexpr = gl.SliceLayout(1, o_layout)
+    out_heads = tile * BLOCK_H + gl.arange(0, BLOCK_H, layout=o_rows)
+    out_off = (
+        row.to(gl.int64) * stride_buf_b
+        + out_heads.to(gl.int64) * stride_buf_h
+        + split * stride_buf_s
+    )
+    out_ok = (out_heads < NUM_HEADS) & valid
+    inv = kv_scale / gl.convert_layout(l_i, o_rows)
+    d = COL0 + gl.arange(0, LORA // 2, layout=gl.SliceLayout(0, o_layout))
+    gl.store(buf_ptr + out_off[:, None] + d[None, :], acc * inv[:, None], mask=out_ok[:, None])
+    if WRITE_LSE:
+        lse = (m_i + gl.log2(l_i)) * _LN2
+        lse_heads = tile * BLOCK_H + gl.arange(0, BLOCK_H, layout=s_rows)
+        lse_off = (
+            row.to(gl.int64) * stride_buf_b
+            + lse_heads.to(gl.int64) * stride_buf_h
+            + split * stride_buf_s
+            + LORA
+        )
+        gl.store(buf_ptr + lse_off, lse, mask=(lse_heads < NUM_HEADS) & valid)
+
+
+@gluon.jit
+def _seesaw_wg0(
+    q_nope_smem,
+    q_pe_smem,
+    kv_c_smem,
+    k_pe_smem,
+    m_smem,
+    l_smem,
+    bars,
+    buf_ptr,
+    kv_scale,
+    qk_scale,
+    tile,
+    row,
+    split,
+    valid,
+    first,
+    start,
+    end,
+    num_pairs,
+    NUM_HEADS: gl.constexpr,
+    LORA: gl.constexpr,
+    BLOCK_H: gl.constexpr,
+    BLOCK_N: gl.constexpr,
+    stride_buf_b: gl.constexpr,
+    stride_buf_h: gl.constexpr,
+    stride_buf_s: gl.constexpr,
+):
+    """Warpgroup 0 (the default partition): S and P of the even blocks (slot 0), and
+    O_L (output columns 0-255) over every block. See "Seesaw schedule"."""
+    dtype: gl.constexpr = kv_c_smem.dtype
+    HALF: gl.constexpr = LORA // 2
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16]
+    )
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HALF, 16]
+    )
+    p_op_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    s_rows: gl.constexpr = gl.SliceLayout(1, s_layout)
+    o_rows: gl.constexpr = gl.SliceLayout(1, o_layout)
+    ready0 = bars.index(0)
+    ready1 = bars.index(1)
+    p0_bar = bars.index(2)
+    p1_bar = bars.index(3)
+    free0 = bars.index(4)
+    free1 = bars.index(5)
+    l0_bar = bars.index(6)
+    l1_bar = bars.index(7)
+
+    m_i = gl.full([BLOCK_H], float("-inf"), gl.float32, layout=s_rows)
+    l_i = gl.zeros([BLOCK_H], gl.float32, layout=s_rows)
+    acc = gl.zeros([BLOCK_H, HALF], gl.float32, layout=o_layout)
+    s_init = gl.zeros([BLOCK_H, BLOCK_N], gl.float32, layout=s_layout)
+    s_cols = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+
+    for i in range(num_pairs):
+        ph = i & 1
+        n0 = first + 2 * i * BLOCK_N
+        # Slot 0 holds the even block, slot 1 the odd one; P of each goes over its
+        # block's k_pe once QK^T is done with it. The views are indexed by an opaque
+        # 0 so that their wgmma descriptors are rebuilt each pair: hoisted out of
+        # the loop, Q's 36 alone would pin 72 registers (and spill).
+        z = _opaque_zero(i)
+        q_nope = q_nope_smem.index(z)
+        q_pe = q_pe_smem.index(z)
+        kv_c0 = kv_c_smem.index(z)
+        kv_c1 = kv_c_smem.index(z + 1)
+        p0_smem = k_pe_smem.index(z)
+        p1_smem = k_pe_smem.index(z + 1)
+        # (1) S0 = Q K0^T, the whole 64 x 64, once the even block has landed.
+        mbarrier.wait(ready0, ph)
+        fence_async_shared()  # cp.async wrote through the generic proxy; wgmma reads async
+        s = warpgroup_mma(q_nope, kv_c0.permute((1, 0)), s_init, use_acc=False, is_async=True)
+        s = warpgroup_mma(q_pe, p0_smem.permute((1, 0)), s, is_async=True)
+        s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
+        # (2) softmax of the even block against the running max m_i (lazy rescaling).
+        tokens = n0 + s_cols
+        live = (tokens >= start) & (tokens < end)
+        s = gl.where(live[None, :], s * qk_scale, float("-inf"))
+        m_blk = gl.maximum(m_i, gl.max(s, 1))
+        m0 = gl.where(m_blk - m_i > RESCALE_THRESHOLD, m_blk, m_i)
+        scale0 = gl.exp2(m_i - m0)
+        p = gl.exp2(s - m0[:, None])
+        l_i = l_i * scale0 + gl.sum(p, 1)
+        pb = p.to(dtype)
+        # (3) publish m0 and P0 (into the even block's k_pe: QK^T no longer reads it).
+        m_smem.index(ph).store(m0)
+        p0_smem.store(pb)
+        fence_async_shared()  # P0 is read by warpgroup 1's wgmma (async proxy)
+        mbarrier.arrive(p0_bar)
+        # (4) O_L = O_L * scale0 + P0 V0_L, P0 from registers; async: runs while
+        # warpgroup 1 does its softmax.
+        acc = acc * gl.convert_layout(scale0, o_rows)[:, None]
+        acc = warpgroup_mma(
+            gl.convert_layout(pb, p_op_layout), kv_c0.slice(0, HALF, dim=1), acc, is_async=True
+        )
+        # (5) warpgroup 1's m1 and P1 (the odd block, over its k_pe).
+        mbarrier.wait(p1_bar, ph)
+        m1 = m_smem.index(2 + ph).load(s_rows)
+        scale1 = gl.exp2(m0 - m1)
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+        mbarrier.arrive(free0)  # done with slot 0 (warpgroup 1 refills it)
+        mbarrier.wait(ready1, ph)  # (completed: warpgroup 1 waited it before P1)
+        fence_async_shared()
+        # (6) O_L = O_L * scale1 + P1 V1_L, P1 from shared memory.
+        acc = acc * gl.convert_layout(scale1, o_rows)[:, None]
+        acc = warpgroup_mma(p1_smem, kv_c1.slice(0, HALF, dim=1), acc, is_async=True)
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+        mbarrier.arrive(free1)  # done with slot 1
+        l_i = l_i * scale1
+        m_i = m1
+
+    # The row sum: this warpgroup's (even blocks) plus warpgroup 1's (odd blocks).
+    l_smem.index(0).store(l_i)
+    mbarrier.arrive(l0_bar)
+    mbarrier.wait(l1_bar, 0)
+    l_i = l_i + l_smem.index(1).load(s_rows)
+    _seesaw_store(
+        buf_ptr,
+        acc,
+        l_i,
+        m_i,
+        kv_scale,
+        tile,
+        row,
+        split,
+        valid,
+        0,
+        True,
+        NUM_HEADS,
+        LORA,
+        BLOCK_H,
+        stride_buf_b,
+        stride_buf_h,
+        stride_buf_s,
+    )
+
+
+@gluon.jit
+def _seesaw_wg1(
+    q_nope_smem,
+    q_pe_smem,
+    kv_c_smem,
+    k_pe_smem,
+    m_smem,
+    l_smem,
+    bars,
+    kv_ptr,
+    bt_row,
+    buf_ptr,
+    kv_scale,
+    qk_scale,
+    tile,
+    row,
+    split,
+    valid,
+    first,
+    start,
+    end,
+    num_pairs,
+    NUM_HEADS: gl.constexpr,
+    PAGE_SIZE: gl.constexpr,
+    NUM_PAGES: gl.constexpr,
+    LORA: gl.constexpr,
+    ROPE: gl.constexpr,
+    BLOCK_H: gl.constexpr,
+    BLOCK_N: gl.constexpr,
+    stride_kv_page: gl.constexpr,
+    stride_kv_row: gl.constexpr,
+    stride_buf_b: gl.constexpr,
+    stride_buf_h: gl.constexpr,
+    stride_buf_s: gl.constexpr,
+):
+    """Warpgroup 1 (the worker partition): S and P of the odd blocks (slot 1), O_R
+    (output columns 256-511) over every block, and every latent copy after the first
+    two. See "Seesaw schedule"."""
+    dtype: gl.constexpr = kv_c_smem.dtype
+    HALF: gl.constexpr = LORA // 2
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16]
+    )
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HALF, 16]
+    )
+    p_op_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    s_rows: gl.constexpr = gl.SliceLayout(1, s_layout)
+    o_rows: gl.constexpr = gl.SliceLayout(1, o_layout)
+    ready0 = bars.index(0)
+    ready1 = bars.index(1)
+    p0_bar = bars.index(2)
+    p1_bar = bars.index(3)
+    free0 = bars.index(4)
+    free1 = bars.index(5)
+    l0_bar = bars.index(6)
+    l1_bar = bars.index(7)
+
+    m_i = gl.full([BLOCK_H], float("-inf"), gl.float32, layout=s_rows)
+    l_i = gl.zeros([BLOCK_H], gl.float32, layout=s_rows)
+    acc = gl.zeros([BLOCK_H, HALF], gl.float32, layout=o_layout)
+    s_init = gl.zeros([BLOCK_H, BLOCK_N], gl.float32, layout=s_layout)
+    s_cols = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+
+    for i in range(num_pairs):
+        ph = i & 1
+        n1 = first + (2 * i + 1) * BLOCK_N
+        # Slot 0 holds the even block, slot 1 the odd one; P of each goes over its
+        # block's k_pe once QK^T is done with it. The views are indexed by an opaque
+        # 0 so that their wgmma descriptors are rebuilt each pair: hoisted out of
+        # the loop, Q's 36 alone would pin 72 registers (and spill).
+        z = _opaque_zero(i)
+        q_nope = q_nope_smem.index(z)
+        q_pe = q_pe_smem.index(z)
+        kv_c0 = kv_c_smem.index(z)
+        kv_c1 = kv_c_smem.index(z + 1)
+        p0_smem = k_pe_smem.index(z)
+        p1_smem = k_pe_smem.index(z + 1)
+        more = i + 1 < num_pairs
+        # The next pair's page indices, a pair ahead of their copies (raw: checked
+        # where used; blocks past the end read nothing).
+        nxt0 = n1 + BLOCK_N
+        nxt1 = nxt0 + BLOCK_N
+        page0 = gl.load(bt_row + nxt0 // PAGE_SIZE, mask=more & (nxt0 < end), other=0)
+        page1 = gl.load(bt_row + nxt1 // PAGE_SIZE, mask=more & (nxt1 < end), other=0)
+        # (1) S1 = Q K1^T, concurrently with warpgroup 0's S0.
+        mbarrier.wait(ready1, ph)
+        fence_async_shared()
+        s = warpgroup_mma(q_nope, kv_c1.permute((1, 0)), s_init, use_acc=False, is_async=True)
+        s = warpgroup_mma(q_pe, p1_smem.permute((1, 0)), s, is_async=True)
+        s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
+        tokens = n1 + s_cols
+        live = (tokens >= start) & (tokens < end)
+        s = gl.where(live[None, :], s * qk_scale, float("-inf"))
+        # (2) m0 from warpgroup 0, then the odd block's softmax against it: this runs
+        # while warpgroup 0's P0 V0_L is on the tensor cores.
+        mbarrier.wait(p0_bar, ph)
+        m0 = m_smem.index(ph).load(s_rows)
+        scale0 = gl.exp2(m_i - m0)
+        m_blk = gl.maximum(m0, gl.max(s, 1))
+        m1 = gl.where(m_blk - m0 > RESCALE_THRESHOLD, m_blk, m0)
+        scale1 = gl.exp2(m0 - m1)
+        p = gl.exp2(s - m1[:, None])
+        l_i = l_i * (scale0 * scale1) + gl.sum(p, 1)
+        pb = p.to(dtype)
+        # (3) publish m1 and P1 (over the odd block's k_pe).
+        m_smem.index(2 + ph).store(m1)
+        p1_smem.store(pb)
+        fence_async_shared()
+        mbarrier.arrive(p1_bar)
+        # (4) O_R = O_R * scale0 + P0 V0_R, P0 from shared memory.
+        mbarrier.wait(ready0, ph)  # (completed: warpgroup 0 waited it before P0)
+        fence_async_shared()
+        acc = acc * gl.convert_layout(scale0, o_rows)[:, None]
+        acc = warpgroup_mma(p0_smem, kv_c0.slice(HALF, HALF, dim=1), acc, is_async=True)
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+        # (5) O_R = O_R * scale1 + P1 V1_R, P1 from registers.
+        acc = acc * gl.convert_layout(scale1, o_rows)[:, None]
+        acc = warpgroup_mma(
+            gl.convert_layout(pb, p_op_layout), kv_c1.slice(HALF, HALF, dim=1), acc, is_async=True
+        )
+        # (6) while P1 V1_R runs: slot 0 is free once warpgroup 0's P0 V0_L is done
+        # too; refill it with the next pair's even block.
+        if more:
+            mbarrier.wait(free0, ph)
+            _seesaw_copy_block(
+                kv_c0,
+                p0_smem,
+                kv_ptr,
+                page0,
+                nxt0,
+                start,
+                end,
+                ready0,
+                PAGE_SIZE,
+                NUM_PAGES,
+                LORA,
+                ROPE,
+                BLOCK_N,
+                stride_kv_page,
+                stride_kv_row,
+            )
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+        # (7) slot 1, once warpgroup 0's P1 V1_L is done too: the next odd block.
+        if more:
+            mbarrier.wait(free1, ph)
+            _seesaw_copy_block(
+                kv_c1,
+                p1_smem,
+                kv_ptr,
+                page1,
+                nxt1,
+                start,
+                end,
+                ready1,
+                PAGE_SIZE,
+                NUM_PAGES,
+                LORA,
+                ROPE,
+                BLOCK_N,
+                stride_kv_page,
+                stride_kv_row,
+            )
+        m_i = m1
+
+    l_smem.index(1).store(l_i)
+    mbarrier.arrive(l1_bar)
+    mbarrier.wait(l0_bar, 0)
+    l_i = l_i + l_smem.index(0).load(s_rows)
+    _seesaw_store(
+        buf_ptr,
+        acc,
+        l_i,
+        m_i,
+        kv_scale,
+        tile,
+        row,
+        split,
+        valid,
+        LORA // 2,
+        False,
+        NUM_HEADS,
+        LORA,
+        BLOCK_H,
+        stride_buf_b,
+        stride_buf_h,
+        stride_buf_s,
+    )
+
+
+@gluon.jit
+def mla_decode_stage1_gluon_seesaw(
+    q_nope_ptr,
+    q_pe_ptr,
+    kv_ptr,
+    block_table_ptr,
+    seq_lens_ptr,
+    num_splits_ptr,
+    kv_scale_ptr,
+    buf_in_ptr,  # noqa: ARG001 (the aliased buffer as an input, never read)
+    buf_ptr,
+    SM_SCALE: gl.constexpr,
+    NUM_HEADS: gl.constexpr,
+    PAGE_SIZE: gl.constexpr,
+    NUM_PAGES: gl.constexpr,
+    CAPACITY: gl.constexpr,
+    LORA: gl.constexpr,
+    ROPE: gl.constexpr,
+    stride_qn_b: gl.constexpr,
+    stride_qn_h: gl.constexpr,
+    stride_qp_b: gl.constexpr,
+    stride_qp_h: gl.constexpr,
+    QP_OFFSET: gl.constexpr,
+    stride_kv_page: gl.constexpr,
+    stride_kv_row: gl.constexpr,
+    stride_bt_b: gl.constexpr,
+    stride_buf_b: gl.constexpr,
+    stride_buf_h: gl.constexpr,
+    stride_buf_s: gl.constexpr,
+    BLOCK_H: gl.constexpr,
+    BLOCK_N: gl.constexpr,
+):
+    gl.static_assert(PAGE_SIZE % BLOCK_N == 0, "blocks must lie inside one page")
+    gl.static_assert(gl.num_warps() == 4, "one warpgroup here, the worker adds the other")
+    dtype: gl.constexpr = kv_ptr.dtype.element_ty
+
+    tile = gl.program_id(0)
+    row = gl.program_id(1)
+    split = gl.program_id(2)
+    # No early return (the worker warpgroup must still be started and stopped): an
+    # empty or surplus split runs no pair and stores nothing.
+    num_splits = gl.load(num_splits_ptr)
+    seq_len = gl.minimum(gl.maximum(gl.load(seq_lens_ptr + row), 0), CAPACITY)
+    per_split = (seq_len + num_splits - 1) // num_splits
+    start = per_split * split
+    end = gl.minimum(start + per_split, seq_len)
+    valid = (split < num_splits) & (end > start)
+    first = start - start % BLOCK_N
+    num_blocks = gl.where(valid, (end - first + BLOCK_N - 1) // BLOCK_N, 0)
+    num_pairs = (num_blocks + 1) // 2
+
+    nope_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_H, LORA], dtype)
+    rope_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_H, ROPE], dtype)
+    vec_layout: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
+    q_nope_smem = gl.allocate_shared_memory(dtype, [1, BLOCK_H, LORA], nope_layout)
+    q_pe_smem = gl.allocate_shared_memory(dtype, [1, BLOCK_H, ROPE], rope_layout)
+    kv_c_smem = gl.allocate_shared_memory(dtype, [2, BLOCK_N, LORA], nope_layout)
+    k_pe_smem = gl.allocate_shared_memory(dtype, [2, BLOCK_N, ROPE], rope_layout)
+    # m exchange: [0, 1] m0 of even/odd pairs (warpgroup 0 -> 1), [2, 3] m1 (1 -> 0).
+    m_smem = gl.allocate_shared_memory(gl.float32, [4, BLOCK_H], vec_layout)
+    l_smem = gl.allocate_shared_memory(gl.float32, [2, BLOCK_H], vec_layout)
+    # ready0/1 (cp.async landed, 128 arrivals), p0/p1 (P and m published), free0/1
+    # (warpgroup 0 done with a slot), l0/l1 (row sums published).
+    bars = gl.allocate_shared_memory(gl.int64, [8, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(bars.index(0), count=128)
+    mbarrier.init(bars.index(1), count=128)
+    for b in gl.static_range(2, 8):
+        mbarrier.init(bars.index(b), count=1)
+
+    bt_row = block_table_ptr + row * stride_bt_b
+    if num_pairs > 0:
+        # Q, then the first two blocks (the second may be past the end: zeros), each
+        # block signalling its slot's ready barrier; Q lands before either arrives.
+        copy_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
+        heads = tile * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, copy_layout))
+        head_ok = heads < NUM_HEADS
+        _copy_rows(
+            q_nope_smem.index(0),
+            q_nope_ptr + row * stride_qn_b,
+            heads,
+            head_ok,
+            stride_qn_h,
+            LORA,
+            copy_layout,
+        )
+        _copy_rows(
+            q_pe_smem.index(0),
+            q_pe_ptr + row * stride_qp_b + QP_OFFSET,
+            heads,
+            head_ok,
+            stride_qp_h,
+            ROPE,
+            copy_layout,
+        )
+        page0 = gl.load(bt_row + first // PAGE_SIZE)
+        page1 = gl.load(
+            bt_row + (first + BLOCK_N) // PAGE_SIZE, mask=first + BLOCK_N < end, other=0
+        )
+        _seesaw_copy_block(
+            kv_c_smem.index(0),
+            k_pe_smem.index(0),
+            kv_ptr,
+            page0,
+            first,
+            start,
+            end,
+            bars.index(0),
+            PAGE_SIZE,
+            NUM_PAGES,
+            LORA,
+            ROPE,
+            BLOCK_N,
+            stride_kv_page,
+            stride_kv_row,
+        )
+        _seesaw_copy_block(
+            kv_c_smem.index(1),
+            k_pe_smem.index(1),
+            kv_ptr,
+            page1,
+            first + BLOCK_N,
+            start,
+            end,
+            bars.index(1),
+            PAGE_SIZE,
+            NUM_PAGES,
+            LORA,
+            ROPE,
+            BLOCK_N,
+            stride_kv_page,
+            stride_kv_row,
+        )
+
+    kv_scale = gl.load(kv_scale_ptr)
+    qk_scale = SM_SCALE * _LOG2E * kv_scale
+    gl.warp_specialize(
+        [
+            (
+                _seesaw_wg0,
+                (
+                    q_nope_smem,
+                    q_pe_smem,
+                    kv_c_smem,
+                    k_pe_smem,
+                    m_smem,
+                    l_smem,
+                    bars,
+                    buf_ptr,
+                    kv_scale,
+                    qk_scale,
+                    tile,
+                    row,
+                    split,
+                    valid,
+                    first,
+                    start,
+                    end,
+                    num_pairs,
+                    NUM_HEADS,
+                    LORA,
+                    BLOCK_H,
+                    BLOCK_N,
+                    stride_buf_b,
+                    stride_buf_h,
+                    stride_buf_s,
+                ),
+            ),
+            (
+                _seesaw_wg1,
+                (
+                    q_nope_smem,
+                    q_pe_smem,
+                    kv_c_smem,
+                    k_pe_smem,
+                    m_smem,
+                    l_smem,
+                    bars,
+                    kv_ptr,
+                    bt_row,
+                    buf_ptr,
+                    kv_scale,
+                    qk_scale,
+                    tile,
+                    row,
+                    split,
+                    valid,
+                    first,
+                    start,
+                    end,
+                    num_pairs,
+                    NUM_HEADS,
+                    PAGE_SIZE,
+                    NUM_PAGES,
+                    LORA,
+                    ROPE,
+                    BLOCK_H,
+                    BLOCK_N,
+                    stride_kv_page,
+                    stride_kv_row,
+                    stride_buf_b,
+                    stride_buf_h,
+                    stride_buf_s,
+                ),
+            ),
+        ],
+        [4],
+        [SEESAW_WORKER_REGS],
+    )

@@ -1,16 +1,20 @@
-"""Checks and times the Gluon stage 1 (``mla_jax._gluon_kernels``) on a Hopper GPU.
+"""Checks and times the Gluon stage 1 kernels (``mla_jax._gluon_kernels``) on a Hopper GPU.
 
-Each case launches the tl stage 1 (``kernels.mla_decode_stage1``) and the Gluon one
-on the same torch tensors, each into its own NaN-poisoned buffer, then the same tl
-stage 2 on each buffer, and checks:
-  * out / lse after stage 2 against a float64 torch reference (both paths);
-  * the Gluon partials against the tl partials, slot by slot (non-empty splits);
-  * that the Gluon kernel wrote nothing into empty splits (their slots stay NaN).
+Each case launches the tl stage 1 (``kernels.mla_decode_stage1``), the Gluon one
+(``mla_decode_stage1_gluon``) and the seesaw Gluon one
+(``mla_decode_stage1_gluon_seesaw``) on the same torch tensors, each into its own
+NaN-poisoned buffer, then the same tl stage 2 on each buffer, and checks:
+  * out / lse after stage 2 against a float64 torch reference (every path);
+  * each Gluon kernel's partials against the tl partials, slot by slot (non-empty
+    splits);
+  * that neither Gluon kernel wrote into empty splits (their slots stay NaN).
 Cases: bf16 and fp16, H in {64, 128}, B in {1, 4, 16, 128}, L in {1024, 4096, 16384};
 ragged batches (zero lengths, lengths off the 64 grid, one past the table's capacity,
 rows past each length NaN, an out-of-range page index in the table) at several split
-counts, H = 96 too. Then times tl vs Gluon stage 1, each followed by the same stage 2,
-with ``triton.testing.do_bench_cudagraph``. Exits 1 on any mismatch.
+counts, H = 96 too. Then times tl vs Gluon vs Gluon-seesaw stage 1, each followed by the
+same stage 2, with ``triton.testing.do_bench_cudagraph``. Exits 1 on any mismatch.
+Each launch is synchronised and checked before the next one (a seesaw deadlock shows
+up as a hang at the case it is in: the line before it is printed).
 
 All cases share one latent pool and one table width (``NUM_PAGES``, ``CAPACITY``)
 and a buffer with a fixed split axis, so each kernel compiles once per (dtype, H).
@@ -46,20 +50,33 @@ TIMING = [
     (64, 64, 4096),
     (128, 64, 16384),
 ]
+CROSSOVER = [
+    (1, 128, 4096),
+    (1, 128, 16384),
+    (4, 128, 4096),
+    (4, 128, 16384),
+    (16, 128, 1024),
+    (16, 128, 16384),
+    (1, 64, 16384),
+    (4, 64, 4096),
+    (16, 64, 4096),
+]
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+PATHS = ("tl", "gluon", "seesaw")  # the stage-1 kernels: tl, Gluon, Gluon seesaw
+GLUON_PATHS = PATHS[1:]
 
 
 class Launch:
-    """Both stage-1 kernels and stage 2 on one problem, each stage 1 into its own
-    buffer. ``tl()`` / ``gluon()`` run stage 1 then stage 2 on that buffer and leave
-    ``out``/``lse``."""
+    """The stage-1 kernels (``PATHS``) and stage 2 on one problem, each stage 1 into
+    its own buffer. ``both(path)`` runs that stage 1 then stage 2 on its buffer and
+    leaves ``out``/``lse``."""
 
     def __init__(self, q, pool, table, lens, splits):
         batch, heads, _ = q.shape
         dev = q.device
         self.buf = {
             name: torch.full((batch, heads, MAX_SPLITS, LORA + 1), float("nan"), device=dev)
-            for name in ("tl", "gluon")
+            for name in PATHS
         }
         self.out = torch.full((batch, heads, LORA), float("nan"), device=dev, dtype=q.dtype)
         self.lse = torch.full((batch, heads), float("nan"), device=dev)
@@ -84,7 +101,10 @@ class Launch:
             buffer_strides=self.buf["tl"].stride(),
         )
         self.s1, self.s2 = kernels.launch_params(**geometry, float32_inputs=False)
-        self.g1 = gk.launch_params(**geometry)
+        self.g1 = {
+            "gluon": gk.launch_params(**geometry),
+            "seesaw": gk.seesaw_launch_params(**geometry),
+        }
         assert gk.supports(
             num_heads=heads,
             page_size=PAGE,
@@ -95,7 +115,7 @@ class Launch:
             kv_row_stride=pool.stride(1),
             kv_page_stride=pool.stride(0),
         )
-        self.compiled = None
+        self.compiled = {}
 
     def stage1(self, name):
         q, pool, table, lens = self.args
@@ -107,8 +127,13 @@ class Launch:
                 *args, num_warps=s1["num_warps"], num_stages=s1["num_stages"], **s1["constexprs"]
             )
         else:
-            g1 = self.g1
-            self.compiled = gk.mla_decode_stage1_gluon[g1["grid"]](
+            g1 = self.g1[name]
+            kernel = (
+                gk.mla_decode_stage1_gluon_seesaw
+                if name == "seesaw"
+                else gk.mla_decode_stage1_gluon
+            )
+            self.compiled[name] = kernel[g1["grid"]](
                 *args, num_warps=g1["num_warps"], num_stages=g1["num_stages"], **g1["constexprs"]
             )
 
@@ -182,43 +207,52 @@ def live_splits(lens, splits, capacity):
 
 
 def check(name, q, pool, table, lens, splits):
-    """Runs both paths on one problem; prints one line; returns whether it passed."""
+    """Runs every path on one problem; prints one line; returns whether it passed
+    (both Gluon kernels must pass; the tl numbers are for reference)."""
     run = Launch(q, pool, table, lens, splits)
     ref_out, ref_lse = reference(q, pool, table, lens, SCALE)
     errs = {}
-    for path in ("tl", "gluon"):
+    for path in PATHS:
         run.out.fill_(float("nan"))
         run.lse.fill_(float("nan"))
         run.both(path)
         torch.cuda.synchronize()
         errs[path] = (out_error(run.out, ref_out), lse_error(run.lse, ref_lse))
     live = live_splits(lens, splits, table.shape[1] * PAGE)  # [B, S]
-    gl_buf, tl_buf = run.buf["gluon"], run.buf["tl"]
-    part = (gl_buf - tl_buf).abs()[live.unsqueeze(1).expand(-1, q.shape[1], -1)]
-    part_err = float(part.nan_to_num(float("inf")).max()) if part.numel() else 0.0
-    dead = ~live.unsqueeze(1).expand(-1, q.shape[1], -1)
-    wrote_dead = bool((~torch.isnan(gl_buf[dead])).any())
-    ok = (
-        errs["gluon"][0] <= OUT_ATOL
-        and errs["gluon"][1] <= LSE_ATOL
-        and part_err <= PART_ATOL
-        and not wrote_dead
-    )
+    live = live.unsqueeze(1).expand(-1, q.shape[1], -1)
+    tl_buf = run.buf["tl"]
+    part_err, wrote_dead = {}, {}
+    for path in GLUON_PATHS:
+        part = (run.buf[path] - tl_buf).abs()[live]
+        part_err[path] = float(part.nan_to_num(float("inf")).max()) if part.numel() else 0.0
+        wrote_dead[path] = bool((~torch.isnan(run.buf[path][~live])).any())
+    ok = {
+        path: errs[path][0] <= OUT_ATOL
+        and errs[path][1] <= LSE_ATOL
+        and part_err[path] <= PART_ATOL
+        and not wrote_dead[path]
+        for path in GLUON_PATHS
+    }
     print(
-        f"{'PASS' if ok else 'FAIL'} {name:<44} splits={splits:3d} "
-        f"gluon out {errs['gluon'][0]:.1e} lse {errs['gluon'][1]:.1e} | "
-        f"tl out {errs['tl'][0]:.1e} lse {errs['tl'][1]:.1e} | "
-        f"partials {part_err:.1e}" + (" | WROTE EMPTY SPLITS" if wrote_dead else ""),
+        f"{'PASS' if all(ok.values()) else 'FAIL'} {name:<44} splits={splits:3d} "
+        + " | ".join(
+            f"{path}{'' if ok[path] else ' FAIL'} out {errs[path][0]:.1e} lse {errs[path][1]:.1e}"
+            f" partials {part_err[path]:.1e}" + (" WROTE EMPTY SPLITS" if wrote_dead[path] else "")
+            for path in GLUON_PATHS
+        )
+        + f" | tl out {errs['tl'][0]:.1e} lse {errs['tl'][1]:.1e}",
         flush=True,
     )
-    if run.compiled is not None and name.startswith("uniform") and name.endswith("B=1 L=1024"):
-        meta = run.compiled.metadata
-        print(
-            f"     gluon build: regs={run.compiled.n_regs} spills={run.compiled.n_spills} "
-            f"shared={meta.shared} global_scratch={meta.global_scratch_size}",
-            flush=True,
-        )
-    return ok
+    if name.startswith("uniform") and name.endswith("B=1 L=1024"):
+        for path, compiled in run.compiled.items():
+            meta = compiled.metadata
+            print(
+                f"     {path} build: regs={compiled.n_regs} spills={compiled.n_spills} "
+                f"shared={meta.shared} global_scratch={meta.global_scratch_size} "
+                f"warps={meta.num_warps}",
+                flush=True,
+            )
+    return all(ok.values())
 
 
 def new_pool(dtype, gen):
@@ -294,7 +328,7 @@ def run_timing(pool, gen, sm):
         run = Launch(q, pool, table, lens, splits)
         flops = 2 * batch * heads * length * (D + LORA)
         us = {}
-        for path in ("tl", "gluon"):
+        for path in PATHS:
             run.both(path)
             us[path + " s1"] = 1e3 * triton.testing.do_bench_cudagraph(
                 functools.partial(run.stage1, path), rep=100, return_mode="median"
@@ -305,10 +339,37 @@ def run_timing(pool, gen, sm):
         print(
             f"  B={batch:3d} H={heads:3d} L={length:5d} splits={splits:3d} | "
             + " | ".join(f"{k} {v:8.1f} us {flops / v / 1e6:5.0f} TFLOP/s" for k, v in us.items())
-            + f" | stage-1 speedup {us['tl s1'] / us['gluon s1']:.2f}x",
+            + f" | stage-1 speedup vs tl: gluon {us['tl s1'] / us['gluon s1']:.2f}x"
+            f" seesaw {us['tl s1'] / us['seesaw s1']:.2f}x"
+            f" (seesaw vs gluon {us['gluon s1'] / us['seesaw s1']:.2f}x)",
             flush=True,
         )
         del run, q, table, lens
+        torch.cuda.empty_cache()
+
+
+def run_crossover(pool, gen, sm):
+    """Where the Gluon kernels start to win: at shapes whose occupancy splits are
+    short, tl at its occupancy split count against each Gluon kernel at that count
+    and at fewer, longer splits (both stages, do_bench_cudagraph median)."""
+    print("crossover (both stages, us; gluon kernels at split counts occ, occ/2, ...):")
+    for batch, heads, length in CROSSOVER:
+        q, table, lens = uniform_problem(pool, batch, heads, length, gen)
+        occ = occupancy_kv_splits(batch, heads, length, sm)
+        counts = [s for s in (occ, occ // 2, occ // 4, occ // 8, occ // 16) if s >= 1]
+        times = {}
+        for splits in counts:
+            run = Launch(q, pool, table, lens, splits)
+            for path in PATHS if splits == occ else GLUON_PATHS:
+                run.both(path)
+                times[path, splits] = 1e3 * triton.testing.do_bench_cudagraph(
+                    functools.partial(run.both, path), rep=50, return_mode="median"
+                )
+            del run
+        cells = " | ".join(
+            f"{path}@{s} ({length // s} tok) {us:6.1f}" for (path, s), us in times.items()
+        )
+        print(f"  B={batch:3d} H={heads:3d} L={length:5d} occ={occ:3d} | {cells}", flush=True)
         torch.cuda.empty_cache()
 
 
@@ -316,7 +377,13 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--skip-timing", action="store_true")
     parser.add_argument("--skip-checks", action="store_true")
+    parser.add_argument("--crossover", action="store_true", help="only the crossover timing")
     args = parser.parse_args()
+    if args.crossover:
+        props = torch.cuda.get_device_properties(0)
+        gen = torch.Generator(device="cuda").manual_seed(0)
+        run_crossover(new_pool(torch.bfloat16, gen), gen, props.multi_processor_count)
+        return
     t0 = time.time()
     props = torch.cuda.get_device_properties(0)
     sm = props.multi_processor_count

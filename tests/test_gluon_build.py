@@ -1,11 +1,16 @@
-"""The Gluon stage 1 (``mla_jax._gluon_kernels``) builds for sm_90 on a CPU, and its
-build is what the design needs: warpgroup MMAs (HGMMA), cp.async loads, no register
+"""The Gluon stage 1 kernels (``mla_jax._gluon_kernels``: ``mla_decode_stage1_gluon``
+and the seesaw ``mla_decode_stage1_gluon_seesaw``) build for sm_90 on a CPU, and each
+build is what its design needs: warpgroup MMAs (HGMMA), cp.async loads, no register
 spills (no local memory), shared memory within one SM's 227 KB, no global scratch
-(JAX's launch passes none).
+(JAX's launch passes none). The seesaw build is also checked for its schedule: two
+partitions of one warpgroup each, no CTA-wide barrier in the main loops (only
+128-thread named barriers and mbarriers), and a warpgroup MMA left in flight across an
+mbarrier wait (the overlap the schedule exists for).
 
 The build is made in a child process with its own Triton cache, so it is compiled
 here rather than read from a cache another test filled."""
 
+import itertools
 import json
 import os
 import re
@@ -20,13 +25,17 @@ import pytest
 SM90_SHARED_BYTES = 232448  # 227 KB: the most one block may ask for on an H100/H200
 
 
-def compile_sm90(heads=128, dtype="bf16"):
-    """The sm_90 build of the Gluon stage 1 for a B=128, page-64 problem."""
+KERNELS = ("mla_decode_stage1_gluon", "mla_decode_stage1_gluon_seesaw")
+
+
+def compile_sm90(heads=128, dtype="bf16", kernel="mla_decode_stage1_gluon"):
+    """The sm_90 build of a Gluon stage 1 for a B=128, page-64 problem."""
     from mla_jax import _gluon_kernels as gk
     from mla_jax import _launch
 
     pages = 128 * 256
-    stage1 = gk.launch_params(
+    params = gk.seesaw_launch_params if kernel.endswith("seesaw") else gk.launch_params
+    stage1 = params(
         batch=128,
         num_heads=heads,
         num_pages=pages,
@@ -45,7 +54,7 @@ def compile_sm90(heads=128, dtype="bf16"):
     )
     runtime = [f"*{dtype}"] * 3 + ["*i32"] * 3 + ["*fp32"] * 3  # q, q_pe, kv; ints; f32s
     spec = _launch.kernel_spec(
-        gk.mla_decode_stage1_gluon,
+        getattr(gk, kernel),
         runtime,
         stage1["constexprs"],
         num_warps=stage1["num_warps"],
@@ -60,10 +69,30 @@ def _tool(name):
     return os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", name)
 
 
-def build_report(heads=128, dtype="bf16"):
+def _mma_in_flight_across_wait(ptx):
+    """Whether some warpgroup MMA group is committed and, before the next
+    ``wgmma.wait_group``, an mbarrier wait runs: the MMA is left on the tensor cores
+    while the warpgroup waits for the other one (straight-line PTX only)."""
+    ops = re.findall(r"wgmma\.commit_group|wgmma\.wait_group|mbarrier\.try_wait", ptx)
+    pairs = itertools.pairwise(ops)
+    return any(a == "wgmma.commit_group" and b == "mbarrier.try_wait" for a, b in pairs)
+
+
+def _cta_barriers_in_loops(ptx):
+    """CTA-wide barriers (``bar.sync``/``barrier.sync`` without a thread count, other
+    than the warp-specialize start/stop barrier 1) between the first and last warpgroup
+    MMA: each partition should synchronise only itself (named 128-thread barriers)
+    and the other through mbarriers."""
+    first, last = ptx.find("wgmma.mma_async"), ptx.rfind("wgmma.wait_group")
+    body = ptx[first:last]
+    return len(re.findall(r"\b(?:bar|barrier)\.sync\s+(?!1;)\d+;", body))
+
+
+def build_report(heads=128, dtype="bf16", kernel="mla_decode_stage1_gluon"):
     """Counts read from the build: registers and spills (ptxas -v), SASS opcodes,
-    shared memory and global scratch from the metadata."""
-    compiled = compile_sm90(heads, dtype)
+    shared memory and global scratch from the metadata, and the PTX's barriers and
+    warpgroup MMA waits."""
+    compiled = compile_sm90(heads, dtype, kernel)
     ptx = compiled.asm["ptx"]
     with tempfile.TemporaryDirectory() as tmp:
         ptx_path = os.path.join(tmp, "k.ptx")
@@ -98,14 +127,24 @@ def build_report(heads=128, dtype="bf16"):
         "bar_sync": count(r"BAR\.SYNC", sass),
         "ptx_wgmma": count(r"wgmma\.mma_async", ptx),
         "ptx_local": count(r"\b(?:ld|st)\.local", ptx),
+        # wgmma.wait_group N: N > 0 keeps N groups in flight past the wait.
+        "wgmma_waits": sorted(
+            {int(n) for n in re.findall(r"wgmma\.wait_group\.sync\.aligned (\d+)", ptx)}
+        ),
+        "setmaxnreg": count(r"setmaxnreg", ptx),
+        "mbarrier_waits": count(r"mbarrier\.try_wait", ptx),
+        "named_barriers_128": count(r"\bbar\.sync\s+\d+,\s*128;", ptx),
+        "cta_barriers_in_loops": _cta_barriers_in_loops(ptx),
+        "mma_in_flight_across_wait": _mma_in_flight_across_wait(ptx),
     }
 
 
+@pytest.mark.parametrize("kernel", KERNELS)
 @pytest.mark.parametrize("heads, dtype", [(128, "bf16"), (64, "fp16"), (96, "bf16")])
-def test_gluon_stage1_sm90_build(heads, dtype, tmp_path):
+def test_gluon_stage1_sm90_build(heads, dtype, kernel, tmp_path):
     env = os.environ | {"TRITON_CACHE_DIR": str(tmp_path)}
     proc = subprocess.run(
-        [sys.executable, __file__, str(heads), dtype],
+        [sys.executable, __file__, str(heads), dtype, kernel],
         capture_output=True,
         text=True,
         timeout=600,
@@ -121,12 +160,17 @@ def test_gluon_stage1_sm90_build(heads, dtype, tmp_path):
     assert r["local"] == 0 and r["ptx_local"] == 0, r
     assert 0 < r["shared"] <= SM90_SHARED_BYTES, r
     assert r["global_scratch_size"] == 0, r
-    assert r["num_warps"] == 8, r
+    assert r["num_warps"] == 8, r  # the seesaw's: 4 (default partition) + 4 (worker)
+    if kernel.endswith("seesaw"):
+        assert r["setmaxnreg"] > 0, r  # warp-specialised: one partition per warpgroup
+        assert r["cta_barriers_in_loops"] == 0, r  # vs 5 CTA barriers a block before
+        assert r["named_barriers_128"] > 0 and r["mbarrier_waits"] > 0, r
+        assert r["mma_in_flight_across_wait"], r
 
 
 if __name__ == "__main__":
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    print(json.dumps(build_report(int(sys.argv[1]), sys.argv[2])))
+    print(json.dumps(build_report(int(sys.argv[1]), sys.argv[2], *sys.argv[3:])))
 
 
 @pytest.mark.parametrize(
