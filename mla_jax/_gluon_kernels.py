@@ -1,14 +1,16 @@
-"""A Hopper (sm_90) Gluon version of stage 1 for 64-head tiles.
+"""Hopper (sm_90) Gluon versions of stage 1 for 64-head tiles.
 
 Same contract as ``kernels.mla_decode_stage1`` (same pointer arguments, grid, split
 partition, clamps and output: the normalised partial ``acc / l * kv_scale`` in
 columns ``[0, LORA)`` of the float32 buffer and the natural-log lse in column
 ``LORA``; empty splits write nothing), so ``kernels.mla_decode_stage2`` merges its
-partials unchanged. What it supports is ``supports``: 16-bit q and cache of the same
-dtype, ``LORA = 512``, ``ROPE = 64``, pages of a multiple of 64 tokens, at least 64
-heads; everything else stays with the tl kernel.
+partials unchanged. Two kernels, one for each cache dtype (``kernel_for``):
+``mla_decode_stage1_gluon`` for a 16-bit cache of q's dtype and
+``mla_decode_stage1_gluon_fp8`` for a ``float8_e4m3fn`` cache with 16-bit q. What
+they support is ``supports``: ``LORA = 512``, ``ROPE = 64``, pages of a multiple of
+64 tokens, at least 64 heads; everything else stays with the tl kernel.
 
-Design (one CTA per (head tile, row, split), as the tl kernel):
+Design of the 16-bit kernel (one CTA per (head tile, row, split), as the tl kernel):
 
 * 8 warps, two warpgroups, ``BLOCK_H = 64`` heads, ``BLOCK_N = 64`` tokens a block.
   A warpgroup MMA has M = 64 rows per warpgroup, so 64 heads is its natural tile;
@@ -32,6 +34,7 @@ Design (one CTA per (head tile, row, split), as the tl kernel):
   to shared memory (bf16/fp16) for ``O += P V``. The row sum of P is kept as a
   64 x 64 per-thread partial (``l_acc``) and reduced once at the end: a row sum per
   block would be a second cross-warpgroup reduction, with its barrier.
+  (``_attend_block`` and ``_write_partials``, shared by both kernels.)
 * Shared memory: 72 KB Q + 2 x 72 KB latent + 8 KB P = 224 KB of the 227 KB an
   sm_90 block may have (229888 bytes with the row-max scratch), so one CTA per SM.
   The sm_90 build: 246 registers, no spills, 40 HGMMA, no serialised wgmma
@@ -45,8 +48,49 @@ Design (one CTA per (head tile, row, split), as the tl kernel):
   a softmax of time to land instead of a whole iteration; and ptxas (C7515)
   serialised every wgmma of that version. A warp-specialised "seesaw" (FlashMLA:
   each warpgroup computes the full S of alternate blocks, so one's softmax overlaps
-  the other's MMAs) is the next step. fp8 caches are not supported yet: the tile
-  would have to be widened to 16 bits in shared memory (or an fp8 wgmma used).
+  the other's MMAs) is the next step.
+
+The fp8 kernel (``mla_decode_stage1_gluon_fp8``) computes exactly as the 16-bit one
+(the same ``_attend_block``); only the latent block's way into shared memory differs.
+``warpgroup_mma`` multiplies 16-bit operands from shared memory (an fp8 wgmma would
+need q quantised to fp8, and V K-major, i.e. transposed), so the fp8 block is widened
+there once:
+
+* ``cp.async`` copies the fp8 block (64 x 576 bytes, 16 bytes a thread: 9 copies a
+  thread a block) into one of two unswizzled fp8 staging slots.
+* Each thread loads back the very bytes it copied (the copy layout is the widening
+  layout, so the ``cp.async.wait_group`` alone makes them visible to it), widens them
+  to q's dtype (exact: every e4m3 value is a bf16 and an fp16 value) and stores them
+  into one 16-bit tile in the swizzled layout wgmma reads; a proxy fence and a CTA
+  barrier publish the tile. The same ``[2, 16]``-threads-a-warp layout keeps the
+  fp8 loads (512 contiguous bytes a warp) and the swizzled 16-bit stores free of
+  bank conflicts (4 wavefronts for 512 bytes).
+* Pipeline: the staging slot is free as soon as it is widened, so the copy of block
+  j + 2 is issued right after block j is widened (one commit group per block, empty
+  past the split's end, so ``wait_group(1)`` always means "block j has landed"): each
+  copy has about two iterations to land, not one.
+* Per block: ``wait_group(1)``; a barrier (every warpgroup's PV of block j - 1 is
+  done, so the 16-bit tile may be overwritten); widen; fence + barrier; copy of
+  j + 2; then ``_attend_block``. One barrier a block more than the 16-bit kernel.
+* Widening (``_widen``, ``WIDEN``, default ``FP8_WIDEN = "auto"``): for bf16 q an
+  integer sequence (``_E4M3_WIDEN_ASM``: prmt, shift, and, and a bf16x2 multiply by
+  2^120 for two values), because Triton's e4m3 -> bf16 goes through fp16 with one
+  scalar ``cvt.bf16.f16`` (F2F, a slow conversion) per value; for fp16 q Triton's
+  ``cvt.rn.f16x2.e4m3x2`` (one instruction for two values). ``"bits"``/``"cvt"``
+  force one way for both dtypes (``scripts/gluon_check.py`` times both).
+* The scale folds as in the tl kernel: ``qk_scale = SM_SCALE * log2(e) * kv_scale``
+  and the partial output times ``kv_scale``.
+* Shared memory: 72 KB Q + 2 x 36 KB fp8 staging + 72 KB 16-bit tile + 8 KB P =
+  224 KB, as the 16-bit kernel (229888 bytes with the row-max scratch). The sm_90
+  build: 254 registers, no spills, 40 HGMMA, no serialised wgmma, 45 cp.async
+  (``tests/test_gluon_build.py``).
+* The widening is serial with the MMAs (the one 16-bit tile is read by QK^T and PV
+  of the same block): 144 fp8 values a thread a block, 9 shared loads, 18 shared
+  stores and 72 prmt + 72 shifts + 72 ands + 72 multiplies (bf16). At 64-head tiles
+  the 16-bit kernel is compute-bound (it moves ~1.6 TB/s at H=128), so halving the
+  bytes is not expected to make this one faster than it; it should come within the
+  widening's cost of it (an estimated 10-20% a block), far ahead of the tl fp8
+  kernel, which widens in registers and spills (docs/performance.md).
 """
 
 from __future__ import annotations
@@ -70,11 +114,16 @@ BLOCK_N = 64
 NUM_WARPS = 8
 LORA = 512
 ROPE = 64
+SIXTEEN_BIT = ("bfloat16", "float16")
+FP8 = "float8_e4m3fn"  # mla_jax.cache.FP8_DTYPE's name
 _LOG2E = gl.constexpr(1.4426950408889634)
 _LN2 = gl.constexpr(0.6931471805599453)
 RESCALE_THRESHOLD = gl.constexpr(8.0)  # as kernels.RESCALE_THRESHOLD
 # The tl stage 1's constexprs that are its own tiling, not the problem's.
 _TL_TILING = ("BLOCK_H", "BLOCK_N", "DOT_PRECISION", "PAGED_LOADS", "LORA_CHUNKS")
+_CP_ASYNC_BYTES = 16
+# How the fp8 kernel widens its tile (``_widen``): "auto", "bits" or "cvt".
+FP8_WIDEN = "auto"
 
 
 def supports(
@@ -88,36 +137,48 @@ def supports(
     kv_row_stride: int,
     kv_page_stride: int,
 ) -> bool:
-    """Whether this kernel handles the problem (else use the tl kernel).
+    """Whether one of the Gluon kernels (``kernel_for(kv_dtype)``) handles the problem
+    (else use the tl kernel).
 
-    ``q_dtype``/``kv_dtype`` are names (``"bfloat16"``, ``"float16"``, ...): both
-    16-bit and equal (fp8 caches are not supported yet). Pages must hold whole
-    64-token blocks, and each latent row must start 16-byte aligned (``cp.async``
-    moves 16 bytes); the last dimension is assumed contiguous.
+    ``q_dtype``/``kv_dtype`` are names (``"bfloat16"``, ``"float16"``, ...): q 16-bit,
+    and the cache either of q's dtype or ``float8_e4m3fn`` (its scale passed as
+    ``kv_scale``). Pages must hold whole 64-token blocks, and each latent row must
+    start 16-byte aligned (``cp.async`` moves 16 bytes); the last dimension is assumed
+    contiguous.
     """
-    sixteen_bit = ("bfloat16", "float16")
+    if q_dtype not in SIXTEEN_BIT or kv_dtype not in (q_dtype, FP8):
+        return False
+    per_copy = _CP_ASYNC_BYTES // (1 if kv_dtype == FP8 else 2)  # elements in 16 bytes
     return (
         num_heads >= BLOCK_H
         and page_size % BLOCK_N == 0
         and kv_lora_rank == LORA
         and rope_dim == ROPE
-        and q_dtype in sixteen_bit
-        and kv_dtype == q_dtype
-        and kv_row_stride % 8 == 0
-        and kv_page_stride % 8 == 0
+        and kv_row_stride % per_copy == 0
+        and kv_page_stride % per_copy == 0
     )
 
 
-def launch_params(**problem: Any) -> dict:
-    """Grid, options and constexprs of ``mla_decode_stage1_gluon``: ``problem`` is
+def kernel_for(kv_dtype: str) -> Any:
+    """The Gluon stage 1 for a cache of dtype ``kv_dtype`` (a name, as in ``supports``).
+    Both take the same arguments and ``launch_params``."""
+    return mla_decode_stage1_gluon_fp8 if kv_dtype == FP8 else mla_decode_stage1_gluon
+
+
+def launch_params(kv_dtype: str | None = None, **problem: Any) -> dict:
+    """Grid, options and constexprs of the Gluon stage 1 for a cache of dtype
+    ``kv_dtype`` (``kernel_for(kv_dtype)``; None: a 16-bit cache): ``problem`` is
     ``kernels.launch_params``' keywords but ``float32_inputs`` and ``config``. The
     problem's constexprs are the tl stage 1's (one definition), less its tiling; the
-    buffer is the tl kernel's, so stage 2 is launched from ``kernels.launch_params``."""
+    buffer is the tl kernel's, so stage 2 is launched from ``kernels.launch_params``.
+    The fp8 kernel adds ``WIDEN`` (``_widen``: ``FP8_WIDEN``)."""
     tl_stage1, _ = kernels.launch_params(**problem, float32_inputs=False)
     constexprs = {k: v for k, v in tl_stage1["constexprs"].items() if k not in _TL_TILING} | {
         "BLOCK_H": BLOCK_H,
         "BLOCK_N": BLOCK_N,
     }
+    if kv_dtype == FP8:
+        constexprs["WIDEN"] = FP8_WIDEN
     return {
         "grid": (
             triton.cdiv(problem["num_heads"], BLOCK_H),
@@ -135,6 +196,17 @@ def _safe_page(page, NUM_PAGES: gl.constexpr):
     """A page index inside the cache, whatever the block table holds: one outside
     ``[0, NUM_PAGES)`` reads page 0, as in ``kernels._safe_page``."""
     return gl.where(page.to(gl.uint32) < NUM_PAGES, page, 0)
+
+
+@gluon.jit
+def _split_range(seq_lens_ptr, row, num_splits, split, CAPACITY: gl.constexpr):
+    """``[start, end)`` of the split: the row's length clamped to the table's capacity,
+    then vLLM's cdiv partition (``kernels._split_range``)."""
+    seq_len = gl.minimum(gl.maximum(gl.load(seq_lens_ptr + row), 0), CAPACITY)
+    per_split = (seq_len + num_splits - 1) // num_splits
+    start = per_split * split
+    end = gl.minimum(start + per_split, seq_len)
+    return start, end
 
 
 @gluon.jit
@@ -184,6 +256,103 @@ def _copy_next_block(
 
 
 @gluon.jit
+def _attend_block(
+    q_nope_smem,
+    q_pe_smem,
+    kv_c,
+    k_pe,
+    p_smem,
+    s_init,
+    s_cols,
+    n0,
+    start,
+    end,
+    qk_scale,
+    m_i,
+    l_acc,
+    acc,
+    o_rows: gl.constexpr,
+):
+    """One 64-token block of the online softmax, its latent block in shared memory
+    (16-bit, published: fenced and behind a barrier): returns ``(m_i, l_acc, acc)``."""
+    # S = Q K^T over the 512 latent and 64 rope dims: the latent block seen
+    # transposed ([576, 64]); each warpgroup computes 32 of the 64 tokens.
+    s = warpgroup_mma(q_nope_smem, kv_c.permute((1, 0)), s_init, use_acc=False, is_async=True)
+    s = warpgroup_mma(q_pe_smem, k_pe.permute((1, 0)), s, is_async=True)
+    s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
+
+    tokens = n0 + s_cols
+    live = (tokens >= start) & (tokens < end)
+    s = gl.where(live[None, :], s * qk_scale, float("-inf"))
+    m_new = gl.maximum(m_i, gl.max(s, 1))
+    # Lazy rescaling (kernels._attend): a row's max moves only when it grew by
+    # more than 2^RESCALE_THRESHOLD; until then p <= 2^8, harmless in 16 bits.
+    grow = m_new - m_i > RESCALE_THRESHOLD
+    alpha = gl.where(grow, gl.exp2(m_i - m_new), 1.0)
+    m_i = gl.where(grow, m_new, m_i)
+    p = gl.exp2(s - m_i[:, None])
+    l_acc = l_acc * alpha[:, None] + p
+    # P to shared memory for the second MMA (its A operand needs all 64 tokens,
+    # computed half by each warpgroup).
+    p_smem.store(p.to(p_smem.dtype))
+    fence_async_shared()
+    gl.thread_barrier()
+    acc = acc * gl.convert_layout(alpha, o_rows)[:, None]
+    # O += P V: V is the block's first LORA columns; each warpgroup owns 256.
+    acc = warpgroup_mma(p_smem, kv_c, acc, is_async=True)
+    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+    return m_i, l_acc, acc
+
+
+@gluon.jit
+def _write_partials(
+    buf_ptr,
+    acc,
+    l_acc,
+    m_i,
+    kv_scale,
+    tile,
+    row,
+    split,
+    NUM_HEADS: gl.constexpr,
+    LORA: gl.constexpr,
+    BLOCK_H: gl.constexpr,
+    stride_buf_b: gl.constexpr,
+    stride_buf_h: gl.constexpr,
+    stride_buf_s: gl.constexpr,
+    s_rows: gl.constexpr,
+    o_layout: gl.constexpr,
+):
+    """The split's normalised partial ``acc / l * kv_scale`` and its natural-log lse
+    into the buffer (heads past ``NUM_HEADS`` not stored)."""
+    o_rows: gl.constexpr = gl.SliceLayout(1, o_layout)
+    l_i = gl.sum(l_acc, 1)
+    out_heads = tile * BLOCK_H + gl.arange(0, BLOCK_H, layout=o_rows)
+    out_off = (
+        row.to(gl.int64) * stride_buf_b
+        + out_heads.to(gl.int64) * stride_buf_h
+        + split * stride_buf_s
+    )
+    out_ok = out_heads < NUM_HEADS
+    inv = kv_scale / gl.convert_layout(l_i, o_rows)
+    d_lora = gl.arange(0, LORA, layout=gl.SliceLayout(0, o_layout))
+    gl.store(
+        buf_ptr + out_off[:, None] + d_lora[None, :],
+        acc * inv[:, None],
+        mask=out_ok[:, None],
+    )
+    lse = (m_i + gl.log2(l_i)) * _LN2
+    lse_heads = tile * BLOCK_H + gl.arange(0, BLOCK_H, layout=s_rows)
+    lse_off = (
+        row.to(gl.int64) * stride_buf_b
+        + lse_heads.to(gl.int64) * stride_buf_h
+        + split * stride_buf_s
+        + LORA
+    )
+    gl.store(buf_ptr + lse_off, lse, mask=lse_heads < NUM_HEADS)
+
+
+@gluon.jit
 def mla_decode_stage1_gluon(
     q_nope_ptr,
     q_pe_ptr,
@@ -218,6 +387,9 @@ def mla_decode_stage1_gluon(
     gl.static_assert(PAGE_SIZE % BLOCK_N == 0, "blocks must lie inside one page")
     gl.static_assert(gl.num_warps() == 8, "two warpgroups")
     dtype: gl.constexpr = kv_ptr.dtype.element_ty
+    gl.static_assert(
+        q_nope_ptr.dtype.element_ty == dtype, "a cache of q's dtype (fp8: the _fp8 kernel)"
+    )
 
     tile = gl.program_id(0)
     row = gl.program_id(1)
@@ -225,11 +397,7 @@ def mla_decode_stage1_gluon(
     num_splits = gl.load(num_splits_ptr)
     if split >= num_splits:
         return
-    seq_len = gl.minimum(gl.maximum(gl.load(seq_lens_ptr + row), 0), CAPACITY)
-    # kernels._split_range: vLLM's cdiv partition.
-    per_split = (seq_len + num_splits - 1) // num_splits
-    start = per_split * split
-    end = gl.minimum(start + per_split, seq_len)
+    start, end = _split_range(seq_lens_ptr, row, num_splits, split, CAPACITY)
     if end <= start:
         return  # stage 2 skips empty splits; nothing to write.
 
@@ -290,8 +458,8 @@ def mla_decode_stage1_gluon(
         bt_row + (first + BLOCK_N) // PAGE_SIZE, mask=first + BLOCK_N < end, other=0
     )
 
-    # An fp8 cache's scale would fold in here as in the tl kernel (kv_scale is 1 for
-    # 16-bit caches, but it is applied all the same).
+    # The cache's scale folds in as in the tl kernel (1 for 16-bit caches, but it is
+    # applied all the same).
     kv_scale = gl.load(kv_scale_ptr)
     qk_scale = SM_SCALE * _LOG2E * kv_scale
     m_i = gl.full([BLOCK_H], float("-inf"), gl.float32, layout=s_rows)
@@ -302,8 +470,6 @@ def mla_decode_stage1_gluon(
 
     for n0 in range(first, end, BLOCK_N):
         slot = ((n0 - first) // BLOCK_N) % 2
-        kv_c = kv_c_smem.index(slot)
-        k_pe = k_pe_smem.index(slot)
         # This block's copies are done (each thread waits for its own; the barrier
         # for everyone's). The barrier also proves every warpgroup finished the last
         # iteration's MMAs, which read the other slot and P: the next block may go
@@ -329,55 +495,389 @@ def mla_decode_stage1_gluon(
             stride_kv_row,
             copy_layout,
         )
+        m_i, l_acc, acc = _attend_block(
+            q_nope_smem,
+            q_pe_smem,
+            kv_c_smem.index(slot),
+            k_pe_smem.index(slot),
+            p_smem,
+            s_init,
+            s_cols,
+            n0,
+            start,
+            end,
+            qk_scale,
+            m_i,
+            l_acc,
+            acc,
+            o_rows,
+        )
 
-        # S = Q K^T over the 512 latent and 64 rope dims: the latent block seen
-        # transposed ([576, 64]); each warpgroup computes 32 of the 64 tokens.
-        s = warpgroup_mma(q_nope_smem, kv_c.permute((1, 0)), s_init, use_acc=False, is_async=True)
-        s = warpgroup_mma(q_pe_smem, k_pe.permute((1, 0)), s, is_async=True)
-        s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
+    _write_partials(
+        buf_ptr,
+        acc,
+        l_acc,
+        m_i,
+        kv_scale,
+        tile,
+        row,
+        split,
+        NUM_HEADS,
+        LORA,
+        BLOCK_H,
+        stride_buf_b,
+        stride_buf_h,
+        stride_buf_s,
+        s_rows,
+        o_layout,
+    )
 
-        tokens = n0 + s_cols
-        live = (tokens >= start) & (tokens < end)
-        s = gl.where(live[None, :], s * qk_scale, float("-inf"))
-        m_new = gl.maximum(m_i, gl.max(s, 1))
-        # Lazy rescaling (kernels._attend): a row's max moves only when it grew by
-        # more than 2^RESCALE_THRESHOLD; until then p <= 2^8, harmless in 16 bits.
-        grow = m_new - m_i > RESCALE_THRESHOLD
-        alpha = gl.where(grow, gl.exp2(m_i - m_new), 1.0)
-        m_i = gl.where(grow, m_new, m_i)
-        p = gl.exp2(s - m_i[:, None])
-        l_acc = l_acc * alpha[:, None] + p
-        # P to shared memory for the second MMA (its A operand needs all 64 tokens,
-        # computed half by each warpgroup).
-        p_smem.store(p.to(dtype))
-        fence_async_shared()
+
+@gluon.jit
+def _copy_block_fp8(
+    c8_dst,
+    pe8_dst,
+    kv_ptr,
+    page,
+    n0,
+    start,
+    end,
+    PAGE_SIZE: gl.constexpr,
+    NUM_PAGES: gl.constexpr,
+    LORA: gl.constexpr,
+    ROPE: gl.constexpr,
+    BLOCK_N: gl.constexpr,
+    stride_kv_page: gl.constexpr,
+    stride_kv_row: gl.constexpr,
+    nope_layout: gl.constexpr,
+    rope_layout: gl.constexpr,
+):
+    """``cp.async`` of the fp8 block at token ``n0`` (raw page index ``page``) into the
+    staging slot (``c8_dst``: its first ``LORA`` columns, ``pe8_dst``: the ``ROPE``
+    after them); rows outside ``[start, end)`` are zero-filled. Not committed."""
+    block = (
+        kv_ptr
+        + _safe_page(page, NUM_PAGES).to(gl.int64) * stride_kv_page
+        + (n0 % PAGE_SIZE) * stride_kv_row
+    )
+    rows = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, nope_layout))
+    ok = (n0 + rows >= start) & (n0 + rows < end)
+    _copy_rows(c8_dst, block, rows, ok, stride_kv_row, LORA, nope_layout)
+    rows = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, rope_layout))
+    ok = (n0 + rows >= start) & (n0 + rows < end)
+    _copy_rows(pe8_dst, block + LORA, rows, ok, stride_kv_row, ROPE, rope_layout)
+
+
+@gluon.jit
+def _copy_ahead_fp8(
+    c8_dst,
+    pe8_dst,
+    kv_ptr,
+    bt_row,
+    page,
+    nxt,
+    start,
+    end,
+    PAGE_SIZE: gl.constexpr,
+    NUM_PAGES: gl.constexpr,
+    LORA: gl.constexpr,
+    ROPE: gl.constexpr,
+    BLOCK_N: gl.constexpr,
+    stride_kv_page: gl.constexpr,
+    stride_kv_row: gl.constexpr,
+    nope_layout: gl.constexpr,
+    rope_layout: gl.constexpr,
+):
+    """The copy of the block at token ``nxt`` if it starts before ``end``, and one commit
+    group either way (an empty one past the end), so the groups in flight count blocks.
+    Returns the raw page index of the block after it (see ``_copy_next_block``)."""
+    if nxt < end:
+        _copy_block_fp8(
+            c8_dst,
+            pe8_dst,
+            kv_ptr,
+            page,
+            nxt,
+            start,
+            end,
+            PAGE_SIZE,
+            NUM_PAGES,
+            LORA,
+            ROPE,
+            BLOCK_N,
+            stride_kv_page,
+            stride_kv_row,
+            nope_layout,
+            rope_layout,
+        )
+    async_copy.commit_group()
+    after = nxt + BLOCK_N
+    return gl.load(bt_row + after // PAGE_SIZE, mask=after < end, other=0)
+
+
+# e4m3 -> bf16 / fp16 by integer operations, 4 values (one 32-bit register) at a time:
+# each byte sign-extended to 16 bits (prmt), shifted so its 4 exponent and 3 mantissa
+# bits land at the top of the 16-bit exponent and mantissa fields, masked to the sign
+# and those 7 bits, then multiplied by 2^(bias difference): 2^120 for bf16, 2^8 for
+# fp16. Exact for every finite e4m3 value, subnormals and -0 included (the 16-bit
+# multiply keeps subnormal inputs); the e4m3 NaN (0x7f/0xff) becomes +-480.
+_E4M3_WIDEN_ASM = """{{
+.reg .b32 lo, hi, k;
+prmt.b32 lo, $2, 0, 0x9180;
+prmt.b32 hi, $2, 0, 0xB3A2;
+shl.b32 lo, lo, {shift};
+shl.b32 hi, hi, {shift};
+and.b32 lo, lo, {mask};
+and.b32 hi, hi, {mask};
+mov.b32 k, {scale};
+mul.rn.{ty}x2 $0, lo, k;
+mul.rn.{ty}x2 $1, hi, k;
+}}"""
+_E4M3_TO_BF16_ASM = gl.constexpr(
+    _E4M3_WIDEN_ASM.format(shift=4, mask="0x87F087F0", scale="0x7B807B80", ty="bf16")
+)
+_E4M3_TO_F16_ASM = gl.constexpr(
+    _E4M3_WIDEN_ASM.format(shift=7, mask="0xBF80BF80", scale="0x5C005C00", ty="f16")
+)
+
+
+@gluon.jit
+def _widen(dst, src, layout: gl.constexpr, WIDEN: gl.constexpr):
+    """``src`` (fp8 e4m3, shared) into ``dst`` (16-bit, shared), through registers in
+    ``layout`` (each thread reads what it copied there with that layout).
+
+    ``WIDEN``: ``"cvt"``, Triton's conversion (``cvt.rn.f16x2.e4m3x2``, one instruction
+    for two values; to bf16 it adds a scalar ``cvt.bf16.f16`` per value); ``"bits"``,
+    ``_E4M3_WIDEN_ASM`` (three integer instructions and a 16-bit multiply for two
+    values); ``"auto"``: ``"bits"`` for bf16, ``"cvt"`` for fp16."""
+    x = src.load(layout)
+    bits: gl.constexpr = WIDEN == "bits" or (WIDEN == "auto" and dst.dtype == gl.bfloat16)
+    if bits:
+        asm: gl.constexpr = _E4M3_TO_BF16_ASM if dst.dtype == gl.bfloat16 else _E4M3_TO_F16_ASM
+        wide = gl.inline_asm_elementwise(
+            asm, "=r,=r,r", [x.to(gl.uint8, bitcast=True)], dtype=dst.dtype, is_pure=True, pack=4
+        )
+    else:
+        wide = x.to(dst.dtype)
+    dst.store(wide)
+
+
+@gluon.jit
+def mla_decode_stage1_gluon_fp8(
+    q_nope_ptr,
+    q_pe_ptr,
+    kv_ptr,
+    block_table_ptr,
+    seq_lens_ptr,
+    num_splits_ptr,
+    kv_scale_ptr,
+    buf_in_ptr,  # noqa: ARG001 (the aliased buffer as an input, never read)
+    buf_ptr,
+    SM_SCALE: gl.constexpr,
+    NUM_HEADS: gl.constexpr,
+    PAGE_SIZE: gl.constexpr,
+    NUM_PAGES: gl.constexpr,
+    CAPACITY: gl.constexpr,
+    LORA: gl.constexpr,
+    ROPE: gl.constexpr,
+    stride_qn_b: gl.constexpr,
+    stride_qn_h: gl.constexpr,
+    stride_qp_b: gl.constexpr,
+    stride_qp_h: gl.constexpr,
+    QP_OFFSET: gl.constexpr,
+    stride_kv_page: gl.constexpr,
+    stride_kv_row: gl.constexpr,
+    stride_bt_b: gl.constexpr,
+    stride_buf_b: gl.constexpr,
+    stride_buf_h: gl.constexpr,
+    stride_buf_s: gl.constexpr,
+    BLOCK_H: gl.constexpr,
+    BLOCK_N: gl.constexpr,
+    WIDEN: gl.constexpr,
+):
+    gl.static_assert(PAGE_SIZE % BLOCK_N == 0, "blocks must lie inside one page")
+    gl.static_assert(gl.num_warps() == 8, "two warpgroups")
+    gl.static_assert(kv_ptr.dtype.element_ty == gl.float8e4nv, "a float8_e4m3fn cache")
+    dtype: gl.constexpr = q_nope_ptr.dtype.element_ty  # the MMAs' (the tile is widened)
+    kv_dtype: gl.constexpr = kv_ptr.dtype.element_ty
+
+    tile = gl.program_id(0)
+    row = gl.program_id(1)
+    split = gl.program_id(2)
+    num_splits = gl.load(num_splits_ptr)
+    if split >= num_splits:
+        return
+    start, end = _split_range(seq_lens_ptr, row, num_splits, split, CAPACITY)
+    if end <= start:
+        return  # stage 2 skips empty splits; nothing to write.
+
+    # Register layouts. Q copies as in the 16-bit kernel. fp8 copies and widening:
+    # 16 bytes (16 elements) a thread; a warp covers 2 rows x 256 columns of the latent
+    # part (512 contiguous staging bytes; 4 wavefronts for its 16-bit stores into the
+    # 128-byte swizzle) and 8 rows x 64 columns of the rope part.
+    copy_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [8, 1], [1, 0])
+    c8_layout: gl.constexpr = gl.BlockedLayout([1, 16], [2, 16], [8, 1], [1, 0])
+    pe8_layout: gl.constexpr = gl.BlockedLayout([1, 16], [8, 4], [8, 1], [1, 0])
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 2], instr_shape=[16, BLOCK_N // 2, 16]
+    )
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 2], instr_shape=[16, LORA // 2, 16]
+    )
+    s_rows: gl.constexpr = gl.SliceLayout(1, s_layout)
+    o_rows: gl.constexpr = gl.SliceLayout(1, o_layout)
+    copy_rows: gl.constexpr = gl.SliceLayout(1, copy_layout)
+
+    # Shared memory: Q, the widened 16-bit block and P in the swizzled layouts warpgroup
+    # MMA reads; two fp8 staging slots, unswizzled (each warp's accesses are contiguous).
+    nope_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_H, LORA], dtype)
+    rope_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_H, ROPE], dtype)
+    p_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_H, BLOCK_N], dtype)
+    stage_layout: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
+    q_nope_smem = gl.allocate_shared_memory(dtype, [BLOCK_H, LORA], nope_layout)
+    q_pe_smem = gl.allocate_shared_memory(dtype, [BLOCK_H, ROPE], rope_layout)
+    c8_smem = gl.allocate_shared_memory(kv_dtype, [2, BLOCK_N, LORA], stage_layout)
+    pe8_smem = gl.allocate_shared_memory(kv_dtype, [2, BLOCK_N, ROPE], stage_layout)
+    kv_c_smem = gl.allocate_shared_memory(dtype, [BLOCK_N, LORA], nope_layout)
+    k_pe_smem = gl.allocate_shared_memory(dtype, [BLOCK_N, ROPE], rope_layout)
+    p_smem = gl.allocate_shared_memory(dtype, [BLOCK_H, BLOCK_N], p_layout)
+
+    # Q and the first block in the first copy group, the second block in the second.
+    heads = tile * BLOCK_H + gl.arange(0, BLOCK_H, layout=copy_rows)
+    head_ok = heads < NUM_HEADS
+    _copy_rows(
+        q_nope_smem, q_nope_ptr + row * stride_qn_b, heads, head_ok, stride_qn_h, LORA, copy_layout
+    )
+    _copy_rows(
+        q_pe_smem,
+        q_pe_ptr + row * stride_qp_b + QP_OFFSET,
+        heads,
+        head_ok,
+        stride_qp_h,
+        ROPE,
+        copy_layout,
+    )
+    bt_row = block_table_ptr + row * stride_bt_b
+    first = start - start % BLOCK_N
+    page = gl.load(bt_row + first // PAGE_SIZE)
+    second_page = gl.load(
+        bt_row + (first + BLOCK_N) // PAGE_SIZE, mask=first + BLOCK_N < end, other=0
+    )
+    _copy_block_fp8(
+        c8_smem.index(0),
+        pe8_smem.index(0),
+        kv_ptr,
+        page,
+        first,
+        start,
+        end,
+        PAGE_SIZE,
+        NUM_PAGES,
+        LORA,
+        ROPE,
+        BLOCK_N,
+        stride_kv_page,
+        stride_kv_row,
+        c8_layout,
+        pe8_layout,
+    )
+    async_copy.commit_group()
+    next_page = _copy_ahead_fp8(
+        c8_smem.index(1),
+        pe8_smem.index(1),
+        kv_ptr,
+        bt_row,
+        second_page,
+        first + BLOCK_N,
+        start,
+        end,
+        PAGE_SIZE,
+        NUM_PAGES,
+        LORA,
+        ROPE,
+        BLOCK_N,
+        stride_kv_page,
+        stride_kv_row,
+        c8_layout,
+        pe8_layout,
+    )
+
+    # The scale of the cache: k = kv_c * kv_scale folds into the softmax scale, and
+    # v = kv_c * kv_scale into the output (_write_partials).
+    kv_scale = gl.load(kv_scale_ptr)
+    qk_scale = SM_SCALE * _LOG2E * kv_scale
+    m_i = gl.full([BLOCK_H], float("-inf"), gl.float32, layout=s_rows)
+    l_acc = gl.zeros([BLOCK_H, BLOCK_N], gl.float32, layout=s_layout)
+    acc = gl.zeros([BLOCK_H, LORA], gl.float32, layout=o_layout)
+    s_init = gl.zeros([BLOCK_H, BLOCK_N], gl.float32, layout=s_layout)
+    s_cols = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+
+    for n0 in range(first, end, BLOCK_N):
+        slot = ((n0 - first) // BLOCK_N) % 2
+        # This block has landed (one group a block: at most the next one in flight);
+        # each thread widens only what it copied itself, so no barrier is needed for
+        # that. The barrier proves every warpgroup's PV MMA of the last block is done:
+        # the 16-bit tile may be overwritten.
+        async_copy.wait_group(1)
         gl.thread_barrier()
-        acc = acc * gl.convert_layout(alpha, o_rows)[:, None]
-        # O += P V: V is the block's first LORA columns; each warpgroup owns 256.
-        acc = warpgroup_mma(p_smem, kv_c, acc, is_async=True)
-        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+        _widen(kv_c_smem, c8_smem.index(slot), c8_layout, WIDEN)
+        _widen(k_pe_smem, pe8_smem.index(slot), pe8_layout, WIDEN)
+        fence_async_shared()  # generic-proxy stores, read by wgmma through the async one
+        gl.thread_barrier()
+        # The slot is widened: the block after next may go there now, two iterations
+        # ahead of its use.
+        next_page = _copy_ahead_fp8(
+            c8_smem.index(slot),
+            pe8_smem.index(slot),
+            kv_ptr,
+            bt_row,
+            next_page,
+            n0 + 2 * BLOCK_N,
+            start,
+            end,
+            PAGE_SIZE,
+            NUM_PAGES,
+            LORA,
+            ROPE,
+            BLOCK_N,
+            stride_kv_page,
+            stride_kv_row,
+            c8_layout,
+            pe8_layout,
+        )
+        m_i, l_acc, acc = _attend_block(
+            q_nope_smem,
+            q_pe_smem,
+            kv_c_smem,
+            k_pe_smem,
+            p_smem,
+            s_init,
+            s_cols,
+            n0,
+            start,
+            end,
+            qk_scale,
+            m_i,
+            l_acc,
+            acc,
+            o_rows,
+        )
 
-    l_i = gl.sum(l_acc, 1)
-    out_heads = tile * BLOCK_H + gl.arange(0, BLOCK_H, layout=o_rows)
-    out_off = (
-        row.to(gl.int64) * stride_buf_b
-        + out_heads.to(gl.int64) * stride_buf_h
-        + split * stride_buf_s
+    _write_partials(
+        buf_ptr,
+        acc,
+        l_acc,
+        m_i,
+        kv_scale,
+        tile,
+        row,
+        split,
+        NUM_HEADS,
+        LORA,
+        BLOCK_H,
+        stride_buf_b,
+        stride_buf_h,
+        stride_buf_s,
+        s_rows,
+        o_layout,
     )
-    out_ok = out_heads < NUM_HEADS
-    inv = kv_scale / gl.convert_layout(l_i, o_rows)
-    d_lora = gl.arange(0, LORA, layout=gl.SliceLayout(0, o_layout))
-    gl.store(
-        buf_ptr + out_off[:, None] + d_lora[None, :],
-        acc * inv[:, None],
-        mask=out_ok[:, None],
-    )
-    lse = (m_i + gl.log2(l_i)) * _LN2
-    lse_heads = tile * BLOCK_H + gl.arange(0, BLOCK_H, layout=s_rows)
-    lse_off = (
-        row.to(gl.int64) * stride_buf_b
-        + lse_heads.to(gl.int64) * stride_buf_h
-        + split * stride_buf_s
-        + LORA
-    )
-    gl.store(buf_ptr + lse_off, lse, mask=lse_heads < NUM_HEADS)

@@ -1,7 +1,7 @@
-"""The Gluon stage 1 (``mla_jax._gluon_kernels``) builds for sm_90 on a CPU, and its
-build is what the design needs: warpgroup MMAs (HGMMA), cp.async loads, no register
-spills (no local memory), shared memory within one SM's 227 KB, no global scratch
-(JAX's launch passes none).
+"""The Gluon stage 1s (``mla_jax._gluon_kernels``: 16-bit and fp8 caches) build for
+sm_90 on a CPU, and each build is what the design needs: warpgroup MMAs (HGMMA),
+cp.async loads of the latent tile, no register spills (no local memory), shared memory
+within one SM's 227 KB, no global scratch (JAX's launch passes none).
 
 The build is made in a child process with its own Triton cache, so it is compiled
 here rather than read from a cache another test filled."""
@@ -20,13 +20,16 @@ import pytest
 SM90_SHARED_BYTES = 232448  # 227 KB: the most one block may ask for on an H100/H200
 
 
-def compile_sm90(heads=128, dtype="bf16"):
-    """The sm_90 build of the Gluon stage 1 for a B=128, page-64 problem."""
+def compile_sm90(heads=128, dtype="bf16", kv="same"):
+    """The sm_90 build of the Gluon stage 1 for a B=128, page-64 problem: q in
+    ``dtype``, the cache in ``dtype`` (``kv="same"``) or fp8 (``kv="fp8"``: the fp8
+    kernel)."""
     from mla_jax import _gluon_kernels as gk
     from mla_jax import _launch
 
     pages = 128 * 256
     stage1 = gk.launch_params(
+        kv_dtype=gk.FP8 if kv == "fp8" else None,
         batch=128,
         num_heads=heads,
         num_pages=pages,
@@ -43,9 +46,10 @@ def compile_sm90(heads=128, dtype="bf16"):
         block_table_strides=(256, 1),
         buffer_strides=(heads * 4 * 513, 4 * 513, 513, 1),
     )
-    runtime = [f"*{dtype}"] * 3 + ["*i32"] * 3 + ["*fp32"] * 3  # q, q_pe, kv; ints; f32s
+    kv_type = "fp8e4nv" if kv == "fp8" else dtype
+    runtime = [f"*{dtype}"] * 2 + [f"*{kv_type}"] + ["*i32"] * 3 + ["*fp32"] * 3
     spec = _launch.kernel_spec(
-        gk.mla_decode_stage1_gluon,
+        gk.kernel_for(gk.FP8 if kv == "fp8" else {"bf16": "bfloat16", "fp16": "float16"}[dtype]),
         runtime,
         stage1["constexprs"],
         num_warps=stage1["num_warps"],
@@ -60,10 +64,10 @@ def _tool(name):
     return os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", name)
 
 
-def build_report(heads=128, dtype="bf16"):
+def build_report(heads=128, dtype="bf16", kv="same"):
     """Counts read from the build: registers and spills (ptxas -v), SASS opcodes,
     shared memory and global scratch from the metadata."""
-    compiled = compile_sm90(heads, dtype)
+    compiled = compile_sm90(heads, dtype, kv)
     ptx = compiled.asm["ptx"]
     with tempfile.TemporaryDirectory() as tmp:
         ptx_path = os.path.join(tmp, "k.ptx")
@@ -98,14 +102,23 @@ def build_report(heads=128, dtype="bf16"):
         "bar_sync": count(r"BAR\.SYNC", sass),
         "ptx_wgmma": count(r"wgmma\.mma_async", ptx),
         "ptx_local": count(r"\b(?:ld|st)\.local", ptx),
+        "ldg": count(r"\bLDG\b", sass),
+        "lds128": count(r"\bLDS\.128\b", sass),
+        "sts128": count(r"\bSTS\.128\b", sass),
+        # The fp8 tile's widening: the bit sequence (HMUL2.BF16 / HMUL2), the e4m3 cvt
+        # (F2FP.*.E4M3), the scalar f16 -> bf16 conversion (F2F.BF16.F16).
+        "hmul2": count(r"HMUL2\b", sass),
+        "f2fp_e4m3": count(r"F2FP\.F16\.E4M3", sass),
+        "f2f_bf16_f16": count(r"F2F\.BF16\.F16", sass),
+        "cp_async_waits": sorted(set(re.findall(r"cp\.async\.wait_group\s+(\d+)", ptx))),
     }
 
 
-@pytest.mark.parametrize("heads, dtype", [(128, "bf16"), (64, "fp16"), (96, "bf16")])
-def test_gluon_stage1_sm90_build(heads, dtype, tmp_path):
+def child_build_report(tmp_path, heads, dtype, kv="same"):
+    """``build_report`` in a child process with an empty Triton cache."""
     env = os.environ | {"TRITON_CACHE_DIR": str(tmp_path)}
     proc = subprocess.run(
-        [sys.executable, __file__, str(heads), dtype],
+        [sys.executable, __file__, str(heads), dtype, kv],
         capture_output=True,
         text=True,
         timeout=600,
@@ -113,7 +126,10 @@ def test_gluon_stage1_sm90_build(heads, dtype, tmp_path):
         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    r = json.loads(proc.stdout.strip().splitlines()[-1])
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def check_common(r):
     assert r["hgmma"] > 0 and r["hmma"] == 0, r  # warpgroup MMA, not mma.sync
     assert r["ldgsts"] > 0, r  # cp.async
     assert not r["wgmma_serialized"], r
@@ -124,9 +140,92 @@ def test_gluon_stage1_sm90_build(heads, dtype, tmp_path):
     assert r["num_warps"] == 8, r
 
 
+@pytest.mark.parametrize("heads, dtype", [(128, "bf16"), (64, "fp16"), (96, "bf16")])
+def test_gluon_stage1_sm90_build(heads, dtype, tmp_path):
+    check_common(child_build_report(tmp_path, heads, dtype))
+
+
+# cp.async copies of 16 bytes a thread: Q (64 x 576 16-bit) is 18 a thread, an fp8
+# latent block (64 x 576 bytes) 9; the fp8 kernel copies blocks at three sites (the
+# first two blocks before the loop, the block after next in it).
+Q_COPIES, FP8_BLOCK_COPIES = 18, 9
+
+
+@pytest.mark.parametrize("heads, dtype", [(128, "bf16"), (64, "fp16"), (96, "bf16")])
+def test_gluon_fp8_stage1_sm90_build(heads, dtype, tmp_path):
+    """The fp8-cache kernel: as the 16-bit one, and its fp8 tile is moved by cp.async
+    (the tl kernel's fp8 build loads it with plain loads: 3 cp.async, the block
+    table's), two blocks in flight (``wait_group 1``), widened by the integer sequence
+    for bf16 (no scalar f16 -> bf16 conversions) and by the e4m3 cvt for fp16."""
+    r = child_build_report(tmp_path, heads, dtype, "fp8")
+    check_common(r)
+    assert r["ldgsts"] >= Q_COPIES + 3 * FP8_BLOCK_COPIES, r
+    assert r["ldg"] <= 8, r  # scalars and block-table entries only, never the tile
+    assert r["cp_async_waits"] == ["1"], r
+    # The widening: 16 fp8 bytes loaded, 32 16-bit bytes stored, for each copy.
+    assert r["lds128"] >= FP8_BLOCK_COPIES and r["sts128"] >= 2 * FP8_BLOCK_COPIES, r
+    assert r["f2f_bf16_f16"] == 0, r
+    if dtype == "bf16":
+        assert r["hmul2"] >= 36, r  # 144 values a thread, 4 a multiply
+    else:
+        assert r["f2fp_e4m3"] >= 72, r  # 2 values a cvt
+
+
+def test_supports_and_kernel_for():
+    """The cache dtype rule: q 16-bit, the cache of q's dtype or float8_e4m3fn, each
+    latent row 16-byte aligned (8 16-bit elements, 16 fp8 ones); ``kernel_for`` picks
+    the kernel by the cache's dtype."""
+    from mla_jax import _gluon_kernels as gk
+
+    def ok(q="bfloat16", kv="bfloat16", row=576, page=64 * 576, heads=128, page_size=64):
+        return gk.supports(
+            num_heads=heads,
+            page_size=page_size,
+            kv_lora_rank=512,
+            rope_dim=64,
+            q_dtype=q,
+            kv_dtype=kv,
+            kv_row_stride=row,
+            kv_page_stride=page,
+        )
+
+    assert ok() and ok(q="float16", kv="float16")
+    assert ok(kv="float8_e4m3fn") and ok(q="float16", kv="float8_e4m3fn")
+    assert not ok(q="float8_e4m3fn", kv="float8_e4m3fn")
+    assert not ok(kv="float8_e5m2") and not ok(q="float32", kv="float8_e4m3fn")
+    assert not ok(q="float16", kv="bfloat16")
+    assert ok(row=584, page=64 * 584) and not ok(kv="float8_e4m3fn", row=584, page=64 * 584)
+    assert ok(kv="float8_e4m3fn", row=592, page=64 * 592)
+    assert not ok(kv="float8_e4m3fn", heads=32) and not ok(kv="float8_e4m3fn", page_size=32)
+    assert gk.kernel_for("float8_e4m3fn") is gk.mla_decode_stage1_gluon_fp8
+    assert gk.kernel_for("bfloat16") is gk.kernel_for("float16") is gk.mla_decode_stage1_gluon
+    lp = dict(
+        batch=2,
+        num_heads=64,
+        num_pages=8,
+        page_size=64,
+        pages_per_seq=4,
+        kv_lora_rank=512,
+        rope_dim=64,
+        scale=0.1,
+        grid_splits=1,
+        q_nope_strides=(64 * 576, 576, 1),
+        q_pe_strides=(64 * 576, 576, 1),
+        qp_offset=512,
+        kv_strides=(64 * 576, 576, 1),
+        block_table_strides=(4, 1),
+        buffer_strides=(64 * 513, 513, 513, 1),
+    )
+    sixteen, fp8 = gk.launch_params(**lp), gk.launch_params(kv_dtype=gk.FP8, **lp)
+    assert fp8["constexprs"] == sixteen["constexprs"] | {"WIDEN": gk.FP8_WIDEN}
+    assert {k: v for k, v in fp8.items() if k != "constexprs"} == {
+        k: v for k, v in sixteen.items() if k != "constexprs"
+    }
+
+
 if __name__ == "__main__":
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    print(json.dumps(build_report(int(sys.argv[1]), sys.argv[2])))
+    print(json.dumps(build_report(int(sys.argv[1]), *sys.argv[2:])))
 
 
 @pytest.mark.parametrize(
