@@ -1,58 +1,89 @@
-"""A Hopper (sm_90) Gluon version of stage 1 for 64-head tiles.
+"""Hopper (sm_90) Gluon versions of stage 1 for 64-head tiles.
 
 Same contract as ``kernels.mla_decode_stage1`` (same pointer arguments, grid, split
 partition, clamps and output: the normalised partial ``acc / l * kv_scale`` in
 columns ``[0, LORA)`` of the float32 buffer and the natural-log lse in column
 ``LORA``; empty splits write nothing), so ``kernels.mla_decode_stage2`` merges its
-partials unchanged. What it supports is ``supports``: 16-bit q and cache of the same
-dtype, ``LORA = 512``, ``ROPE = 64``, pages of a multiple of 64 tokens, at least 64
-heads; everything else stays with the tl kernel.
+partials unchanged. Two kernels, one for each cache dtype (``kernel_for``):
+``mla_decode_stage1_gluon_seesaw`` for a 16-bit cache of q's dtype and
+``mla_decode_stage1_gluon_fp8`` for a ``float8_e4m3fn`` cache with 16-bit q. What
+they support is ``supports``: ``LORA = 512``, ``ROPE = 64``, pages of a multiple of
+64 tokens, at least 64 heads; everything else stays with the tl kernel.
 
-Design (one CTA per (head tile, row, split), as the tl kernel):
+Common to both (one CTA per (head tile, row, split), as the tl kernel):
 
-* 8 warps, two warpgroups, ``BLOCK_H = 64`` heads, ``BLOCK_N = 64`` tokens a block.
-  A warpgroup MMA has M = 64 rows per warpgroup, so 64 heads is its natural tile;
-  128 heads would need a 128 x 512 float32 accumulator, 256 registers a thread at
-  8 warps, more than a thread may hold.
-* Every MMA is split across the two warpgroups by columns (``warps_per_cta = [4, 2]``):
-  the output accumulator ``O`` (64 x 512 float32) is 64 x 256 a warpgroup, 128
-  registers a thread; ``S = Q K^T`` (64 x 64) is 64 x 32 a warpgroup. Splitting S by
-  tokens, not computing it twice, halves its tensor-core work (the 576-deep QK^T is
-  more than half of all the FLOPs); the price is a cross-warpgroup row max (the
-  compiler's reduction through shared memory) once a block.
-* Q (64 x 512 + 64 x 64) stays in shared memory for the whole split; the latent
-  block (64 x 512 + 64 x 64) is double-buffered in shared memory, filled by
-  ``cp.async`` (no TMA descriptor: JAX passes plain pointers, and no global scratch).
-  The next block's copy is issued at the top of an iteration, right after the
-  barrier that proves every warp is done with the slot it overwrites, so a whole
-  iteration of MMAs hides its latency.
-* The latent block serves as K (all 576 columns, a transposed shared-memory view)
-  and V (its first 512 columns) without a second copy.
-* Online softmax in base 2 with the tl kernel's lazy per-row rescaling; P is stored
-  to shared memory (bf16/fp16) for ``O += P V``. The row sum of P is kept as a
-  64 x 64 per-thread partial (``l_acc``) and reduced once at the end: a row sum per
-  block would be a second cross-warpgroup reduction, with its barrier.
-* Shared memory: 72 KB Q + 2 x 72 KB latent + 8 KB P = 224 KB of the 227 KB an
-  sm_90 block may have (229888 bytes with the row-max scratch), so one CTA per SM.
-  The sm_90 build: 246 registers, no spills, 40 HGMMA, no serialised wgmma
-  (``tests/test_gluon_build.py``).
+* Eight warps, two warpgroups, ``BLOCK_H = 64`` heads, ``BLOCK_N = 64`` tokens a
+  block. A warpgroup MMA has M = 64 rows, so 64 heads is its natural tile; 128 heads
+  would need a 128 x 512 float32 accumulator, 256 registers a thread at 8 warps, more
+  than a thread may hold. The 64 x 512 output accumulator is split by columns, 64 x 256
+  a warpgroup (128 registers a thread).
+* Q (64 x 512 + 64 x 64) stays in shared memory for the whole split; latent blocks
+  (64 x 512 + 64 x 64) are double-buffered in shared memory, filled by ``cp.async``
+  (no TMA descriptor: JAX passes plain pointers, and no global scratch). A block
+  serves as K (all 576 columns, a transposed shared-memory view) and V (its first 512
+  columns) without a second copy.
+* Online softmax in base 2 with the tl kernel's lazy per-row rescaling.
+
+The fp8 kernel, ``mla_decode_stage1_gluon_fp8``, splits every MMA across the two
+warpgroups by columns (``warps_per_cta = [4, 2]``):
+
+* ``S = Q K^T`` (64 x 64) is 64 x 32 a warpgroup: splitting S by tokens, not
+  computing it twice, halves its tensor-core work (the 576-deep QK^T is more than
+  half of all the FLOPs); the price is a cross-warpgroup row max (the compiler's
+  reduction through shared memory) once a block. P is stored to shared memory for
+  ``O += P V``; the row sum of P is kept as a 64 x 64 per-thread partial and reduced
+  once at the end (``_attend_block``, ``_write_partials``).
 * Synchronisation, per block: ``cp.async.wait_group`` + a CTA barrier + a proxy
   fence (cp.async writes through the generic proxy, wgmma reads through the async
-  one) before the MMAs read a block; a fence + barrier between the P stores and
-  the PV MMA; each MMA waited for before its inputs or output are reused.
-* Not done (and why): overlapping block j's PV MMA with block j+1's QK^T. With two
-  latent slots the next copy can then only start once PV is done, so it has about
-  a softmax of time to land instead of a whole iteration; and ptxas (C7515)
-  serialised every wgmma of that version. A warp-specialised "seesaw" (FlashMLA:
-  each warpgroup computes the full S of alternate blocks, so one's softmax overlaps
-  the other's MMAs) is ``mla_decode_stage1_gluon_seesaw`` below. fp8 caches are not
-  supported yet: the tile would have to be widened to 16 bits in shared memory (or an
-  fp8 wgmma used).
+  one) before the MMAs read a block; a fence + barrier between the P stores and the
+  PV MMA; each MMA waited for before its inputs or output are reused.
 
-Seesaw schedule (``mla_decode_stage1_gluon_seesaw``; same arguments, grid, contract
-and output; launched with ``seesaw_launch_params``: ``num_warps = 4``, the build adds
-a 4-warp worker, 8 warps in all). FlashMLA's "seesaw" (its 2025-04 deep dive) as far
-as Gluon on triton 3.6 goes:
+How the fp8 kernel gets its latent block into shared memory: ``warpgroup_mma``
+multiplies 16-bit operands from shared memory (an fp8 wgmma would need q quantised to
+fp8, and V K-major, i.e. transposed), so the fp8 block is widened there once:
+
+* ``cp.async`` copies the fp8 block (64 x 576 bytes, 16 bytes a thread: 9 copies a
+  thread a block) into one of two unswizzled fp8 staging slots.
+* Each thread loads back the very bytes it copied (the copy layout is the widening
+  layout, so the ``cp.async.wait_group`` alone makes them visible to it), widens them
+  to q's dtype (exact: every e4m3 value is a bf16 and an fp16 value) and stores them
+  into one 16-bit tile in the swizzled layout wgmma reads; a proxy fence and a CTA
+  barrier publish the tile. The same ``[2, 16]``-threads-a-warp layout keeps the
+  fp8 loads (512 contiguous bytes a warp) and the swizzled 16-bit stores free of
+  bank conflicts (4 wavefronts for 512 bytes).
+* Pipeline: the staging slot is free as soon as it is widened, so the copy of block
+  j + 2 is issued right after block j is widened (one commit group per block, empty
+  past the split's end, so ``wait_group(1)`` always means "block j has landed"): each
+  copy has about two iterations to land, not one.
+* Per block: ``wait_group(1)``; a barrier (every warpgroup's PV of block j - 1 is
+  done, so the 16-bit tile may be overwritten); widen; fence + barrier; copy of
+  j + 2; then ``_attend_block``.
+* Widening (``_widen``, ``WIDEN``, default ``FP8_WIDEN = "auto"``): for bf16 q an
+  integer sequence (``_E4M3_WIDEN_ASM``: prmt, shift, and, and a bf16x2 multiply by
+  2^120 for two values), because Triton's e4m3 -> bf16 goes through fp16 with one
+  scalar ``cvt.bf16.f16`` (F2F, a slow conversion) per value; for fp16 q Triton's
+  ``cvt.rn.f16x2.e4m3x2`` (one instruction for two values). ``"bits"``/``"cvt"``
+  force one way for both dtypes (``scripts/gluon_check.py`` times both).
+* The scale folds as in the tl kernel: ``qk_scale = SM_SCALE * log2(e) * kv_scale``
+  and the partial output times ``kv_scale``.
+* Shared memory: 72 KB Q + 2 x 36 KB fp8 staging + 72 KB 16-bit tile + 8 KB P =
+  224 KB (229888 bytes with the row-max scratch). The sm_90 build: 254 registers,
+  no spills, 40 HGMMA, no serialised wgmma, 45 cp.async (``tests/test_gluon_build.py``).
+* The widening is serial with the MMAs (the one 16-bit tile is read by QK^T and PV
+  of the same block): 144 fp8 values a thread a block, 9 shared loads, 18 shared
+  stores and 72 prmt + 72 shifts + 72 ands + 72 multiplies (bf16). At 64-head tiles
+  the 16-bit kernels are compute-bound (they move under 2 TB/s at H=128), so halving
+  the bytes cannot make this kernel faster than a 16-bit one of the same schedule; it
+  comes within the widening's cost of one, far ahead of the tl fp8 kernel, which
+  widens in registers and spills (docs/performance.md, "Gluon stage 1").
+* Why not the seesaw schedule: its two 16-bit latent slots (144 KB) and Q (72 KB)
+  leave no room for fp8 staging (72 KB), and its two warpgroups hold the whole
+  register file, so no producer partition could widen from registers instead.
+
+The 16-bit kernel, ``mla_decode_stage1_gluon_seesaw``: FlashMLA's "seesaw" schedule
+(its 2025-04 deep dive) as far as Gluon on triton 3.6 goes. It is launched with
+``num_warps = 4`` (``launch_params``), the default partition; the build adds a 4-warp
+worker, 8 warps in all.
 
 * ``gl.warp_specialize`` gives each warpgroup its own code: warpgroup 0 is the
   default partition, warpgroup 1 the worker (256 registers each, ``setmaxnreg``).
@@ -86,12 +117,12 @@ as Gluon on triton 3.6 goes:
   it), l0/l1 (row sums). Every barrier completes once a pair, so pair i waits parity
   i & 1; none can complete twice before its waiter looks (each next completion needs
   something the waiter itself does after its wait, e.g. p0's next needs slot 0's
-  refill, issued by WG1 after it waited p0). The m
-  exchange is double-buffered by pair parity. Every reader of a generic-proxy write
-  (cp.async, P stores) through wgmma runs ``fence_async_shared`` after its wait (and
-  the P writer before its arrive).
-* No CTA-wide barrier inside the loop (5 a block in ``mla_decode_stage1_gluon``):
-  each warpgroup syncs itself (named 128-thread barriers) and the other through
+  refill, issued by WG1 after it waited p0). The m exchange is double-buffered by
+  pair parity. Every reader of a generic-proxy write (cp.async, P stores) through
+  wgmma runs ``fence_async_shared`` after its wait (and the P writer before its
+  arrive).
+* No CTA-wide barrier inside the loop (the fp8 kernel has several a block): each
+  warpgroup syncs itself (named 128-thread barriers) and the other through
   mbarriers. The sm_90 build: 255 registers, no spills, 88 HGMMA; every
   ``wgmma.wait_group`` is 0, the overlap being across warpgroups and, in each,
   across an mbarrier wait (WG0) or the refill's cp.async issue (WG1).
@@ -130,15 +161,26 @@ from mla_jax import kernels
 
 BLOCK_H = 64
 BLOCK_N = 64
+# The fp8 kernel's two warpgroups; the seesaw kernel is launched with its default
+# partition's 4 warps, and its build adds the worker's 4 (its metadata says 8).
 NUM_WARPS = 8
+SEESAW_NUM_WARPS = 4
+# The seesaw worker's registers: 256, as the default partition (8 warps x 256 = the
+# whole register file).
+SEESAW_WORKER_REGS = gl.constexpr(256)
 LORA = 512
 ROPE = 64
+SIXTEEN_BIT = ("bfloat16", "float16")
+FP8 = "float8_e4m3fn"  # mla_jax.cache.FP8_DTYPE's name
 # The tl kernels' constants, one definition (gl.constexpr is tl.constexpr).
 _LOG2E = kernels._LOG2E
 _LN2 = kernels._LN2
 RESCALE_THRESHOLD = kernels.RESCALE_THRESHOLD
 # The tl stage 1's constexprs that are its own tiling, not the problem's.
 _TL_TILING = ("BLOCK_H", "BLOCK_N", "DOT_PRECISION", "PAGED_LOADS", "LORA_CHUNKS")
+_CP_ASYNC_BYTES = 16
+# How the fp8 kernel widens its tile (``_widen``): "auto", "bits" or "cvt".
+FP8_WIDEN = "auto"
 
 
 def supports(
@@ -152,43 +194,55 @@ def supports(
     kv_row_stride: int,
     kv_page_stride: int,
 ) -> bool:
-    """Whether this kernel handles the problem (else use the tl kernel).
+    """Whether one of the Gluon kernels (``kernel_for(kv_dtype)``) handles the problem
+    (else use the tl kernel).
 
-    ``q_dtype``/``kv_dtype`` are names (``"bfloat16"``, ``"float16"``, ...): both
-    16-bit and equal (fp8 caches are not supported yet). Pages must hold whole
-    64-token blocks, and each latent row must start 16-byte aligned (``cp.async``
-    moves 16 bytes); the last dimension is assumed contiguous.
+    ``q_dtype``/``kv_dtype`` are names (``"bfloat16"``, ``"float16"``, ...): q 16-bit,
+    and the cache either of q's dtype or ``float8_e4m3fn`` (its scale passed as
+    ``kv_scale``). Pages must hold whole 64-token blocks, and each latent row must
+    start 16-byte aligned (``cp.async`` moves 16 bytes); the last dimension is assumed
+    contiguous.
     """
-    sixteen_bit = ("bfloat16", "float16")
+    if q_dtype not in SIXTEEN_BIT or kv_dtype not in (q_dtype, FP8):
+        return False
+    per_copy = _CP_ASYNC_BYTES // (1 if kv_dtype == FP8 else 2)  # elements in 16 bytes
     return (
         num_heads >= BLOCK_H
         and page_size % BLOCK_N == 0
         and kv_lora_rank == LORA
         and rope_dim == ROPE
-        and q_dtype in sixteen_bit
-        and kv_dtype == q_dtype
-        and kv_row_stride % 8 == 0
-        and kv_page_stride % 8 == 0
+        and kv_row_stride % per_copy == 0
+        and kv_page_stride % per_copy == 0
     )
 
 
-def launch_params(**problem: Any) -> dict:
-    """Grid, options and constexprs of ``mla_decode_stage1_gluon``: ``problem`` is
+def kernel_for(kv_dtype: str) -> Any:
+    """The Gluon stage 1 for a cache of dtype ``kv_dtype`` (a name, as in ``supports``).
+    Both take the same arguments and ``launch_params``."""
+    return mla_decode_stage1_gluon_fp8 if kv_dtype == FP8 else mla_decode_stage1_gluon_seesaw
+
+
+def launch_params(kv_dtype: str | None = None, **problem: Any) -> dict:
+    """Grid, options and constexprs of the Gluon stage 1 for a cache of dtype
+    ``kv_dtype`` (``kernel_for(kv_dtype)``; None: a 16-bit cache): ``problem`` is
     ``kernels.launch_params``' keywords but ``float32_inputs`` and ``config``. The
     problem's constexprs are the tl stage 1's (one definition), less its tiling; the
-    buffer is the tl kernel's, so stage 2 is launched from ``kernels.launch_params``."""
+    buffer is the tl kernel's, so stage 2 is launched from ``kernels.launch_params``.
+    The fp8 kernel adds ``WIDEN`` (``_widen``: ``FP8_WIDEN``)."""
     tl_stage1, _ = kernels.launch_params(**problem, float32_inputs=False)
     constexprs = {k: v for k, v in tl_stage1["constexprs"].items() if k not in _TL_TILING} | {
         "BLOCK_H": BLOCK_H,
         "BLOCK_N": BLOCK_N,
     }
+    if kv_dtype == FP8:
+        constexprs["WIDEN"] = FP8_WIDEN
     return {
         "grid": (
             triton.cdiv(problem["num_heads"], BLOCK_H),
             problem["batch"],
             problem["grid_splits"],
         ),
-        "num_warps": NUM_WARPS,
+        "num_warps": NUM_WARPS if kv_dtype == FP8 else SEESAW_NUM_WARPS,
         "num_stages": 1,
         "constexprs": constexprs,
     }
@@ -202,6 +256,17 @@ def _safe_page(page, NUM_PAGES: gl.constexpr):
 
 
 @gluon.jit
+def _split_range(seq_lens_ptr, row, num_splits, split, CAPACITY: gl.constexpr):
+    """``[start, end)`` of the split: the row's length clamped to the table's capacity,
+    then vLLM's cdiv partition (``kernels._split_range``)."""
+    seq_len = gl.minimum(gl.maximum(gl.load(seq_lens_ptr + row), 0), CAPACITY)
+    per_split = (seq_len + num_splits - 1) // num_splits
+    start = per_split * split
+    end = gl.minimum(start + per_split, seq_len)
+    return start, end
+
+
+@gluon.jit
 def _copy_rows(smem, base, rows, row_mask, stride_row, COLS: gl.constexpr, layout: gl.constexpr):
     """``cp.async`` of ``len(rows)`` rows of ``COLS`` contiguous elements at
     ``base + rows * stride_row`` into ``smem``; masked rows are zero-filled."""
@@ -211,15 +276,111 @@ def _copy_rows(smem, base, rows, row_mask, stride_row, COLS: gl.constexpr, layou
 
 
 @gluon.jit
-def _copy_next_block(
-    kv_c_dst,
-    k_pe_dst,
-    kv_ptr,
-    bt_row,
-    page,
-    nxt,
+def _attend_block(
+    q_nope_smem,
+    q_pe_smem,
+    kv_c,
+    k_pe,
+    p_smem,
+    s_init,
+    s_cols,
+    n0,
+    start,
     end,
-    offs,
+    qk_scale,
+    m_i,
+    l_acc,
+    acc,
+    o_rows: gl.constexpr,
+):
+    """One 64-token block of the online softmax, its latent block in shared memory
+    (16-bit, published: fenced and behind a barrier): returns ``(m_i, l_acc, acc)``."""
+    # S = Q K^T over the 512 latent and 64 rope dims: the latent block seen
+    # transposed ([576, 64]); each warpgroup computes 32 of the 64 tokens.
+    s = warpgroup_mma(q_nope_smem, kv_c.permute((1, 0)), s_init, use_acc=False, is_async=True)
+    s = warpgroup_mma(q_pe_smem, k_pe.permute((1, 0)), s, is_async=True)
+    s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
+
+    tokens = n0 + s_cols
+    live = (tokens >= start) & (tokens < end)
+    s = gl.where(live[None, :], s * qk_scale, float("-inf"))
+    m_new = gl.maximum(m_i, gl.max(s, 1))
+    # Lazy rescaling (kernels._attend): a row's max moves only when it grew by
+    # more than 2^RESCALE_THRESHOLD; until then p <= 2^8, harmless in 16 bits.
+    grow = m_new - m_i > RESCALE_THRESHOLD
+    alpha = gl.where(grow, gl.exp2(m_i - m_new), 1.0)
+    m_i = gl.where(grow, m_new, m_i)
+    p = gl.exp2(s - m_i[:, None])
+    l_acc = l_acc * alpha[:, None] + p
+    # P to shared memory for the second MMA (its A operand needs all 64 tokens,
+    # computed half by each warpgroup).
+    p_smem.store(p.to(p_smem.dtype))
+    fence_async_shared()
+    gl.thread_barrier()
+    acc = acc * gl.convert_layout(alpha, o_rows)[:, None]
+    # O += P V: V is the block's first LORA columns; each warpgroup owns 256.
+    acc = warpgroup_mma(p_smem, kv_c, acc, is_async=True)
+    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+    return m_i, l_acc, acc
+
+
+@gluon.jit
+def _write_partials(
+    buf_ptr,
+    acc,
+    l_acc,
+    m_i,
+    kv_scale,
+    tile,
+    row,
+    split,
+    NUM_HEADS: gl.constexpr,
+    LORA: gl.constexpr,
+    BLOCK_H: gl.constexpr,
+    stride_buf_b: gl.constexpr,
+    stride_buf_h: gl.constexpr,
+    stride_buf_s: gl.constexpr,
+    s_rows: gl.constexpr,
+    o_layout: gl.constexpr,
+):
+    """The split's normalised partial ``acc / l * kv_scale`` and its natural-log lse
+    into the buffer (heads past ``NUM_HEADS`` not stored)."""
+    o_rows: gl.constexpr = gl.SliceLayout(1, o_layout)
+    l_i = gl.sum(l_acc, 1)
+    out_heads = tile * BLOCK_H + gl.arange(0, BLOCK_H, layout=o_rows)
+    out_off = (
+        row.to(gl.int64) * stride_buf_b
+        + out_heads.to(gl.int64) * stride_buf_h
+        + split * stride_buf_s
+    )
+    out_ok = out_heads < NUM_HEADS
+    inv = kv_scale / gl.convert_layout(l_i, o_rows)
+    d_lora = gl.arange(0, LORA, layout=gl.SliceLayout(0, o_layout))
+    gl.store(
+        buf_ptr + out_off[:, None] + d_lora[None, :],
+        acc * inv[:, None],
+        mask=out_ok[:, None],
+    )
+    lse = (m_i + gl.log2(l_i)) * _LN2
+    lse_heads = tile * BLOCK_H + gl.arange(0, BLOCK_H, layout=s_rows)
+    lse_off = (
+        row.to(gl.int64) * stride_buf_b
+        + lse_heads.to(gl.int64) * stride_buf_h
+        + split * stride_buf_s
+        + LORA
+    )
+    gl.store(buf_ptr + lse_off, lse, mask=lse_heads < NUM_HEADS)
+
+
+@gluon.jit
+def _copy_block_fp8(
+    c8_dst,
+    pe8_dst,
+    kv_ptr,
+    page,
+    n0,
+    start,
+    end,
     PAGE_SIZE: gl.constexpr,
     NUM_PAGES: gl.constexpr,
     LORA: gl.constexpr,
@@ -227,28 +388,123 @@ def _copy_next_block(
     BLOCK_N: gl.constexpr,
     stride_kv_page: gl.constexpr,
     stride_kv_row: gl.constexpr,
-    copy_layout: gl.constexpr,
+    nope_layout: gl.constexpr,
+    rope_layout: gl.constexpr,
 ):
-    """Issues (one commit group) the copy of the block at token ``nxt`` (raw page index
-    ``page``) if it starts before ``end``; returns the raw page index of the block after
-    it, loaded a block ahead. Checked against the pool where used, not where loaded,
-    so nothing waits for that load before the next block."""
+    """``cp.async`` of the fp8 block at token ``n0`` (raw page index ``page``) into the
+    staging slot (``c8_dst``: its first ``LORA`` columns, ``pe8_dst``: the ``ROPE``
+    after them); rows outside ``[start, end)`` are zero-filled. Not committed."""
+    block = (
+        kv_ptr
+        + _safe_page(page, NUM_PAGES).to(gl.int64) * stride_kv_page
+        + (n0 % PAGE_SIZE) * stride_kv_row
+    )
+    rows = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, nope_layout))
+    ok = (n0 + rows >= start) & (n0 + rows < end)
+    _copy_rows(c8_dst, block, rows, ok, stride_kv_row, LORA, nope_layout)
+    rows = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, rope_layout))
+    ok = (n0 + rows >= start) & (n0 + rows < end)
+    _copy_rows(pe8_dst, block + LORA, rows, ok, stride_kv_row, ROPE, rope_layout)
+
+
+@gluon.jit
+def _copy_ahead_fp8(
+    c8_dst,
+    pe8_dst,
+    kv_ptr,
+    bt_row,
+    page,
+    nxt,
+    start,
+    end,
+    PAGE_SIZE: gl.constexpr,
+    NUM_PAGES: gl.constexpr,
+    LORA: gl.constexpr,
+    ROPE: gl.constexpr,
+    BLOCK_N: gl.constexpr,
+    stride_kv_page: gl.constexpr,
+    stride_kv_row: gl.constexpr,
+    nope_layout: gl.constexpr,
+    rope_layout: gl.constexpr,
+):
+    """The copy of the block at token ``nxt`` if it starts before ``end``, and one commit
+    group either way (an empty one past the end), so the groups in flight count blocks.
+    Returns the raw page index of the block after it, loaded a block ahead: checked
+    against the pool where used, not where loaded, so nothing waits for that load
+    before the next block."""
     if nxt < end:
-        block = (
-            kv_ptr
-            + _safe_page(page, NUM_PAGES).to(gl.int64) * stride_kv_page
-            + (nxt % PAGE_SIZE) * stride_kv_row
+        _copy_block_fp8(
+            c8_dst,
+            pe8_dst,
+            kv_ptr,
+            page,
+            nxt,
+            start,
+            end,
+            PAGE_SIZE,
+            NUM_PAGES,
+            LORA,
+            ROPE,
+            BLOCK_N,
+            stride_kv_page,
+            stride_kv_row,
+            nope_layout,
+            rope_layout,
         )
-        ok = nxt + offs < end
-        _copy_rows(kv_c_dst, block, offs, ok, stride_kv_row, LORA, copy_layout)
-        _copy_rows(k_pe_dst, block + LORA, offs, ok, stride_kv_row, ROPE, copy_layout)
-        async_copy.commit_group()
+    async_copy.commit_group()
     after = nxt + BLOCK_N
     return gl.load(bt_row + after // PAGE_SIZE, mask=after < end, other=0)
 
 
+# e4m3 -> bf16 / fp16 by integer operations, 4 values (one 32-bit register) at a time:
+# each byte sign-extended to 16 bits (prmt), shifted so its 4 exponent and 3 mantissa
+# bits land at the top of the 16-bit exponent and mantissa fields, masked to the sign
+# and those 7 bits, then multiplied by 2^(bias difference): 2^120 for bf16, 2^8 for
+# fp16. Exact for every finite e4m3 value, subnormals and -0 included (the 16-bit
+# multiply keeps subnormal inputs); the e4m3 NaN (0x7f/0xff) becomes +-480.
+_E4M3_WIDEN_ASM = """{{
+.reg .b32 lo, hi, k;
+prmt.b32 lo, $2, 0, 0x9180;
+prmt.b32 hi, $2, 0, 0xB3A2;
+shl.b32 lo, lo, {shift};
+shl.b32 hi, hi, {shift};
+and.b32 lo, lo, {mask};
+and.b32 hi, hi, {mask};
+mov.b32 k, {scale};
+mul.rn.{ty}x2 $0, lo, k;
+mul.rn.{ty}x2 $1, hi, k;
+}}"""
+_E4M3_TO_BF16_ASM = gl.constexpr(
+    _E4M3_WIDEN_ASM.format(shift=4, mask="0x87F087F0", scale="0x7B807B80", ty="bf16")
+)
+_E4M3_TO_F16_ASM = gl.constexpr(
+    _E4M3_WIDEN_ASM.format(shift=7, mask="0xBF80BF80", scale="0x5C005C00", ty="f16")
+)
+
+
 @gluon.jit
-def mla_decode_stage1_gluon(
+def _widen(dst, src, layout: gl.constexpr, WIDEN: gl.constexpr):
+    """``src`` (fp8 e4m3, shared) into ``dst`` (16-bit, shared), through registers in
+    ``layout`` (each thread reads what it copied there with that layout).
+
+    ``WIDEN``: ``"cvt"``, Triton's conversion (``cvt.rn.f16x2.e4m3x2``, one instruction
+    for two values; to bf16 it adds a scalar ``cvt.bf16.f16`` per value); ``"bits"``,
+    ``_E4M3_WIDEN_ASM`` (three integer instructions and a 16-bit multiply for two
+    values); ``"auto"``: ``"bits"`` for bf16, ``"cvt"`` for fp16."""
+    x = src.load(layout)
+    bits: gl.constexpr = WIDEN == "bits" or (WIDEN == "auto" and dst.dtype == gl.bfloat16)
+    if bits:
+        asm: gl.constexpr = _E4M3_TO_BF16_ASM if dst.dtype == gl.bfloat16 else _E4M3_TO_F16_ASM
+        wide = gl.inline_asm_elementwise(
+            asm, "=r,=r,r", [x.to(gl.uint8, bitcast=True)], dtype=dst.dtype, is_pure=True, pack=4
+        )
+    else:
+        wide = x.to(dst.dtype)
+    dst.store(wide)
+
+
+@gluon.jit
+def mla_decode_stage1_gluon_fp8(
     q_nope_ptr,
     q_pe_ptr,
     kv_ptr,
@@ -278,10 +534,13 @@ def mla_decode_stage1_gluon(
     stride_buf_s: gl.constexpr,
     BLOCK_H: gl.constexpr,
     BLOCK_N: gl.constexpr,
+    WIDEN: gl.constexpr,
 ):
     gl.static_assert(PAGE_SIZE % BLOCK_N == 0, "blocks must lie inside one page")
     gl.static_assert(gl.num_warps() == 8, "two warpgroups")
-    dtype: gl.constexpr = kv_ptr.dtype.element_ty
+    gl.static_assert(kv_ptr.dtype.element_ty == gl.float8e4nv, "a float8_e4m3fn cache")
+    dtype: gl.constexpr = q_nope_ptr.dtype.element_ty  # the MMAs' (the tile is widened)
+    kv_dtype: gl.constexpr = kv_ptr.dtype.element_ty
 
     tile = gl.program_id(0)
     row = gl.program_id(1)
@@ -289,18 +548,17 @@ def mla_decode_stage1_gluon(
     num_splits = gl.load(num_splits_ptr)
     if split >= num_splits:
         return
-    seq_len = gl.minimum(gl.maximum(gl.load(seq_lens_ptr + row), 0), CAPACITY)
-    # kernels._split_range: vLLM's cdiv partition.
-    per_split = (seq_len + num_splits - 1) // num_splits
-    start = per_split * split
-    end = gl.minimum(start + per_split, seq_len)
+    start, end = _split_range(seq_lens_ptr, row, num_splits, split, CAPACITY)
     if end <= start:
         return  # stage 2 skips empty splits; nothing to write.
 
-    # Register layouts. Copies: 16 bytes (8 elements) a thread, 8 threads a 64-wide
-    # row chunk (one 128-byte line). MMAs: warpgroup MMA, the two warpgroups side by
-    # side along N (see the module docstring).
+    # Register layouts. Q copies as in the 16-bit kernel. fp8 copies and widening:
+    # 16 bytes (16 elements) a thread; a warp covers 2 rows x 256 columns of the latent
+    # part (512 contiguous staging bytes; 4 wavefronts for its 16-bit stores into the
+    # 128-byte swizzle) and 8 rows x 64 columns of the rope part.
     copy_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [8, 1], [1, 0])
+    c8_layout: gl.constexpr = gl.BlockedLayout([1, 16], [2, 16], [8, 1], [1, 0])
+    pe8_layout: gl.constexpr = gl.BlockedLayout([1, 16], [8, 4], [8, 1], [1, 0])
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 2], instr_shape=[16, BLOCK_N // 2, 16]
     )
@@ -311,18 +569,21 @@ def mla_decode_stage1_gluon(
     o_rows: gl.constexpr = gl.SliceLayout(1, o_layout)
     copy_rows: gl.constexpr = gl.SliceLayout(1, copy_layout)
 
-    # Shared memory, in the swizzled layouts warpgroup MMA reads.
+    # Shared memory: Q, the widened 16-bit block and P in the swizzled layouts warpgroup
+    # MMA reads; two fp8 staging slots, unswizzled (each warp's accesses are contiguous).
     nope_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_H, LORA], dtype)
     rope_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_H, ROPE], dtype)
     p_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_H, BLOCK_N], dtype)
+    stage_layout: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
     q_nope_smem = gl.allocate_shared_memory(dtype, [BLOCK_H, LORA], nope_layout)
     q_pe_smem = gl.allocate_shared_memory(dtype, [BLOCK_H, ROPE], rope_layout)
-    kv_c_smem = gl.allocate_shared_memory(dtype, [2, BLOCK_N, LORA], nope_layout)
-    k_pe_smem = gl.allocate_shared_memory(dtype, [2, BLOCK_N, ROPE], rope_layout)
+    c8_smem = gl.allocate_shared_memory(kv_dtype, [2, BLOCK_N, LORA], stage_layout)
+    pe8_smem = gl.allocate_shared_memory(kv_dtype, [2, BLOCK_N, ROPE], stage_layout)
+    kv_c_smem = gl.allocate_shared_memory(dtype, [BLOCK_N, LORA], nope_layout)
+    k_pe_smem = gl.allocate_shared_memory(dtype, [BLOCK_N, ROPE], rope_layout)
     p_smem = gl.allocate_shared_memory(dtype, [BLOCK_H, BLOCK_N], p_layout)
 
-    # Q, then the first latent block, in the first copy group. Heads past NUM_HEADS
-    # are zero-filled (their rows are never stored).
+    # Q and the first block in the first copy group, the second block in the second.
     heads = tile * BLOCK_H + gl.arange(0, BLOCK_H, layout=copy_rows)
     head_ok = heads < NUM_HEADS
     _copy_rows(
@@ -338,24 +599,52 @@ def mla_decode_stage1_gluon(
         copy_layout,
     )
     bt_row = block_table_ptr + row * stride_bt_b
-    offs = gl.arange(0, BLOCK_N, layout=copy_rows)
-    # Blocks are aligned to BLOCK_N, so each lies in one page: one page index per
-    # block and BLOCK_N contiguous rows. Rows outside [start, end) are zero-filled, so
-    # nothing past the sequence (perhaps NaN garbage) reaches P V.
     first = start - start % BLOCK_N
-    page = _safe_page(gl.load(bt_row + first // PAGE_SIZE), NUM_PAGES)
-    block = kv_ptr + page.to(gl.int64) * stride_kv_page + (first % PAGE_SIZE) * stride_kv_row
-    tok_ok = (first + offs >= start) & (first + offs < end)
-    _copy_rows(kv_c_smem.index(0), block, offs, tok_ok, stride_kv_row, LORA, copy_layout)
-    _copy_rows(k_pe_smem.index(0), block + LORA, offs, tok_ok, stride_kv_row, ROPE, copy_layout)
-    async_copy.commit_group()
-    # The next block's page index (raw: checked where used, see _copy_next_block).
-    next_page = gl.load(
+    page = gl.load(bt_row + first // PAGE_SIZE)
+    second_page = gl.load(
         bt_row + (first + BLOCK_N) // PAGE_SIZE, mask=first + BLOCK_N < end, other=0
     )
+    _copy_block_fp8(
+        c8_smem.index(0),
+        pe8_smem.index(0),
+        kv_ptr,
+        page,
+        first,
+        start,
+        end,
+        PAGE_SIZE,
+        NUM_PAGES,
+        LORA,
+        ROPE,
+        BLOCK_N,
+        stride_kv_page,
+        stride_kv_row,
+        c8_layout,
+        pe8_layout,
+    )
+    async_copy.commit_group()
+    next_page = _copy_ahead_fp8(
+        c8_smem.index(1),
+        pe8_smem.index(1),
+        kv_ptr,
+        bt_row,
+        second_page,
+        first + BLOCK_N,
+        start,
+        end,
+        PAGE_SIZE,
+        NUM_PAGES,
+        LORA,
+        ROPE,
+        BLOCK_N,
+        stride_kv_page,
+        stride_kv_row,
+        c8_layout,
+        pe8_layout,
+    )
 
-    # An fp8 cache's scale would fold in here as in the tl kernel (kv_scale is 1 for
-    # 16-bit caches, but it is applied all the same).
+    # The scale of the cache: k = kv_c * kv_scale folds into the softmax scale, and
+    # v = kv_c * kv_scale into the output (_write_partials).
     kv_scale = gl.load(kv_scale_ptr)
     qk_scale = SM_SCALE * _LOG2E * kv_scale
     m_i = gl.full([BLOCK_H], float("-inf"), gl.float32, layout=s_rows)
@@ -366,24 +655,27 @@ def mla_decode_stage1_gluon(
 
     for n0 in range(first, end, BLOCK_N):
         slot = ((n0 - first) // BLOCK_N) % 2
-        kv_c = kv_c_smem.index(slot)
-        k_pe = k_pe_smem.index(slot)
-        # This block's copies are done (each thread waits for its own; the barrier
-        # for everyone's). The barrier also proves every warpgroup finished the last
-        # iteration's MMAs, which read the other slot and P: the next block may go
-        # there now, a whole iteration ahead of its use.
-        async_copy.wait_group(0)
+        # This block has landed (one group a block: at most the next one in flight);
+        # each thread widens only what it copied itself, so no barrier is needed for
+        # that. The barrier proves every warpgroup's PV MMA of the last block is done:
+        # the 16-bit tile may be overwritten.
+        async_copy.wait_group(1)
         gl.thread_barrier()
-        fence_async_shared()  # cp.async wrote through the generic proxy; wgmma reads async
-        next_page = _copy_next_block(
-            kv_c_smem.index(1 - slot),
-            k_pe_smem.index(1 - slot),
+        _widen(kv_c_smem, c8_smem.index(slot), c8_layout, WIDEN)
+        _widen(k_pe_smem, pe8_smem.index(slot), pe8_layout, WIDEN)
+        fence_async_shared()  # generic-proxy stores, read by wgmma through the async one
+        gl.thread_barrier()
+        # The slot is widened: the block after next may go there now, two iterations
+        # ahead of its use.
+        next_page = _copy_ahead_fp8(
+            c8_smem.index(slot),
+            pe8_smem.index(slot),
             kv_ptr,
             bt_row,
             next_page,
-            n0 + BLOCK_N,
+            n0 + 2 * BLOCK_N,
+            start,
             end,
-            offs,
             PAGE_SIZE,
             NUM_PAGES,
             LORA,
@@ -391,75 +683,49 @@ def mla_decode_stage1_gluon(
             BLOCK_N,
             stride_kv_page,
             stride_kv_row,
-            copy_layout,
+            c8_layout,
+            pe8_layout,
+        )
+        m_i, l_acc, acc = _attend_block(
+            q_nope_smem,
+            q_pe_smem,
+            kv_c_smem,
+            k_pe_smem,
+            p_smem,
+            s_init,
+            s_cols,
+            n0,
+            start,
+            end,
+            qk_scale,
+            m_i,
+            l_acc,
+            acc,
+            o_rows,
         )
 
-        # S = Q K^T over the 512 latent and 64 rope dims: the latent block seen
-        # transposed ([576, 64]); each warpgroup computes 32 of the 64 tokens.
-        s = warpgroup_mma(q_nope_smem, kv_c.permute((1, 0)), s_init, use_acc=False, is_async=True)
-        s = warpgroup_mma(q_pe_smem, k_pe.permute((1, 0)), s, is_async=True)
-        s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
-
-        tokens = n0 + s_cols
-        live = (tokens >= start) & (tokens < end)
-        s = gl.where(live[None, :], s * qk_scale, float("-inf"))
-        m_new = gl.maximum(m_i, gl.max(s, 1))
-        # Lazy rescaling (kernels._attend): a row's max moves only when it grew by
-        # more than 2^RESCALE_THRESHOLD; until then p <= 2^8, harmless in 16 bits.
-        grow = m_new - m_i > RESCALE_THRESHOLD
-        alpha = gl.where(grow, gl.exp2(m_i - m_new), 1.0)
-        m_i = gl.where(grow, m_new, m_i)
-        p = gl.exp2(s - m_i[:, None])
-        l_acc = l_acc * alpha[:, None] + p
-        # P to shared memory for the second MMA (its A operand needs all 64 tokens,
-        # computed half by each warpgroup).
-        p_smem.store(p.to(dtype))
-        fence_async_shared()
-        gl.thread_barrier()
-        acc = acc * gl.convert_layout(alpha, o_rows)[:, None]
-        # O += P V: V is the block's first LORA columns; each warpgroup owns 256.
-        acc = warpgroup_mma(p_smem, kv_c, acc, is_async=True)
-        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
-
-    l_i = gl.sum(l_acc, 1)
-    out_heads = tile * BLOCK_H + gl.arange(0, BLOCK_H, layout=o_rows)
-    out_off = (
-        row.to(gl.int64) * stride_buf_b
-        + out_heads.to(gl.int64) * stride_buf_h
-        + split * stride_buf_s
+    _write_partials(
+        buf_ptr,
+        acc,
+        l_acc,
+        m_i,
+        kv_scale,
+        tile,
+        row,
+        split,
+        NUM_HEADS,
+        LORA,
+        BLOCK_H,
+        stride_buf_b,
+        stride_buf_h,
+        stride_buf_s,
+        s_rows,
+        o_layout,
     )
-    out_ok = out_heads < NUM_HEADS
-    inv = kv_scale / gl.convert_layout(l_i, o_rows)
-    d_lora = gl.arange(0, LORA, layout=gl.SliceLayout(0, o_layout))
-    gl.store(
-        buf_ptr + out_off[:, None] + d_lora[None, :],
-        acc * inv[:, None],
-        mask=out_ok[:, None],
-    )
-    lse = (m_i + gl.log2(l_i)) * _LN2
-    lse_heads = tile * BLOCK_H + gl.arange(0, BLOCK_H, layout=s_rows)
-    lse_off = (
-        row.to(gl.int64) * stride_buf_b
-        + lse_heads.to(gl.int64) * stride_buf_h
-        + split * stride_buf_s
-        + LORA
-    )
-    gl.store(buf_ptr + lse_off, lse, mask=lse_heads < NUM_HEADS)
 
 
 # --------------------------------------------------------------------------------------
-# The seesaw version (see the module docstring, "Seesaw schedule").
-
-SEESAW_NUM_WARPS = 4  # the default partition (warpgroup 0); the worker adds 4 more
-# The worker's registers: 256, as the default partition (8 warps x 256 = the whole file).
-SEESAW_WORKER_REGS = gl.constexpr(256)
-
-
-def seesaw_launch_params(**problem: Any) -> dict:
-    """``launch_params`` for ``mla_decode_stage1_gluon_seesaw``: the same grid and
-    constexprs; ``num_warps`` is the default partition's 4 (the build adds the worker
-    warpgroup: its metadata says 8)."""
-    return launch_params(**problem) | {"num_warps": SEESAW_NUM_WARPS}
+# The 16-bit kernel: the seesaw schedule (see the module docstring).
 
 
 @gluon.jit

@@ -3,9 +3,10 @@ cache, jaxlib's ``triton_kernel_call``).
 
 Stage 1 receives the logits buffer as an input aliased to its only output
 (``input_output_aliases``), so it writes in place and returns the same buffer. On
-sm_90 it is the Gluon kernel (``mla_jax._gluon_kernels``) where that one is measured to
-win (``use_gluon``: long splits), else the ``tl`` kernel; both write the same partials, which the
-one stage 2 merges.
+sm_90 it is a Gluon kernel (``mla_jax._gluon_kernels``: the seesaw one for a 16-bit
+cache, the fp8 one for an fp8 cache) where those are measured to win (``use_gluon``:
+long splits), else the ``tl`` kernel; all write the same partials, which the one stage
+2 merges.
 Shapes are checked by the caller (``mla_jax.decode``); everything here is static
 except the arrays, and the split count travels as an int32 array.
 """
@@ -20,8 +21,9 @@ import jax.numpy as jnp
 from mla_jax import _gluon_kernels, _launch, kernels
 
 # The Gluon stage 1 beats the tl one on the H200 where each split holds many blocks:
-# 1.13x at 1024 tokens a split (16/128/4096), 1.36-1.46x at 2048-16384, but 0.59x at
-# 64 (1/128/4096, one block a split) (docs/performance.md, "Gluon stage 1").
+# both stages at 1024 tokens a split 1.23x (4/128/16384), at 4096-16384 1.56-1.67x;
+# at fewer tokens a split it is level or slower, at the same or at fewer splits
+# (docs/performance.md, "Gluon stage 1").
 GLUON_MIN_SPLIT_TOKENS = 1024
 
 
@@ -128,8 +130,9 @@ def decode(
     if config is None and use_gluon(
         q_nope, kv_cache, grid_splits, longest, kv_lora_rank, rope_dim, cc
     ):
-        stage1 = _gluon_kernels.launch_params(**problem)
-        stage1_kernel = _gluon_kernels.mla_decode_stage1_gluon
+        kv_dtype = jnp.dtype(kv_cache.dtype).name
+        stage1 = _gluon_kernels.launch_params(kv_dtype=kv_dtype, **problem)
+        stage1_kernel = _gluon_kernels.kernel_for(kv_dtype)
     (buffer,) = _launch.launch(
         stage1_kernel,
         (q_nope, q_pe, kv_cache, block_table, seq_lens, num_splits, kv_scale, logits_buffer),

@@ -1,25 +1,35 @@
 """Checks and times the Gluon stage 1 kernels (``mla_jax._gluon_kernels``) on a Hopper GPU.
 
-Each case launches the tl stage 1 (``kernels.mla_decode_stage1``), the Gluon one
-(``mla_decode_stage1_gluon``) and the seesaw Gluon one
-(``mla_decode_stage1_gluon_seesaw``) on the same torch tensors, each into its own
-NaN-poisoned buffer, then the same tl stage 2 on each buffer, and checks:
-  * out / lse after stage 2 against a float64 torch reference (every path);
-  * each Gluon kernel's partials against the tl partials, slot by slot (non-empty
-    splits);
-  * that neither Gluon kernel wrote into empty splits (their slots stay NaN).
+Each case launches the tl stage 1 (``kernels.mla_decode_stage1``) and the Gluon one
+for the cache's dtype (``kernel_for``: the seesaw kernel for a 16-bit cache, the fp8
+kernel for an fp8 one) on the same torch tensors, each into its own NaN-poisoned
+buffer, then the same tl stage 2 on each buffer, and checks:
+  * out / lse after stage 2 against a float64 torch reference (both paths);
+  * the Gluon partials against the tl partials, slot by slot (non-empty splits);
+  * that the Gluon kernel wrote nothing into empty splits (their slots stay NaN).
 Cases: bf16 and fp16, H in {64, 128}, B in {1, 4, 16, 128}, L in {1024, 4096, 16384};
 ragged batches (zero lengths, lengths off the 64 grid, one past the table's capacity,
 rows past each length NaN, an out-of-range page index in the table) at several split
-counts, H = 96 too. Then times tl vs Gluon vs Gluon-seesaw stage 1, each followed by the
-same stage 2, with ``triton.testing.do_bench_cudagraph``. Exits 1 on any mismatch.
-Each launch is synchronised and checked before the next one (a seesaw deadlock shows
-up as a hang at the case it is in: the line before it is printed).
+counts, H = 96 too. Then times tl vs Gluon stage 1, each followed by the same stage 2,
+with ``triton.testing.do_bench_cudagraph``.
+
+fp8 (``float8_e4m3fn``) cache, after the 16-bit dtypes: a bf16 pool quantised with
+one scale as ``mla_jax.cache.quantize_fp8`` does (amax / 448), the scale passed as
+``kv_scale``; the reference is float64 on the dequantised values (fp8 * scale), and
+the partials are compared against the tl kernel's fp8 path. The same uniform grid
+with bf16 q, a subset with fp16 q, both ways of widening (``WIDEN`` "bits" and
+"cvt") for each q dtype, and the ragged cases with bf16 q. Then, last in the log,
+timing: tl fp8, Gluon fp8 (both widenings) and, on the bf16 pool it was quantised
+from, tl and Gluon bf16 (``FP8_TIMING``). Exits 1 on any mismatch.
+
+``--crossover`` alone: where the Gluon kernel starts to win, at shapes whose
+occupancy splits are short (``CROSSOVER``): tl at its occupancy split count against
+the Gluon kernel at that count and at fewer, longer splits.
 
 All cases share one latent pool and one table width (``NUM_PAGES``, ``CAPACITY``)
 and a buffer with a fixed split axis, so each kernel compiles once per (dtype, H).
 
-    python scripts/gluon_check.py [--skip-timing] [--skip-checks]
+    python scripts/gluon_check.py [--skip-timing] [--skip-checks] [--only-fp8 | --crossover]
 """
 
 import argparse
@@ -50,6 +60,8 @@ TIMING = [
     (64, 64, 4096),
     (128, 64, 16384),
 ]
+# fp8 against bf16: the issue's shapes (B, H, L).
+FP8_TIMING = [(128, 128, 16384), (128, 128, 4096), (64, 64, 4096), (16, 128, 4096)]
 CROSSOVER = [
     (1, 128, 4096),
     (1, 128, 16384),
@@ -62,26 +74,28 @@ CROSSOVER = [
     (16, 64, 4096),
 ]
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
-PATHS = ("tl", "gluon", "seesaw")  # the stage-1 kernels: tl, Gluon, Gluon seesaw
-GLUON_PATHS = PATHS[1:]
+FP8_MAX = 448.0  # mla_jax.cache.FP8_MAX
 
 
 class Launch:
-    """The stage-1 kernels (``PATHS``) and stage 2 on one problem, each stage 1 into
-    its own buffer. ``both(path)`` runs that stage 1 then stage 2 on its buffer and
-    leaves ``out``/``lse``."""
+    """Both stage-1 kernels and stage 2 on one problem, each stage 1 into its own
+    buffer. ``tl()`` / ``gluon()`` run stage 1 then stage 2 on that buffer and leave
+    ``out``/``lse``."""
 
-    def __init__(self, q, pool, table, lens, splits):
+    def __init__(self, q, pool, table, lens, splits, kv_scale=1.0, widen=None):
+        """``kv_scale``: the cache's dequantisation scale (fp8); ``widen``: the fp8
+        kernel's ``WIDEN`` instead of ``gk.FP8_WIDEN``."""
         batch, heads, _ = q.shape
         dev = q.device
         self.buf = {
             name: torch.full((batch, heads, MAX_SPLITS, LORA + 1), float("nan"), device=dev)
-            for name in PATHS
+            for name in ("tl", "gluon")
         }
         self.out = torch.full((batch, heads, LORA), float("nan"), device=dev, dtype=q.dtype)
         self.lse = torch.full((batch, heads), float("nan"), device=dev)
         self.ns = torch.tensor([splits], dtype=torch.int32, device=dev)
-        self.kv_scale = torch.ones(1, device=dev)
+        self.kv_scale = torch.tensor([float(kv_scale)], dtype=torch.float32, device=dev)
+        kv_name = str(pool.dtype).removeprefix("torch.")
         self.args = (q, pool, table, lens)
         geometry = dict(
             batch=batch,
@@ -101,21 +115,23 @@ class Launch:
             buffer_strides=self.buf["tl"].stride(),
         )
         self.s1, self.s2 = kernels.launch_params(**geometry, float32_inputs=False)
-        self.g1 = {
-            "gluon": gk.launch_params(**geometry),
-            "seesaw": gk.seesaw_launch_params(**geometry),
-        }
+        fp8 = kv_name == gk.FP8
+        self.g1 = gk.launch_params(kv_dtype=kv_name if fp8 else None, **geometry)
+        if widen is not None:
+            assert fp8
+            self.g1["constexprs"]["WIDEN"] = widen
+        self.gluon_kernel = gk.kernel_for(kv_name)
         assert gk.supports(
             num_heads=heads,
             page_size=PAGE,
             kv_lora_rank=LORA,
             rope_dim=ROPE,
             q_dtype=str(q.dtype).removeprefix("torch."),
-            kv_dtype=str(pool.dtype).removeprefix("torch."),
+            kv_dtype=kv_name,
             kv_row_stride=pool.stride(1),
             kv_page_stride=pool.stride(0),
         )
-        self.compiled = {}
+        self.compiled = None
 
     def stage1(self, name):
         q, pool, table, lens = self.args
@@ -127,13 +143,8 @@ class Launch:
                 *args, num_warps=s1["num_warps"], num_stages=s1["num_stages"], **s1["constexprs"]
             )
         else:
-            g1 = self.g1[name]
-            kernel = (
-                gk.mla_decode_stage1_gluon_seesaw
-                if name == "seesaw"
-                else gk.mla_decode_stage1_gluon
-            )
-            self.compiled[name] = kernel[g1["grid"]](
+            g1 = self.g1
+            self.compiled = self.gluon_kernel[g1["grid"]](
                 *args, num_warps=g1["num_warps"], num_stages=g1["num_stages"], **g1["constexprs"]
             )
 
@@ -155,11 +166,18 @@ class Launch:
         self.stage2(name)
 
 
-def reference(q, pool, table, lens, scale):
+def gather_pages(pool, pages):
+    """``pool[pages]``, fp8 pools through their bytes (indexing need not support fp8)."""
+    if pool.dtype == torch.float8_e4m3fn:
+        return pool.view(torch.uint8)[pages].view(torch.float8_e4m3fn)
+    return pool[pages]
+
+
+def reference(q, pool, table, lens, scale, kv_scale=1.0):
     """float64 dense decode: out [B, H, LORA], lse [B, H] (rows of length 0: 0, -inf).
     Page indices outside the pool read page 0 and lengths are clamped to the table's
     capacity, as the kernels do; rows past a length are zeroed before use (they may hold
-    NaN)."""
+    NaN). The cache's values are ``pool * kv_scale`` (fp8: dequantised)."""
     batch, heads, _ = q.shape
     cap = table.shape[1] * PAGE
     lens = lens.long().clamp(0, cap)
@@ -171,7 +189,7 @@ def reference(q, pool, table, lens, scale):
         b1 = min(batch, b0 + 8)
         pages = table[b0:b1, :npages].long()
         pages = torch.where((pages >= 0) & (pages < pool.shape[0]), pages, 0)
-        rows = pool[pages].reshape(b1 - b0, npages * PAGE, D).double()
+        rows = gather_pages(pool, pages).reshape(b1 - b0, npages * PAGE, D).double() * kv_scale
         live = torch.arange(npages * PAGE, device=q.device)[None, :] < lens[b0:b1, None]
         rows = rows.masked_fill(~live[..., None], 0.0)
         logits = torch.einsum("bhd,bnd->bhn", q[b0:b1].double(), rows) * scale
@@ -206,61 +224,66 @@ def live_splits(lens, splits, capacity):
     return (s[None, :] < splits) & (per[:, None] * s[None, :] < lens[:, None])
 
 
-def check(name, q, pool, table, lens, splits):
-    """Runs every path on one problem; prints one line; returns whether it passed
-    (both Gluon kernels must pass; the tl numbers are for reference)."""
-    run = Launch(q, pool, table, lens, splits)
-    ref_out, ref_lse = reference(q, pool, table, lens, SCALE)
+def check(name, q, pool, table, lens, splits, kv_scale=1.0, widen=None):
+    """Runs both paths on one problem; prints one line; returns whether it passed."""
+    run = Launch(q, pool, table, lens, splits, kv_scale, widen)
+    ref_out, ref_lse = reference(q, pool, table, lens, SCALE, kv_scale)
     errs = {}
-    for path in PATHS:
+    for path in ("tl", "gluon"):
         run.out.fill_(float("nan"))
         run.lse.fill_(float("nan"))
         run.both(path)
         torch.cuda.synchronize()
         errs[path] = (out_error(run.out, ref_out), lse_error(run.lse, ref_lse))
     live = live_splits(lens, splits, table.shape[1] * PAGE)  # [B, S]
-    live = live.unsqueeze(1).expand(-1, q.shape[1], -1)
-    tl_buf = run.buf["tl"]
-    part_err, wrote_dead = {}, {}
-    for path in GLUON_PATHS:
-        part = (run.buf[path] - tl_buf).abs()[live]
-        part_err[path] = float(part.nan_to_num(float("inf")).max()) if part.numel() else 0.0
-        wrote_dead[path] = bool((~torch.isnan(run.buf[path][~live])).any())
-    ok = {
-        path: errs[path][0] <= OUT_ATOL
-        and errs[path][1] <= LSE_ATOL
-        and part_err[path] <= PART_ATOL
-        and not wrote_dead[path]
-        for path in GLUON_PATHS
-    }
+    gl_buf, tl_buf = run.buf["gluon"], run.buf["tl"]
+    part = (gl_buf - tl_buf).abs()[live.unsqueeze(1).expand(-1, q.shape[1], -1)]
+    part_err = float(part.nan_to_num(float("inf")).max()) if part.numel() else 0.0
+    dead = ~live.unsqueeze(1).expand(-1, q.shape[1], -1)
+    wrote_dead = bool((~torch.isnan(gl_buf[dead])).any())
+    ok = (
+        errs["gluon"][0] <= OUT_ATOL
+        and errs["gluon"][1] <= LSE_ATOL
+        and part_err <= PART_ATOL
+        and not wrote_dead
+    )
     print(
-        f"{'PASS' if all(ok.values()) else 'FAIL'} {name:<44} splits={splits:3d} "
-        + " | ".join(
-            f"{path}{'' if ok[path] else ' FAIL'} out {errs[path][0]:.1e} lse {errs[path][1]:.1e}"
-            f" partials {part_err[path]:.1e}" + (" WROTE EMPTY SPLITS" if wrote_dead[path] else "")
-            for path in GLUON_PATHS
-        )
-        + f" | tl out {errs['tl'][0]:.1e} lse {errs['tl'][1]:.1e}",
+        f"{'PASS' if ok else 'FAIL'} {name:<44} splits={splits:3d} "
+        f"gluon out {errs['gluon'][0]:.1e} lse {errs['gluon'][1]:.1e} | "
+        f"tl out {errs['tl'][0]:.1e} lse {errs['tl'][1]:.1e} | "
+        f"partials {part_err:.1e}" + (" | WROTE EMPTY SPLITS" if wrote_dead else ""),
         flush=True,
     )
-    if name.startswith("uniform") and name.endswith("B=1 L=1024"):
-        for path, compiled in run.compiled.items():
-            meta = compiled.metadata
-            print(
-                f"     {path} build: regs={compiled.n_regs} spills={compiled.n_spills} "
-                f"shared={meta.shared} global_scratch={meta.global_scratch_size} "
-                f"warps={meta.num_warps}",
-                flush=True,
-            )
-    return all(ok.values())
+    if run.compiled is not None and name.startswith("uniform") and "B=1 L=1024" in name:
+        meta = run.compiled.metadata
+        print(
+            f"     gluon build: regs={run.compiled.n_regs} spills={run.compiled.n_spills} "
+            f"shared={meta.shared} global_scratch={meta.global_scratch_size}",
+            flush=True,
+        )
+    return ok
 
 
 def new_pool(dtype, gen):
     return torch.randn(NUM_PAGES, PAGE, D, generator=gen, device="cuda").to(dtype)
 
 
-def uniform_problem(pool, batch, heads, length, gen):
-    q = torch.randn(batch, heads, D, generator=gen, device="cuda").to(pool.dtype)
+def quantize_fp8(pool):
+    """``mla_jax.cache.quantize_fp8`` in torch: one scale, amax / 448, for the whole
+    pool; returns ``(pool_fp8, scale)`` with ``pool ~= pool_fp8 * scale``."""
+    amax = float(pool.abs().amax().float())
+    scale = max(amax, torch.finfo(torch.float32).tiny) / FP8_MAX
+    scale = float(torch.tensor(scale, dtype=torch.float32))  # as kv_scale holds it
+    out = torch.empty(pool.shape, dtype=torch.float8_e4m3fn, device=pool.device)
+    for p0 in range(0, pool.shape[0], 4096):
+        chunk = pool[p0 : p0 + 4096].float() / scale
+        out[p0 : p0 + 4096] = chunk.clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
+    return out, scale
+
+
+def uniform_problem(pool, batch, heads, length, gen, q_dtype=None):
+    q_dtype = pool.dtype if q_dtype is None else q_dtype
+    q = torch.randn(batch, heads, D, generator=gen, device="cuda").to(q_dtype)
     perm = torch.randperm(NUM_PAGES, generator=gen, device="cuda")
     table = perm[: batch * PAGES_PER_SEQ].view(batch, PAGES_PER_SEQ).int().contiguous()
     lens = torch.full((batch,), length, dtype=torch.int32, device="cuda")
@@ -283,18 +306,33 @@ def ragged_problem(pool, gen):
             torch.arange(PAGES_PER_SEQ - used, device="cuda") % 2 == 0, -7, 10**9
         ).int()
         if n % PAGE:
-            pool[table[b, used - 1].long(), n % PAGE :] = float("nan")
+            page = table[b, used - 1].long()
+            if pool.dtype == torch.float8_e4m3fn:
+                pool.view(torch.uint8)[page, n % PAGE :] = 0x7F  # e4m3fn's NaN
+            else:
+                pool[page, n % PAGE :] = float("nan")
     table[5, 3] = NUM_PAGES + 5  # reads page 0
     lens = torch.tensor(lens_list, dtype=torch.int32, device="cuda")
     return table, lens
 
 
-def run_checks(dtype_name, pool, gen, sm):
+def run_checks(
+    dtype_name,
+    pool,
+    gen,
+    sm,
+    q_dtype=None,
+    kv_scale=1.0,
+    widen=None,
+    heads_list=(64, 128),
+    batches=(1, 4, 16, 128),
+    lengths=(1024, 4096, 16384),
+):
     ok = True
-    for heads in (64, 128):
-        for batch in (1, 4, 16, 128):
-            for length in (1024, 4096, 16384):
-                q, table, lens = uniform_problem(pool, batch, heads, length, gen)
+    for heads in heads_list:
+        for batch in batches:
+            for length in lengths:
+                q, table, lens = uniform_problem(pool, batch, heads, length, gen, q_dtype)
                 splits = occupancy_kv_splits(batch, heads, length, sm)
                 ok &= check(
                     f"uniform {dtype_name} H={heads} B={batch} L={length}",
@@ -303,19 +341,52 @@ def run_checks(dtype_name, pool, gen, sm):
                     table,
                     lens,
                     splits,
+                    kv_scale,
+                    widen,
                 )
     return ok
 
 
-def run_ragged(dtype_name, pool, gen, sm):
+def run_ragged(dtype_name, pool, gen, sm, q_dtype=None, kv_scale=1.0):
     ok = True
     table, lens = ragged_problem(pool, gen)
+    q_dtype = pool.dtype if q_dtype is None else q_dtype
     for heads in (64, 128, 96):
-        q = torch.randn(len(lens), heads, D, generator=gen, device="cuda").to(pool.dtype)
+        q = torch.randn(len(lens), heads, D, generator=gen, device="cuda").to(q_dtype)
         occ = occupancy_kv_splits(len(lens), heads, PAGES_PER_SEQ * PAGE, sm)
         for splits in sorted({occ, 7, MAX_SPLITS}):
             ok &= check(
-                f"ragged {dtype_name} H={heads} B={len(lens)}", q, pool, table, lens, splits
+                f"ragged {dtype_name} H={heads} B={len(lens)}",
+                q,
+                pool,
+                table,
+                lens,
+                splits,
+                kv_scale,
+            )
+    return ok
+
+
+def run_fp8_checks(pool8, scale, gen, sm):
+    """The fp8 cache: bf16 q on the whole uniform grid (``FP8_WIDEN``'s widening), fp16
+    q on a subset, and each q dtype with each way of widening at a few shapes."""
+    ok = run_checks("fp8/bf16", pool8, gen, sm, torch.bfloat16, scale)
+    ok &= run_checks(
+        "fp8/fp16", pool8, gen, sm, torch.float16, scale, batches=(1, 16), lengths=(4096,)
+    )
+    for q_name in DTYPES:
+        for widen in ("bits", "cvt"):
+            ok &= run_checks(
+                f"fp8/{q_name} {widen}",
+                pool8,
+                gen,
+                sm,
+                DTYPES[q_name],
+                scale,
+                widen,
+                heads_list=(64, 96),
+                batches=(4,),
+                lengths=(1024, 16384),
             )
     return ok
 
@@ -328,7 +399,7 @@ def run_timing(pool, gen, sm):
         run = Launch(q, pool, table, lens, splits)
         flops = 2 * batch * heads * length * (D + LORA)
         us = {}
-        for path in PATHS:
+        for path in ("tl", "gluon"):
             run.both(path)
             us[path + " s1"] = 1e3 * triton.testing.do_bench_cudagraph(
                 functools.partial(run.stage1, path), rep=100, return_mode="median"
@@ -339,28 +410,88 @@ def run_timing(pool, gen, sm):
         print(
             f"  B={batch:3d} H={heads:3d} L={length:5d} splits={splits:3d} | "
             + " | ".join(f"{k} {v:8.1f} us {flops / v / 1e6:5.0f} TFLOP/s" for k, v in us.items())
-            + f" | stage-1 speedup vs tl: gluon {us['tl s1'] / us['gluon s1']:.2f}x"
-            f" seesaw {us['tl s1'] / us['seesaw s1']:.2f}x"
-            f" (seesaw vs gluon {us['gluon s1'] / us['seesaw s1']:.2f}x)",
+            + f" | stage-1 speedup {us['tl s1'] / us['gluon s1']:.2f}x",
             flush=True,
         )
         del run, q, table, lens
         torch.cuda.empty_cache()
 
 
+def run_fp8_timing(pool16, pool8, scale, gen, sm):
+    """tl and Gluon stage 1 on the fp8 pool (Gluon with both widenings) and on the bf16
+    pool it was quantised from, same q, table and lengths; ``fp8 TB/s``: the fp8
+    latent bytes read once a row (576 a token) over the Gluon fp8 stage 1's time."""
+    print("fp8 timing (do_bench_cudagraph, median, us; stage 2 is the same tl kernel):")
+    for batch, heads, length in FP8_TIMING:
+        q, table, lens = uniform_problem(pool16, batch, heads, length, gen)
+        splits = occupancy_kv_splits(batch, heads, length, sm)
+        runs = {
+            "bf16": Launch(q, pool16, table, lens, splits),
+            "fp8": Launch(q, pool8, table, lens, splits, scale),
+            "fp8 bits": Launch(q, pool8, table, lens, splits, scale, "bits"),
+            "fp8 cvt": Launch(q, pool8, table, lens, splits, scale, "cvt"),
+        }
+        us = {}
+        for key, path in (
+            ("tl bf16", ("bf16", "tl")),
+            ("gluon bf16", ("bf16", "gluon")),
+            ("tl fp8", ("fp8", "tl")),
+            ("gluon fp8", ("fp8", "gluon")),
+            ("gluon fp8 bits", ("fp8 bits", "gluon")),
+            ("gluon fp8 cvt", ("fp8 cvt", "gluon")),
+        ):
+            run = runs[path[0]]
+            run.both(path[1])
+            us[key] = 1e3 * triton.testing.do_bench_cudagraph(
+                functools.partial(run.stage1, path[1]), rep=100, return_mode="median"
+            )
+            if key in ("tl fp8", "gluon fp8", "gluon bf16"):
+                us[key + " s1+s2"] = 1e3 * triton.testing.do_bench_cudagraph(
+                    functools.partial(run.both, path[1]), rep=100, return_mode="median"
+                )
+        fp8_bytes = batch * length * D
+        print(
+            f"  B={batch:3d} H={heads:3d} L={length:5d} splits={splits:3d} | "
+            + " | ".join(f"{k} {v:7.1f}" for k, v in us.items())
+            + f" | gluon fp8 {fp8_bytes / us['gluon fp8'] / 1e6:.2f} TB/s"
+            + f" | gluon fp8 / gluon bf16 {us['gluon fp8'] / us['gluon bf16']:.2f}"
+            + f" | tl fp8 / gluon fp8 {us['tl fp8'] / us['gluon fp8']:.2f}x",
+            flush=True,
+        )
+        del runs, run, q, table, lens
+        torch.cuda.empty_cache()
+
+
+def run_fp8(args, sm):
+    """The fp8-cache section: checks, the ragged cases (they poison the pool), then the
+    timing on a fresh quantisation, last so that it ends the log."""
+    ok = True
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    pool16 = new_pool(torch.bfloat16, gen)
+    pool8, scale = quantize_fp8(pool16)
+    print(f"fp8 pool: scale {scale:.6g} (amax / {FP8_MAX:g})", flush=True)
+    if not args.skip_checks:
+        ok &= run_fp8_checks(pool8, scale, gen, sm)
+        ok &= run_ragged("fp8/bf16", pool8, gen, sm, torch.bfloat16, scale)
+        del pool8
+        torch.cuda.empty_cache()
+        pool8, scale = quantize_fp8(pool16)
+    if not args.skip_timing:
+        run_fp8_timing(pool16, pool8, scale, gen, sm)
+    del pool16, pool8
+    torch.cuda.empty_cache()
+    return ok
+
+
 def run_crossover(pool, gen, sm):
-    """Where the Gluon kernels start to win: at shapes whose occupancy splits are
-    short, tl at its occupancy split count against each Gluon kernel at that count
-    and at fewer, longer splits (both stages, do_bench_cudagraph median)."""
-    print("crossover (both stages, us; gluon kernels at split counts occ, occ/2, ...):")
+    print("crossover (both stages, us; the Gluon kernel at split counts occ, occ/2, ...):")
     for batch, heads, length in CROSSOVER:
         q, table, lens = uniform_problem(pool, batch, heads, length, gen)
         occ = occupancy_kv_splits(batch, heads, length, sm)
-        counts = [s for s in (occ, occ // 2, occ // 4, occ // 8, occ // 16) if s >= 1]
         times = {}
-        for splits in counts:
+        for splits in [s for s in (occ, occ // 2, occ // 4, occ // 8, occ // 16) if s >= 1]:
             run = Launch(q, pool, table, lens, splits)
-            for path in PATHS if splits == occ else GLUON_PATHS:
+            for path in ("tl", "gluon") if splits == occ else ("gluon",):
                 run.both(path)
                 times[path, splits] = 1e3 * triton.testing.do_bench_cudagraph(
                     functools.partial(run.both, path), rep=50, return_mode="median"
@@ -377,19 +508,21 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--skip-timing", action="store_true")
     parser.add_argument("--skip-checks", action="store_true")
-    parser.add_argument("--crossover", action="store_true", help="only the crossover timing")
+    parser.add_argument(
+        "--only-fp8", action="store_true", help="the fp8-cache section alone (checks, timing)"
+    )
+    parser.add_argument("--crossover", action="store_true", help="the crossover timing alone")
     args = parser.parse_args()
-    if args.crossover:
-        props = torch.cuda.get_device_properties(0)
-        gen = torch.Generator(device="cuda").manual_seed(0)
-        run_crossover(new_pool(torch.bfloat16, gen), gen, props.multi_processor_count)
-        return
     t0 = time.time()
     props = torch.cuda.get_device_properties(0)
     sm = props.multi_processor_count
     print(f"{props.name}, {sm} SMs, torch {torch.__version__}, triton {triton.__version__}")
+    if args.crossover:
+        gen = torch.Generator(device="cuda").manual_seed(0)
+        run_crossover(new_pool(torch.bfloat16, gen), gen, sm)
+        return
     ok = True
-    for dtype_name, dtype in DTYPES.items():
+    for dtype_name, dtype in () if args.only_fp8 else DTYPES.items():
         gen = torch.Generator(device="cuda").manual_seed(0)
         pool = new_pool(dtype, gen)
         if not args.skip_checks:
@@ -400,6 +533,7 @@ def main():
             ok &= run_ragged(dtype_name, pool, gen, sm)  # poisons the pool: last
         del pool
         torch.cuda.empty_cache()
+    ok &= run_fp8(args, sm)
     print(f"{'ALL PASS' if ok else 'SOME CASES FAILED'} in {time.time() - t0:.0f} s")
     sys.exit(0 if ok else 1)
 

@@ -41,7 +41,8 @@ for mode in "$@"; do
     case "$mode" in
     tests|tests-a|tests-b)
         # The interpreter tests skip themselves (numpy >= 2.4 there); notebooks need nbclient;
-        # the fuzz suite (xla backend and interpreter) is CI's, on CPU.
+        # the fuzz suite (xla backend and interpreter) and the sm_90 build checks (compiled
+        # in child processes, no GPU used) are CI's, on CPU.
         case "$mode" in
         tests) pattern='tests/test_*.py' ;;
         tests-a) pattern='tests/test_[a-l]*.py' ;;
@@ -49,7 +50,11 @@ for mode in "$@"; do
         esac
         files=()
         for f in $pattern; do
-            [[ $f == tests/test_notebooks.py || $f == tests/test_fuzz.py ]] || files+=("$f")
+            case "$f" in
+            tests/test_notebooks.py | tests/test_fuzz.py | tests/test_gluon_build.py \
+                | tests/test_kernel_build.py) ;;
+            *) files+=("$f") ;;
+            esac
         done
         timeout "${TEST_TIMEOUT:-420}" python3 -m pytest -q -p no:cacheprovider -rs "${files[@]}" \
             2>&1 | tee "$OUT/pytest_gpu-$mode.log" | tail -15

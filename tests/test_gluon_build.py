@@ -1,9 +1,9 @@
-"""The Gluon stage 1 kernels (``mla_jax._gluon_kernels``: ``mla_decode_stage1_gluon``
-and the seesaw ``mla_decode_stage1_gluon_seesaw``) build for sm_90 on a CPU, and each
-build is what its design needs: warpgroup MMAs (HGMMA), cp.async loads, no register
-spills (no local memory), shared memory within one SM's 227 KB, no global scratch
-(JAX's launch passes none). The seesaw build is also checked for its schedule: two
-partitions of one warpgroup each, no CTA-wide barrier in the main loops (only
+"""The Gluon stage 1 kernels (``mla_jax._gluon_kernels``: the seesaw one for 16-bit
+caches, the fp8 one) build for sm_90 on a CPU, and each build is what its design
+needs: warpgroup MMAs (HGMMA), cp.async loads of the latent tile, no register spills
+(no local memory), shared memory within one SM's 227 KB, no global scratch (JAX's
+launch passes none), eight warps. The seesaw build is also checked for its schedule:
+two partitions of one warpgroup each, no CTA-wide barrier in the main loops (only
 128-thread named barriers and mbarriers), and a warpgroup MMA left in flight across an
 mbarrier wait (the overlap the schedule exists for).
 
@@ -25,17 +25,16 @@ import pytest
 SM90_SHARED_BYTES = 232448  # 227 KB: the most one block may ask for on an H100/H200
 
 
-KERNELS = ("mla_decode_stage1_gluon", "mla_decode_stage1_gluon_seesaw")
-
-
-def compile_sm90(heads=128, dtype="bf16", kernel="mla_decode_stage1_gluon"):
-    """The sm_90 build of a Gluon stage 1 for a B=128, page-64 problem."""
+def compile_sm90(heads=128, dtype="bf16", kv="same"):
+    """The sm_90 build of the Gluon stage 1 for a B=128, page-64 problem: q in
+    ``dtype``, the cache in ``dtype`` (``kv="same"``) or fp8 (``kv="fp8"``: the fp8
+    kernel)."""
     from mla_jax import _gluon_kernels as gk
     from mla_jax import _launch
 
     pages = 128 * 256
-    params = gk.seesaw_launch_params if kernel.endswith("seesaw") else gk.launch_params
-    stage1 = params(
+    stage1 = gk.launch_params(
+        kv_dtype=gk.FP8 if kv == "fp8" else None,
         batch=128,
         num_heads=heads,
         num_pages=pages,
@@ -52,9 +51,10 @@ def compile_sm90(heads=128, dtype="bf16", kernel="mla_decode_stage1_gluon"):
         block_table_strides=(256, 1),
         buffer_strides=(heads * 4 * 513, 4 * 513, 513, 1),
     )
-    runtime = [f"*{dtype}"] * 3 + ["*i32"] * 3 + ["*fp32"] * 3  # q, q_pe, kv; ints; f32s
+    kv_type = "fp8e4nv" if kv == "fp8" else dtype
+    runtime = [f"*{dtype}"] * 2 + [f"*{kv_type}"] + ["*i32"] * 3 + ["*fp32"] * 3
     spec = _launch.kernel_spec(
-        getattr(gk, kernel),
+        gk.kernel_for(gk.FP8 if kv == "fp8" else {"bf16": "bfloat16", "fp16": "float16"}[dtype]),
         runtime,
         stage1["constexprs"],
         num_warps=stage1["num_warps"],
@@ -88,11 +88,11 @@ def _cta_barriers_in_loops(ptx):
     return len(re.findall(r"\b(?:bar|barrier)\.sync\s+(?!1;)\d+;", body))
 
 
-def build_report(heads=128, dtype="bf16", kernel="mla_decode_stage1_gluon"):
+def build_report(heads=128, dtype="bf16", kv="same"):
     """Counts read from the build: registers and spills (ptxas -v), SASS opcodes,
     shared memory and global scratch from the metadata, and the PTX's barriers and
     warpgroup MMA waits."""
-    compiled = compile_sm90(heads, dtype, kernel)
+    compiled = compile_sm90(heads, dtype, kv)
     ptx = compiled.asm["ptx"]
     with tempfile.TemporaryDirectory() as tmp:
         ptx_path = os.path.join(tmp, "k.ptx")
@@ -127,10 +127,15 @@ def build_report(heads=128, dtype="bf16", kernel="mla_decode_stage1_gluon"):
         "bar_sync": count(r"BAR\.SYNC", sass),
         "ptx_wgmma": count(r"wgmma\.mma_async", ptx),
         "ptx_local": count(r"\b(?:ld|st)\.local", ptx),
-        # wgmma.wait_group N: N > 0 keeps N groups in flight past the wait.
-        "wgmma_waits": sorted(
-            {int(n) for n in re.findall(r"wgmma\.wait_group\.sync\.aligned (\d+)", ptx)}
-        ),
+        "ldg": count(r"\bLDG\b", sass),
+        "lds128": count(r"\bLDS\.128\b", sass),
+        "sts128": count(r"\bSTS\.128\b", sass),
+        # The fp8 tile's widening: the bit sequence (HMUL2.BF16 / HMUL2), the e4m3 cvt
+        # (F2FP.*.E4M3), the scalar f16 -> bf16 conversion (F2F.BF16.F16).
+        "hmul2": count(r"HMUL2\b", sass),
+        "f2fp_e4m3": count(r"F2FP\.F16\.E4M3", sass),
+        "f2f_bf16_f16": count(r"F2F\.BF16\.F16", sass),
+        "cp_async_waits": sorted(set(re.findall(r"cp\.async\.wait_group\s+(\d+)", ptx))),
         "setmaxnreg": count(r"setmaxnreg", ptx),
         "mbarrier_waits": count(r"mbarrier\.try_wait", ptx),
         "named_barriers_128": count(r"\bbar\.sync\s+\d+,\s*128;", ptx),
@@ -139,12 +144,11 @@ def build_report(heads=128, dtype="bf16", kernel="mla_decode_stage1_gluon"):
     }
 
 
-@pytest.mark.parametrize("kernel", KERNELS)
-@pytest.mark.parametrize("heads, dtype", [(128, "bf16"), (64, "fp16"), (96, "bf16")])
-def test_gluon_stage1_sm90_build(heads, dtype, kernel, tmp_path):
+def child_build_report(tmp_path, heads, dtype, kv="same"):
+    """``build_report`` in a child process with an empty Triton cache."""
     env = os.environ | {"TRITON_CACHE_DIR": str(tmp_path)}
     proc = subprocess.run(
-        [sys.executable, __file__, str(heads), dtype, kernel],
+        [sys.executable, __file__, str(heads), dtype, kv],
         capture_output=True,
         text=True,
         timeout=600,
@@ -152,7 +156,10 @@ def test_gluon_stage1_sm90_build(heads, dtype, kernel, tmp_path):
         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    r = json.loads(proc.stdout.strip().splitlines()[-1])
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def check_common(r):
     assert r["hgmma"] > 0 and r["hmma"] == 0, r  # warpgroup MMA, not mma.sync
     assert r["ldgsts"] > 0, r  # cp.async
     assert not r["wgmma_serialized"], r
@@ -161,34 +168,125 @@ def test_gluon_stage1_sm90_build(heads, dtype, kernel, tmp_path):
     assert 0 < r["shared"] <= SM90_SHARED_BYTES, r
     assert r["global_scratch_size"] == 0, r
     assert r["num_warps"] == 8, r  # the seesaw's: 4 (default partition) + 4 (worker)
-    if kernel.endswith("seesaw"):
-        assert r["setmaxnreg"] > 0, r  # warp-specialised: one partition per warpgroup
-        assert r["cta_barriers_in_loops"] == 0, r  # vs 5 CTA barriers a block before
-        assert r["named_barriers_128"] > 0 and r["mbarrier_waits"] > 0, r
-        assert r["mma_in_flight_across_wait"], r
 
 
-if __name__ == "__main__":
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    print(json.dumps(build_report(int(sys.argv[1]), sys.argv[2], *sys.argv[3:])))
+@pytest.mark.parametrize("heads, dtype", [(128, "bf16"), (64, "fp16"), (96, "bf16")])
+def test_gluon_seesaw_stage1_sm90_build(heads, dtype, tmp_path):
+    """The 16-bit kernel's schedule: warp-specialised (one partition per warpgroup),
+    no CTA-wide barrier in its loops, an MMA in flight across an mbarrier wait."""
+    r = child_build_report(tmp_path, heads, dtype)
+    check_common(r)
+    assert r["setmaxnreg"] > 0, r
+    assert r["cta_barriers_in_loops"] == 0, r
+    assert r["named_barriers_128"] > 0 and r["mbarrier_waits"] > 0, r
+    assert r["mma_in_flight_across_wait"], r
+
+
+# cp.async copies of 16 bytes a thread: Q (64 x 576 16-bit) is 18 a thread, an fp8
+# latent block (64 x 576 bytes) 9; the fp8 kernel copies blocks at three sites (the
+# first two blocks before the loop, the block after next in it).
+Q_COPIES, FP8_BLOCK_COPIES = 18, 9
+
+
+@pytest.mark.parametrize("heads, dtype", [(128, "bf16"), (64, "fp16"), (96, "bf16")])
+def test_gluon_fp8_stage1_sm90_build(heads, dtype, tmp_path):
+    """The fp8-cache kernel: its fp8 tile is moved by cp.async
+    (the tl kernel's fp8 build loads it with plain loads: 3 cp.async, the block
+    table's), two blocks in flight (``wait_group 1``), widened by the integer sequence
+    for bf16 (no scalar f16 -> bf16 conversions) and by the e4m3 cvt for fp16."""
+    r = child_build_report(tmp_path, heads, dtype, "fp8")
+    check_common(r)
+    assert r["ldgsts"] >= Q_COPIES + 3 * FP8_BLOCK_COPIES, r
+    assert r["ldg"] <= 8, r  # scalars and block-table entries only, never the tile
+    assert r["cp_async_waits"] == ["1"], r
+    # The widening: 16 fp8 bytes loaded, 32 16-bit bytes stored, for each copy.
+    assert r["lds128"] >= FP8_BLOCK_COPIES and r["sts128"] >= 2 * FP8_BLOCK_COPIES, r
+    assert r["f2f_bf16_f16"] == 0, r
+    if dtype == "bf16":
+        assert r["hmul2"] >= 36, r  # 144 values a thread, 4 a multiply
+    else:
+        assert r["f2fp_e4m3"] >= 72, r  # 2 values a cvt
+
+
+def test_supports_and_kernel_for():
+    """The cache dtype rule: q 16-bit, the cache of q's dtype or float8_e4m3fn, each
+    latent row 16-byte aligned (8 16-bit elements, 16 fp8 ones); ``kernel_for`` picks
+    the kernel by the cache's dtype."""
+    from mla_jax import _gluon_kernels as gk
+
+    def ok(q="bfloat16", kv="bfloat16", row=576, page=64 * 576, heads=128, page_size=64):
+        return gk.supports(
+            num_heads=heads,
+            page_size=page_size,
+            kv_lora_rank=512,
+            rope_dim=64,
+            q_dtype=q,
+            kv_dtype=kv,
+            kv_row_stride=row,
+            kv_page_stride=page,
+        )
+
+    assert ok() and ok(q="float16", kv="float16")
+    assert ok(kv="float8_e4m3fn") and ok(q="float16", kv="float8_e4m3fn")
+    assert not ok(q="float8_e4m3fn", kv="float8_e4m3fn")
+    assert not ok(kv="float8_e5m2") and not ok(q="float32", kv="float8_e4m3fn")
+    assert not ok(q="float16", kv="bfloat16")
+    assert ok(row=584, page=64 * 584) and not ok(kv="float8_e4m3fn", row=584, page=64 * 584)
+    assert ok(kv="float8_e4m3fn", row=592, page=64 * 592)
+    assert not ok(kv="float8_e4m3fn", heads=32) and not ok(kv="float8_e4m3fn", page_size=32)
+    assert gk.kernel_for("float8_e4m3fn") is gk.mla_decode_stage1_gluon_fp8
+    assert (
+        gk.kernel_for("bfloat16") is gk.kernel_for("float16") is gk.mla_decode_stage1_gluon_seesaw
+    )
+    lp = dict(
+        batch=2,
+        num_heads=64,
+        num_pages=8,
+        page_size=64,
+        pages_per_seq=4,
+        kv_lora_rank=512,
+        rope_dim=64,
+        scale=0.1,
+        grid_splits=1,
+        q_nope_strides=(64 * 576, 576, 1),
+        q_pe_strides=(64 * 576, 576, 1),
+        qp_offset=512,
+        kv_strides=(64 * 576, 576, 1),
+        block_table_strides=(4, 1),
+        buffer_strides=(64 * 513, 513, 513, 1),
+    )
+    sixteen, fp8 = gk.launch_params(**lp), gk.launch_params(kv_dtype=gk.FP8, **lp)
+    assert fp8["constexprs"] == sixteen["constexprs"] | {"WIDEN": gk.FP8_WIDEN}
+    assert fp8["grid"] == sixteen["grid"] and fp8["num_stages"] == sixteen["num_stages"]
+    assert (sixteen["num_warps"], fp8["num_warps"]) == (gk.SEESAW_NUM_WARPS, gk.NUM_WARPS)
+
+
+BF16, FP8 = jnp.bfloat16, jnp.float8_e4m3fn
+SEESAW, TL = "mla_decode_stage1_gluon_seesaw", "mla_decode_stage1"
 
 
 @pytest.mark.parametrize(
-    "batch, heads, length, cc, dtype, kernel",
+    "batch, heads, length, cc, dtype, kv_dtype, kernel",
     [
-        (16, 128, 4096, 90, jnp.bfloat16, "mla_decode_stage1_gluon"),  # 4 splits of 1024
-        (128, 64, 4096, 90, jnp.float16, "mla_decode_stage1_gluon"),  # 1 split
-        (16, 128, 1024, 90, jnp.bfloat16, "mla_decode_stage1"),  # 4 splits of 256
-        (1, 128, 4096, 90, jnp.bfloat16, "mla_decode_stage1"),  # 64 splits of one block
-        (16, 128, 4096, 80, jnp.bfloat16, "mla_decode_stage1"),  # not Hopper
-        (16, 16, 4096, 90, jnp.bfloat16, "mla_decode_stage1"),  # under a 64-head tile
-        (16, 128, 4096, 90, jnp.float32, "mla_decode_stage1"),
+        (16, 128, 4096, 90, BF16, None, SEESAW),  # 4 splits of 1024
+        (128, 64, 4096, 90, jnp.float16, None, SEESAW),  # 1 split
+        (16, 128, 4096, 90, BF16, FP8, "mla_decode_stage1_gluon_fp8"),
+        (16, 128, 1024, 90, BF16, None, TL),  # 4 splits of 256
+        (16, 128, 1024, 90, BF16, FP8, TL),
+        (1, 128, 4096, 90, BF16, None, TL),  # 64 splits of one block
+        (16, 128, 4096, 80, BF16, None, TL),  # not Hopper
+        (16, 16, 4096, 90, BF16, None, TL),  # under a 64-head tile
+        (16, 16, 4096, 90, BF16, FP8, TL),
+        (16, 128, 4096, 90, jnp.float32, None, TL),
     ],
 )
-def test_stage1_is_the_gluon_kernel_where_it_wins(batch, heads, length, cc, dtype, kernel):
-    """``mla_decode`` lowers stage 1 to the Gluon kernel on sm_90 for a problem it
-    supports whose splits hold at least 1024 tokens (``_triton_backend.use_gluon``),
-    else to the tl kernel; stage 2 is the same either way."""
+def test_stage1_is_the_gluon_kernel_where_it_wins(
+    batch, heads, length, cc, dtype, kv_dtype, kernel
+):
+    """``mla_decode`` lowers stage 1 to a Gluon kernel on sm_90 for a problem they
+    support whose splits hold at least 1024 tokens (``_triton_backend.use_gluon``): the
+    seesaw one for a 16-bit cache, the fp8 one for an fp8 cache; else to the tl kernel.
+    Stage 2 is the same either way."""
     import mla_jax
     from tests.cases import buffer_spec
     from tests.test_kernel_cache import custom_calls, kernel_call
@@ -206,11 +304,12 @@ def test_stage1_is_the_gluon_kernel_where_it_wins(batch, heads, length, cc, dtyp
             max_seq_len=length,
             backend="triton",
             compute_capability=cc,
+            k_scale=None if kv_dtype is None else 0.5,
         )
 
     args = (
         jax.ShapeDtypeStruct((batch, heads, 576), dtype),
-        jax.ShapeDtypeStruct((batch * length // page, page, 576), dtype),
+        jax.ShapeDtypeStruct((batch * length // page, page, 576), kv_dtype or dtype),
         jax.ShapeDtypeStruct((batch, length // page), jnp.int32),
         jax.ShapeDtypeStruct((batch,), jnp.int32),
         buffer_spec(batch, heads, 64, policy="occupancy"),
@@ -218,3 +317,8 @@ def test_stage1_is_the_gluon_kernel_where_it_wins(batch, heads, length, cc, dtyp
     text = jax.jit(step, donate_argnums=4).trace(*args).lower(lowering_platforms=("cuda",))
     stage1, stage2 = (kernel_call(line) for line in custom_calls(text.as_text()))
     assert (stage1["kernel_name"], stage2["kernel_name"]) == (kernel, "mla_decode_stage2")
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    print(json.dumps(build_report(int(sys.argv[1]), *sys.argv[2:])))

@@ -339,24 +339,28 @@ def test_fp8_cache_matches_reference_on_dequantised_values(heads, rng):
 
 
 @pytest.mark.parametrize(
-    "batch, heads, length, dtype",
+    "batch, heads, length, dtype, cache",
     [
-        (16, 128, 4096, jnp.bfloat16),  # 4 splits of 1024 tokens
-        (8, 64, 16384, jnp.float16),
-        (4, 96, 16384, jnp.bfloat16),  # a full 64-head tile and a half-masked one
+        (16, 128, 4096, jnp.bfloat16, "same"),  # 4 splits of 1024 tokens
+        (8, 64, 16384, jnp.float16, "same"),
+        (4, 96, 16384, jnp.bfloat16, "same"),  # a full 64-head tile and a half-masked one
+        (16, 128, 4096, jnp.bfloat16, "fp8"),
+        (4, 96, 16384, jnp.float16, "fp8"),
     ],
 )
 @pytest.mark.parametrize("max_seq_len", ["static", "runtime"])
-def test_gluon_stage1_through_mla_decode(batch, heads, length, dtype, max_seq_len, rng):
+def test_gluon_stage1_through_mla_decode(batch, heads, length, dtype, cache, max_seq_len, rng):
     """On sm_90, ``mla_decode`` at shapes whose splits hold >= 1024 tokens lowers stage 1
-    to the Gluon kernel; it matches the float64 reference on ragged rows (an empty row,
-    page edges, a full row). ``runtime`` leaves ``max_seq_len`` out: the block table's
-    capacity, ``length``, plans the splits."""
+    to a Gluon kernel (the seesaw one for a 16-bit cache, the fp8 one for an fp8 cache);
+    it matches the float64 reference (on the dequantised cache for fp8) on ragged rows:
+    an empty row, page edges, a full row. ``runtime`` leaves ``max_seq_len`` out: the
+    block table's capacity, ``length``, plans the splits."""
     from mla_jax import _launch
+    from mla_jax.cache import quantize_fp8
     from tests.test_kernel_cache import custom_calls, kernel_call
 
     if _launch.device_capability() != 90:
-        pytest.skip("the Gluon stage 1 is built for sm_90")
+        pytest.skip("the Gluon stage 1 kernels are built for sm_90")
     lens = [0, 1, 63, 64, 65, length, int(rng.integers(1, length)), length - 1][:batch]
     case = random_case(
         rng,
@@ -367,7 +371,12 @@ def test_gluon_stage1_through_mla_decode(batch, heads, length, dtype, max_seq_le
         pages_per_seq=length // 64,
         seq_lens=rng.permutation(lens + [length] * (batch - len(lens))),
     )
-    args, rounded = on_device(case, dtype)
+    (q, kv, bt, sl), rounded = on_device(case, dtype)
+    k_scale = None
+    if cache == "fp8":
+        kv, k_scale = quantize_fp8(kv)
+        dequant = np.asarray(kv.astype(jnp.float32)) * float(k_scale)
+        rounded = rounded._replace(kv_cache=dequant)
     buffer = mla_jax.reserve_logits_buffer(batch, heads, length)
     step = jax.jit(
         lambda q, kv, bt, sl, buf: mla_jax.mla_decode(
@@ -377,13 +386,15 @@ def test_gluon_stage1_through_mla_decode(batch, heads, length, dtype, max_seq_le
             sl,
             buf,
             scale=case.scale,
+            k_scale=k_scale,
             max_seq_len=length if max_seq_len == "static" else None,
             backend="triton",
         ),
         donate_argnums=4,
     )
-    text = step.lower(*args, buffer).as_text()
+    text = step.lower(q, kv, bt, sl, buffer).as_text()
     names = [kernel_call(line)["kernel_name"] for line in custom_calls(text)]
-    assert names == ["mla_decode_stage1_gluon", "mla_decode_stage2"], names
-    out, lse, _ = step(*args, buffer)
+    stage1 = "mla_decode_stage1_gluon_fp8" if cache == "fp8" else "mla_decode_stage1_gluon_seesaw"
+    assert names == [stage1, "mla_decode_stage2"], names
+    out, lse, _ = step(q, kv, bt, sl, buffer)
     assert_close(out, lse, rounded, dtype)
