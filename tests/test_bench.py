@@ -450,7 +450,7 @@ def test_path_splits_follow_each_paths_policy():
     assert splits == {
         "triton": vllm,
         "triton-occupancy": occupancy,
-        "triton-fp8": vllm,
+        "triton-fp8": occupancy,
         "xla": vllm,
         "dense": None,
         "vllm": vllm,

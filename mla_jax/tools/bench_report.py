@@ -38,7 +38,7 @@ if TYPE_CHECKING:  # matplotlib is imported only when a figure is drawn
 PATH_LABELS = {
     "triton": "mla_jax triton, vLLM's splits",
     "triton-occupancy": "mla_jax triton, occupancy splits (default)",
-    "triton-fp8": "mla_jax triton, fp8 cache, vLLM's splits",
+    "triton-fp8": "mla_jax triton, fp8 cache, occupancy splits (default)",
     "xla": "mla_jax xla",
     "dense": "JAX gather+einsum",
     "vllm": "vLLM triton",
@@ -48,7 +48,7 @@ BASELINE = "vllm"
 SPLIT_POLICY: dict[str, Literal["vllm", "occupancy"] | None] = {
     "triton": "vllm",
     "triton-occupancy": "occupancy",
-    "triton-fp8": "vllm",
+    "triton-fp8": "occupancy",
     "xla": "vllm",
     "dense": None,
     "vllm": "vllm",
