@@ -119,6 +119,22 @@ def test_report_only_merges_a_sweep_run_in_parts(dry_run, tmp_path):
         bench_report.merge_results([whole, whole])
 
 
+def test_merge_keeps_the_part_that_measured_a_shape_whole(dry_run):
+    """A shape one part left incomplete (its time budget ran out) and another part
+    measured whole: the whole one is kept, in either order; two parts that timed as
+    many of its paths are an error."""
+    whole = json.loads((dry_run / "benchmarks" / "results.json").read_text())
+    shape = whole["shapes"][-1]
+    cut = {**shape, "paths": {p: {"skipped": "time budget (1 s) spent"} for p in shape["paths"]}}
+    incomplete = {**whole, "shapes": whole["shapes"][:-1] + [cut]}
+    tail = {**whole, "shapes": [shape]}
+    for parts in ([incomplete, tail], [tail, incomplete]):
+        merged = bench_report.merge_results(parts)
+        assert merged["shapes"] == sorted(whole["shapes"], key=lambda s: (s["B"], s["H"], s["L"]))
+    with pytest.raises(ValueError, match="in two parts"):
+        bench_report.merge_results([incomplete, {**whole, "shapes": [cut]}])
+
+
 def test_floor_and_metrics_by_hand():
     # B=128, H=16, L=16384: 128*16384*576*2 = 2_415_919_104 bytes, bandwidth-bound.
     nbytes = bench_report.kv_bytes(128, 16384)
@@ -237,17 +253,12 @@ def test_render_markdown_synthetic():
     old = {**results, "machine": {**results["machine"], "jax_triton": "0.3.1", "triton": "3.6.0"}}
     old_page = bench_report.render_markdown(old, image_dir="benchmarks")
     assert "(132 SMs); jax 0.11.2, jax_triton 0.3.1, triton 3.6.0; " in old_page
+    # The terminal table's last columns are the default path's (here: not measured).
     table = bench_report.summary_table(results)
-    assert table.splitlines()[1].split() == [
-        "4",
-        "128",
-        "4096",
-        "0.0100",
-        "0.0200",
-        "0.0500",
-        "50",
-        "2.50",
-    ]
+    assert table.splitlines()[1].split() == "4 128 4096 0.0100 0.0200 0.0500 — —".split()
+    measured = {**shape["paths"], "triton-occupancy": shape["paths"]["triton"]}
+    table = bench_report.summary_table({**results, "shapes": [{**shape, "paths": measured}]})
+    assert table.splitlines()[1].split() == "4 128 4096 0.0100 0.0200 0.0200 0.0500 50 2.50".split()
 
 
 def test_public_helpers_and_figures():
