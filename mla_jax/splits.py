@@ -18,8 +18,8 @@ from mla_jax._checks import check_positive
 from mla_jax._tiling import head_tiles, programs_per_sm
 
 Policy = Literal["vllm", "occupancy"]
-# Every entry point's default: it beat vLLM's rule at 32 of 34 shapes of the H200
-# sweep, and both pick the same count at the other two (docs/benchmarks.md). The
+# Every entry point's default: in the H200 sweep it beat vLLM's rule at 61 of 68
+# shapes and was within 3.1% at the other 7 (docs/performance.md, "Split rule"). The
 # reservation records its policy, and every step reads it from the buffer.
 DEFAULT_POLICY: Policy = "occupancy"
 
