@@ -1190,10 +1190,7 @@ def mla_decode_stage1_gluon_seesaw(
     # No early return (the worker warpgroup must still be started and stopped): an
     # empty or surplus split runs no pair and stores nothing.
     num_splits = gl.load(num_splits_ptr)
-    seq_len = gl.minimum(gl.maximum(gl.load(seq_lens_ptr + row), 0), CAPACITY)
-    per_split = (seq_len + num_splits - 1) // num_splits
-    start = per_split * split
-    end = gl.minimum(start + per_split, seq_len)
+    start, end = _split_range(seq_lens_ptr, row, num_splits, split, CAPACITY)
     valid = (split < num_splits) & (end > start)
     first = start - start % BLOCK_N
     num_blocks = gl.where(valid, (end - first + BLOCK_N - 1) // BLOCK_N, 0)
