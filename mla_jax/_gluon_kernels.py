@@ -552,7 +552,7 @@ def mla_decode_stage1_gluon_fp8(
     if end <= start:
         return  # stage 2 skips empty splits; nothing to write.
 
-    # Register layouts. Q copies as in the 16-bit kernel. fp8 copies and widening:
+    # Register layouts. Q: 16 bytes (8 elements) a thread. fp8 copies and widening:
     # 16 bytes (16 elements) a thread; a warp covers 2 rows x 256 columns of the latent
     # part (512 contiguous staging bytes; 4 wavefronts for its 16-bit stores into the
     # 128-byte swizzle) and 8 rows x 64 columns of the rope part.
