@@ -276,6 +276,36 @@ def _copy_rows(smem, base, rows, row_mask, stride_row, COLS: gl.constexpr, layou
 
 
 @gluon.jit
+def _copy_query(
+    q_nope_dst,
+    q_pe_dst,
+    q_nope_ptr,
+    q_pe_ptr,
+    tile,
+    row,
+    NUM_HEADS: gl.constexpr,
+    BLOCK_H: gl.constexpr,
+    LORA: gl.constexpr,
+    ROPE: gl.constexpr,
+    QP_OFFSET: gl.constexpr,
+    stride_qn_b: gl.constexpr,
+    stride_qn_h: gl.constexpr,
+    stride_qp_b: gl.constexpr,
+    stride_qp_h: gl.constexpr,
+    layout: gl.constexpr,
+):
+    """Issues the ``cp.async`` copies of the row's query tile (its nope and rope parts,
+    heads past ``NUM_HEADS`` masked) into shared memory; commits no group."""
+    heads = tile * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, layout))
+    head_ok = heads < NUM_HEADS
+    _copy_rows(
+        q_nope_dst, q_nope_ptr + row * stride_qn_b, heads, head_ok, stride_qn_h, LORA, layout
+    )
+    q_pe_row = q_pe_ptr + row * stride_qp_b + QP_OFFSET
+    _copy_rows(q_pe_dst, q_pe_row, heads, head_ok, stride_qp_h, ROPE, layout)
+
+
+@gluon.jit
 def _attend_block(
     q_nope_smem,
     q_pe_smem,
@@ -328,48 +358,50 @@ def _attend_block(
 def _write_partials(
     buf_ptr,
     acc,
-    l_acc,
+    l_i,
     m_i,
     kv_scale,
     tile,
     row,
     split,
+    valid,
+    COL0: gl.constexpr,
+    COLS: gl.constexpr,
+    WRITE_LSE: gl.constexpr,
     NUM_HEADS: gl.constexpr,
     LORA: gl.constexpr,
     BLOCK_H: gl.constexpr,
     stride_buf_b: gl.constexpr,
     stride_buf_h: gl.constexpr,
     stride_buf_s: gl.constexpr,
-    s_rows: gl.constexpr,
-    o_layout: gl.constexpr,
 ):
-    """The split's normalised partial ``acc / l * kv_scale`` and its natural-log lse
-    into the buffer (heads past ``NUM_HEADS`` not stored)."""
+    """Columns ``[COL0, COL0 + COLS)`` of the split's normalised partial
+    ``acc / l * kv_scale`` (``acc`` holds those columns), and its natural-log lse if
+    ``WRITE_LSE``, into the buffer; nothing for heads past ``NUM_HEADS`` or where
+    ``valid`` is false (an empty split)."""
+    o_layout: gl.constexpr = acc.type.layout
+    s_rows: gl.constexpr = l_i.type.layout
     o_rows: gl.constexpr = gl.SliceLayout(1, o_layout)
-    l_i = gl.sum(l_acc, 1)
     out_heads = tile * BLOCK_H + gl.arange(0, BLOCK_H, layout=o_rows)
     out_off = (
         row.to(gl.int64) * stride_buf_b
         + out_heads.to(gl.int64) * stride_buf_h
         + split * stride_buf_s
     )
-    out_ok = out_heads < NUM_HEADS
+    out_ok = (out_heads < NUM_HEADS) & valid
     inv = kv_scale / gl.convert_layout(l_i, o_rows)
-    d_lora = gl.arange(0, LORA, layout=gl.SliceLayout(0, o_layout))
-    gl.store(
-        buf_ptr + out_off[:, None] + d_lora[None, :],
-        acc * inv[:, None],
-        mask=out_ok[:, None],
-    )
-    lse = (m_i + gl.log2(l_i)) * _LN2
-    lse_heads = tile * BLOCK_H + gl.arange(0, BLOCK_H, layout=s_rows)
-    lse_off = (
-        row.to(gl.int64) * stride_buf_b
-        + lse_heads.to(gl.int64) * stride_buf_h
-        + split * stride_buf_s
-        + LORA
-    )
-    gl.store(buf_ptr + lse_off, lse, mask=lse_heads < NUM_HEADS)
+    d = COL0 + gl.arange(0, COLS, layout=gl.SliceLayout(0, o_layout))
+    gl.store(buf_ptr + out_off[:, None] + d[None, :], acc * inv[:, None], mask=out_ok[:, None])
+    if WRITE_LSE:
+        lse = (m_i + gl.log2(l_i)) * _LN2
+        lse_heads = tile * BLOCK_H + gl.arange(0, BLOCK_H, layout=s_rows)
+        lse_off = (
+            row.to(gl.int64) * stride_buf_b
+            + lse_heads.to(gl.int64) * stride_buf_h
+            + split * stride_buf_s
+            + LORA
+        )
+        gl.store(buf_ptr + lse_off, lse, mask=(lse_heads < NUM_HEADS) & valid)
 
 
 @gluon.jit
@@ -567,7 +599,6 @@ def mla_decode_stage1_gluon_fp8(
     )
     s_rows: gl.constexpr = gl.SliceLayout(1, s_layout)
     o_rows: gl.constexpr = gl.SliceLayout(1, o_layout)
-    copy_rows: gl.constexpr = gl.SliceLayout(1, copy_layout)
 
     # Shared memory: Q, the widened 16-bit block and P in the swizzled layouts warpgroup
     # MMA reads; two fp8 staging slots, unswizzled (each warp's accesses are contiguous).
@@ -584,18 +615,22 @@ def mla_decode_stage1_gluon_fp8(
     p_smem = gl.allocate_shared_memory(dtype, [BLOCK_H, BLOCK_N], p_layout)
 
     # Q and the first block in the first copy group, the second block in the second.
-    heads = tile * BLOCK_H + gl.arange(0, BLOCK_H, layout=copy_rows)
-    head_ok = heads < NUM_HEADS
-    _copy_rows(
-        q_nope_smem, q_nope_ptr + row * stride_qn_b, heads, head_ok, stride_qn_h, LORA, copy_layout
-    )
-    _copy_rows(
+    _copy_query(
+        q_nope_smem,
         q_pe_smem,
-        q_pe_ptr + row * stride_qp_b + QP_OFFSET,
-        heads,
-        head_ok,
-        stride_qp_h,
+        q_nope_ptr,
+        q_pe_ptr,
+        tile,
+        row,
+        NUM_HEADS,
+        BLOCK_H,
+        LORA,
         ROPE,
+        QP_OFFSET,
+        stride_qn_b,
+        stride_qn_h,
+        stride_qp_b,
+        stride_qp_h,
         copy_layout,
     )
     bt_row = block_table_ptr + row * stride_bt_b
@@ -707,20 +742,22 @@ def mla_decode_stage1_gluon_fp8(
     _write_partials(
         buf_ptr,
         acc,
-        l_acc,
+        gl.sum(l_acc, 1),
         m_i,
         kv_scale,
         tile,
         row,
         split,
+        True,  # empty splits returned early
+        0,
+        LORA,
+        True,
         NUM_HEADS,
         LORA,
         BLOCK_H,
         stride_buf_b,
         stride_buf_h,
         stride_buf_s,
-        s_rows,
-        o_layout,
     )
 
 
@@ -770,53 +807,6 @@ def _opaque_zero(i):
     return gl.inline_asm_elementwise(
         "and.b32 $0, $1, 0;", "=r,r", [i], dtype=gl.int32, is_pure=True, pack=1
     )
-
-
-@gluon.jit
-def _seesaw_store(
-    buf_ptr,
-    acc,
-    l_i,
-    m_i,
-    kv_scale,
-    tile,
-    row,
-    split,
-    valid,
-    COL0: gl.constexpr,
-    WRITE_LSE: gl.constexpr,
-    NUM_HEADS: gl.constexpr,
-    LORA: gl.constexpr,
-    BLOCK_H: gl.constexpr,
-    stride_buf_b: gl.constexpr,
-    stride_buf_h: gl.constexpr,
-    stride_buf_s: gl.constexpr,
-):
-    """One warpgroup's half of the partial (columns ``[COL0, COL0 + 256)``), and the lse
-    if ``WRITE_LSE``; nothing where ``valid`` is false (an empty split)."""
-    o_layout: gl.constexpr = acc.type.layout
-    s_rows: gl.constexpr = l_i.type.layout
-    o_rows: gl.constexpr = gl.SliceLayout(1, o_layout)
-    out_heads = tile * BLOCK_H + gl.arange(0, BLOCK_H, layout=o_rows)
-    out_off = (
-        row.to(gl.int64) * stride_buf_b
-        + out_heads.to(gl.int64) * stride_buf_h
-        + split * stride_buf_s
-    )
-    out_ok = (out_heads < NUM_HEADS) & valid
-    inv = kv_scale / gl.convert_layout(l_i, o_rows)
-    d = COL0 + gl.arange(0, LORA // 2, layout=gl.SliceLayout(0, o_layout))
-    gl.store(buf_ptr + out_off[:, None] + d[None, :], acc * inv[:, None], mask=out_ok[:, None])
-    if WRITE_LSE:
-        lse = (m_i + gl.log2(l_i)) * _LN2
-        lse_heads = tile * BLOCK_H + gl.arange(0, BLOCK_H, layout=s_rows)
-        lse_off = (
-            row.to(gl.int64) * stride_buf_b
-            + lse_heads.to(gl.int64) * stride_buf_h
-            + split * stride_buf_s
-            + LORA
-        )
-        gl.store(buf_ptr + lse_off, lse, mask=(lse_heads < NUM_HEADS) & valid)
 
 
 @gluon.jit
@@ -937,7 +927,7 @@ def _seesaw_wg0(
     mbarrier.arrive(l0_bar)
     mbarrier.wait(l1_bar, 0)
     l_i = l_i + l_smem.index(1).load(s_rows)
-    _seesaw_store(
+    _write_partials(
         buf_ptr,
         acc,
         l_i,
@@ -948,6 +938,7 @@ def _seesaw_wg0(
         split,
         valid,
         0,
+        LORA // 2,
         True,
         NUM_HEADS,
         LORA,
@@ -1127,7 +1118,7 @@ def _seesaw_wg1(
     mbarrier.arrive(l1_bar)
     mbarrier.wait(l0_bar, 0)
     l_i = l_i + l_smem.index(0).load(s_rows)
-    _seesaw_store(
+    _write_partials(
         buf_ptr,
         acc,
         l_i,
@@ -1137,6 +1128,7 @@ def _seesaw_wg1(
         row,
         split,
         valid,
+        LORA // 2,
         LORA // 2,
         False,
         NUM_HEADS,
@@ -1219,24 +1211,22 @@ def mla_decode_stage1_gluon_seesaw(
         # Q, then the first two blocks (the second may be past the end: zeros), each
         # block signalling its slot's ready barrier; Q lands before either arrives.
         copy_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
-        heads = tile * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, copy_layout))
-        head_ok = heads < NUM_HEADS
-        _copy_rows(
+        _copy_query(
             q_nope_smem.index(0),
-            q_nope_ptr + row * stride_qn_b,
-            heads,
-            head_ok,
-            stride_qn_h,
-            LORA,
-            copy_layout,
-        )
-        _copy_rows(
             q_pe_smem.index(0),
-            q_pe_ptr + row * stride_qp_b + QP_OFFSET,
-            heads,
-            head_ok,
-            stride_qp_h,
+            q_nope_ptr,
+            q_pe_ptr,
+            tile,
+            row,
+            NUM_HEADS,
+            BLOCK_H,
+            LORA,
             ROPE,
+            QP_OFFSET,
+            stride_qn_b,
+            stride_qn_h,
+            stride_qp_b,
+            stride_qp_h,
             copy_layout,
         )
         page0 = gl.load(bt_row + first // PAGE_SIZE)
