@@ -165,6 +165,12 @@ class Launch:
         self.stage1(name)
         self.stage2(name)
 
+    def time_us(self, stages, name, rep=100):
+        """Median µs of ``stages`` (``self.stage1`` or ``self.both``) for path ``name``
+        under a CUDA graph (``do_bench_cudagraph``)."""
+        fn = functools.partial(stages, name)
+        return 1e3 * triton.testing.do_bench_cudagraph(fn, rep=rep, return_mode="median")
+
 
 def gather_pages(pool, pages):
     """``pool[pages]``, fp8 pools through their bytes (indexing need not support fp8)."""
@@ -401,12 +407,8 @@ def run_timing(pool, gen, sm):
         us = {}
         for path in ("tl", "gluon"):
             run.both(path)
-            us[path + " s1"] = 1e3 * triton.testing.do_bench_cudagraph(
-                functools.partial(run.stage1, path), rep=100, return_mode="median"
-            )
-            us[path + " s1+s2"] = 1e3 * triton.testing.do_bench_cudagraph(
-                functools.partial(run.both, path), rep=100, return_mode="median"
-            )
+            us[path + " s1"] = run.time_us(run.stage1, path)
+            us[path + " s1+s2"] = run.time_us(run.both, path)
         print(
             f"  B={batch:3d} H={heads:3d} L={length:5d} splits={splits:3d} | "
             + " | ".join(f"{k} {v:8.1f} us {flops / v / 1e6:5.0f} TFLOP/s" for k, v in us.items())
@@ -442,13 +444,9 @@ def run_fp8_timing(pool16, pool8, scale, gen, sm):
         ):
             run = runs[path[0]]
             run.both(path[1])
-            us[key] = 1e3 * triton.testing.do_bench_cudagraph(
-                functools.partial(run.stage1, path[1]), rep=100, return_mode="median"
-            )
+            us[key] = run.time_us(run.stage1, path[1])
             if key in ("tl fp8", "gluon fp8", "gluon bf16"):
-                us[key + " s1+s2"] = 1e3 * triton.testing.do_bench_cudagraph(
-                    functools.partial(run.both, path[1]), rep=100, return_mode="median"
-                )
+                us[key + " s1+s2"] = run.time_us(run.both, path[1])
         fp8_bytes = batch * length * D
         print(
             f"  B={batch:3d} H={heads:3d} L={length:5d} splits={splits:3d} | "
@@ -493,9 +491,7 @@ def run_crossover(pool, gen, sm):
             run = Launch(q, pool, table, lens, splits)
             for path in ("tl", "gluon") if splits == occ else ("gluon",):
                 run.both(path)
-                times[path, splits] = 1e3 * triton.testing.do_bench_cudagraph(
-                    functools.partial(run.both, path), rep=50, return_mode="median"
-                )
+                times[path, splits] = run.time_us(run.both, path, rep=50)
             del run
         cells = " | ".join(
             f"{path}@{s} ({length // s} tok) {us:6.1f}" for (path, s), us in times.items()
