@@ -1,27 +1,48 @@
 """How stage 1 groups query heads: shared by the kernels and the split policies.
 
 No imports: the kernel module and the split rules (which import JAX) both read it.
+``head_tile`` is the one definition of the tile a step launches with; the kernel's
+configuration (``kernels.stage1_config``) and the occupancy split rule
+(``splits.occupancy_kv_splits``, which counts the programs a tile makes) both ask it.
 """
 
 MAX_HEAD_TILE = 64  # 64 heads x 576 bf16 fits shared memory next to a KV tile; 128 does not
 MIN_HEAD_TILE = 16  # tl.dot needs at least 16 rows
+# A step whose batch holds at most this many tokens (rows x the longest row), known at
+# trace time, runs 16-head tiles at any head count: there a wider tile's fixed cost per
+# program outweighs its reuse of each latent tile; past it the wider tile's warpgroup
+# MMA wins by far. H200, both stages through JAX, at H=128 against the 64-head default
+# (docs/gpu/cond-head-tile.log): 1/128/4096 15.6 us at 32 splits (what the occupancy
+# rule gives 16-head tiles there) against 21.0; 1/128/1024 14.3 us at 32 splits and
+# 18.2 at 16 (the rule's count) against 17.3, where sweep-h128-16-head-tiles.log read
+# 10.3 at 16 and 13.9 at 32 against 16.1; but 4/128/4096 55.3 against 33.9 and
+# 16/128/1024 74.3 against 34.3 (docs/performance.md, "Head tiles and stage-1
+# configurations").
+SMALL_BATCH_TOKENS = 4096
 
 
-def head_tile(num_heads: int) -> int:
-    """Heads per stage-1 program: ``num_heads`` rounded up to a power of two, in [16, 64]."""
+def head_tile(num_heads: int, batch_tokens: int | None = None) -> int:
+    """Heads per stage-1 program.
+
+    ``num_heads`` rounded up to a power of two, in [16, 64]; but 16 when
+    ``batch_tokens`` (the step's rows times its longest row's length, known at trace
+    time; None when the length is known only at run time) is at most
+    ``SMALL_BATCH_TOKENS``."""
+    if batch_tokens is not None and batch_tokens <= SMALL_BATCH_TOKENS:
+        return MIN_HEAD_TILE
     tile = MIN_HEAD_TILE
     while tile < min(num_heads, MAX_HEAD_TILE):
         tile *= 2
     return tile
 
 
-def head_tiles(num_heads: int) -> int:
+def head_tiles(num_heads: int, batch_tokens: int | None = None) -> int:
     """Stage-1 programs per (row, split)."""
-    return -(-num_heads // head_tile(num_heads))
+    return -(-num_heads // head_tile(num_heads, batch_tokens))
 
 
-def programs_per_sm(num_heads: int) -> int:
+def programs_per_sm(num_heads: int, batch_tokens: int | None = None) -> int:
     """Stage-1 programs resident on one SM at a time (``kernels.stage1_config``):
     two with 16-head tiles (93 KB of shared memory each), one with wider tiles
     (184-221 KB), as Triton 3.6 builds them for sm_90."""
-    return 2 if head_tile(num_heads) <= MIN_HEAD_TILE else 1
+    return 2 if head_tile(num_heads, batch_tokens) <= MIN_HEAD_TILE else 1

@@ -82,6 +82,7 @@ def decode(
     rope_dim: int,
     compute_capability: int | None,
     max_tokens: int | None = None,
+    batch_tokens: int | None = None,
     config: dict[str, int] | None = None,
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """Both stages on checked inputs.
@@ -95,6 +96,8 @@ def decode(
       kv_scale: float32 ``[1]``, the cache's dequantisation scale (1 unless fp8).
       max_tokens: the most tokens a row holds, as known at trace time (a static
         ``max_seq_len``); None: the block table's capacity. It picks stage 1's kernel.
+      batch_tokens: the tl stage 1's head-tile input (``kernels.launch_params``): the
+        rows times ``max_tokens`` where the split count was planned with them, else None.
       config: overrides of ``kernels.stage1_config`` (tuning sweeps only; the tl
         stage 1 then, never the Gluon one).
 
@@ -121,7 +124,10 @@ def decode(
         buffer_strides=_strides(logits_buffer),
     )
     stage1, stage2 = kernels.launch_params(
-        **problem, float32_inputs=q_nope.dtype == jnp.float32, config=config
+        **problem,
+        float32_inputs=q_nope.dtype == jnp.float32,
+        batch_tokens=batch_tokens,
+        config=config,
     )
     stage1_kernel = kernels.mla_decode_stage1
     cc = _launch.device_capability() if compute_capability is None else compute_capability

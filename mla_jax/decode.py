@@ -245,13 +245,19 @@ def _decode_step(
     splits = functools.partial(
         kv_splits, buf.policy, batch=batch, num_heads=heads, sm_count=buf.sm_count
     )
+    # The head tile's input (``_tiling.head_tile``), as the split rule reads it: the
+    # batch's tokens where the split count is planned with a static length, else None
+    # (the default tile).
+    batch_tokens = None
     if batch_invariant:
         # One split: each row is one program's one pass over its tokens, whatever
-        # the batch, so its rounding never depends on its batch mates.
+        # the batch, so its rounding never depends on its batch mates (nor, with the
+        # default tile, on the batch's size).
         grid_splits = 1
         num_splits = jnp.ones((1,), jnp.int32)
     elif static_max_seq_len is not None:
         grid_splits = splits(max_seq_len=static_max_seq_len)
+        batch_tokens = batch * static_max_seq_len
         if grid_splits > buf.max_splits:
             raise ValueError(
                 f"max_seq_len={static_max_seq_len} needs {grid_splits} KV splits under "
@@ -293,6 +299,7 @@ def _decode_step(
             rope_dim=rope_dim,
             compute_capability=compute_capability,
             max_tokens=static_max_seq_len,
+            batch_tokens=batch_tokens,
         )
     else:
         q = q_nope if q_pe is None else jnp.concatenate([q_nope, q_pe], axis=-1)
@@ -361,14 +368,16 @@ def mla_decode(
         previous step); donated. Its split policy and SM count plan the splits.
       scale: softmax scale (a finite Python float; a new value compiles a new kernel).
       max_seq_len: the longest entry of ``seq_lens``, as vLLM passes it. A Python int
-        fixes the split count at trace time (one compilation per split count); an
-        int32 scalar array (traced is fine) or ``None`` (taken from ``seq_lens``)
-        computes it at run time, so one executable serves every length.
-      batch_invariant: vLLM's ``VLLM_BATCH_INVARIANT``: one split (``max_seq_len``
-        then only matters for the reservation), so a row's output is bitwise the same
-        whatever its batch mates, batch size or position. Holds for the triton
-        backend and for the xla backend on the CPU; the xla backend on a GPU raises
-        ValueError (XLA:GPU's dots are not batch-invariant).
+        fixes the split count at trace time (one compilation per split count), and
+        a batch of at most 4096 tokens (``B * max_seq_len``) then runs stage 1 with
+        16-head tiles (``mla_jax._tiling.head_tile``); an int32 scalar array (traced
+        is fine) or ``None`` (taken from ``seq_lens``) computes the count at run time
+        with the default tile, so one executable serves every length.
+      batch_invariant: vLLM's ``VLLM_BATCH_INVARIANT``: one split and the default
+        head tile (``max_seq_len`` then only matters for the reservation), so a row's
+        output is bitwise the same whatever its batch mates, batch size or position.
+        Holds for the triton backend and for the xla backend on the CPU; the xla
+        backend on a GPU raises ValueError (XLA:GPU's dots are not batch-invariant).
       k_scale: the cache's float32 dequantisation scale (a Python float or a scalar
         array), used for the key and the value roles alike, as vLLM does; required
         for an fp8 cache (``mla_jax.cache.quantize_fp8``), 1 by default otherwise.

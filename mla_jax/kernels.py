@@ -396,11 +396,15 @@ def stage2_tiling(
     return {"HEAD_BLOCK": head_block, "SPLIT_BLOCK": split_block, "COL_BLOCK": col_block}
 
 
-def stage1_config(num_heads: int, float32: bool = False) -> dict[str, int]:
+def stage1_config(
+    num_heads: int, float32: bool = False, batch_tokens: int | None = None
+) -> dict[str, int]:
     """Tile sizes and launch options of stage 1 for ``num_heads`` query heads.
 
     Heads are grouped (``_tiling.head_tile``) so each latent tile loaded serves many
-    heads; 64-head tiles reach Hopper's warpgroup MMA. Measured on the H200
+    heads; 64-head tiles reach Hopper's warpgroup MMA. ``batch_tokens``: the step's
+    rows times its longest row, when known at trace time (None: only at run time); a
+    small one takes 16-head tiles at any head count. Measured on the H200
     (docs/performance.md, "Head tiles and stage-1 configurations"): 16-head tiles
     take 32-token blocks, 4 warps and 3 stages (the latent tiles double-buffered);
     wider tiles need 8 warps for their 64 x 512 accumulator and take 64-token blocks
@@ -409,7 +413,7 @@ def stage1_config(num_heads: int, float32: bool = False) -> dict[str, int]:
     chains, ``_attend``); the warpgroup MMA of wider tiles does not need it, and its
     sm_90 build spills more with it.
     """
-    block_h = head_tile(num_heads)
+    block_h = head_tile(num_heads, batch_tokens)
     if block_h <= 16:
         return {
             "BLOCK_H": block_h,
@@ -450,6 +454,7 @@ def launch_params(
     block_table_strides: tuple[int, ...],
     buffer_strides: tuple[int, ...],
     float32_inputs: bool,
+    batch_tokens: int | None = None,
     config: dict[str, int] | None = None,
 ) -> tuple[dict, dict]:
     """Grids, options and constexpr arguments of both stages (element strides).
@@ -457,9 +462,12 @@ def launch_params(
     Returns ``(stage1, stage2)``, each ``{"grid", "num_warps", "num_stages",
     "constexprs"}``; the JAX backend and the interpreter tests both launch
     from these, so they cannot disagree. ``float32_inputs`` keeps float32 dots
-    exact (no TF32); ``config`` overrides entries of ``stage1_config`` (for tuning).
+    exact (no TF32); ``batch_tokens``: ``batch`` times the longest row's length when
+    known at trace time, else None (it picks the head tile, ``stage1_config``; pass
+    what the split count was planned with, ``splits.occupancy_kv_splits``); ``config``
+    overrides entries of ``stage1_config`` (for tuning).
     """
-    cfg = stage1_config(num_heads, float32_inputs) | (config or {})
+    cfg = stage1_config(num_heads, float32_inputs, batch_tokens) | (config or {})
     buf = {
         "stride_buf_b": buffer_strides[0],
         "stride_buf_h": buffer_strides[1],

@@ -102,15 +102,32 @@ def occupancy_kv_splits(
     GPU once with programs, capped so a split keeps ``MIN_TOKENS_PER_SPLIT`` tokens
     (``next_pow2(max_seq_len // MIN_TOKENS_PER_SPLIT)``), at ``MAX_OCCUPANCY_SPLITS``
     and at vLLM's ``2 * sm_count``.
-    A power of two, non-increasing in ``batch`` and non-decreasing in ``max_seq_len``,
-    so the value at ``batch = 1, max_model_len`` covers every smaller problem.
+
+    The programs are those of the head tile the step launches with
+    (``_tiling.head_tile``): a Python int ``max_seq_len`` is known at trace time, and
+    ``batch * max_seq_len`` may pick 16-head tiles; an array length keeps the default
+    tile. A power of two. With the default tile it is non-increasing in ``batch`` and
+    non-decreasing in ``max_seq_len``, and 16-head tiles never ask for more splits
+    than the default tile at the same shape (twice the programs an SM, but at least
+    twice the tiles a row), so the count at ``batch = 1, max_model_len`` with the
+    default tile covers every smaller problem (``reserved_splits``).
     """
     check_positive(sm_count=sm_count)
     check_positive(batch=batch, num_heads=num_heads)
-    resident = programs_per_sm(num_heads) * sm_count
-    wave = prev_pow2(max(1, resident // (batch * head_tiles(num_heads))))
-    cap = min(wave, MAX_SPLITS_PER_SM * sm_count, MAX_OCCUPANCY_SPLITS)
     n = _as_length(max_seq_len)
+    return _occupancy_splits(
+        batch, num_heads, n, sm_count, batch_tokens=batch * n if isinstance(n, int) else None
+    )
+
+
+def _occupancy_splits(
+    batch: int, num_heads: int, n: int | jax.Array, sm_count: int, *, batch_tokens: int | None
+) -> int | jax.Array:
+    """``occupancy_kv_splits`` for a checked length ``n``, on the grid of
+    ``_tiling.head_tile(num_heads, batch_tokens)``."""
+    resident = programs_per_sm(num_heads, batch_tokens) * sm_count
+    wave = prev_pow2(max(1, resident // (batch * head_tiles(num_heads, batch_tokens))))
+    cap = min(wave, MAX_SPLITS_PER_SM * sm_count, MAX_OCCUPANCY_SPLITS)
     if isinstance(n, int):
         return min(next_pow2(max(1, n // MIN_TOKENS_PER_SPLIT)), cap)
     return jnp.minimum(next_pow2(jnp.maximum(1, n // MIN_TOKENS_PER_SPLIT)), cap)
@@ -132,12 +149,16 @@ def kv_splits(
 
 def reserved_splits(policy: Policy, *, num_heads: int, max_model_len: int, sm_count: int) -> int:
     """The split axis a reservation needs: the most ``policy`` asks for at any batch
-    and any length up to ``max_model_len`` (both rules are largest at batch 1 and the
-    longest length)."""
+    and any length up to ``max_model_len``, whether the step knows the length at trace
+    time or only at run time. That is the count at batch 1 and ``max_model_len`` with
+    the default head tile (``occupancy_kv_splits``): what a step whose length is known
+    only at run time asks for there."""
+    check_policy(policy)
+    if policy == "vllm":
+        return int(num_kv_splits(max_model_len, sm_count))
+    check_positive(sm_count=sm_count, num_heads=num_heads)
     return int(
-        kv_splits(
-            policy, batch=1, num_heads=num_heads, max_seq_len=max_model_len, sm_count=sm_count
-        )
+        _occupancy_splits(1, num_heads, _as_length(max_model_len), sm_count, batch_tokens=None)
     )
 
 
@@ -145,7 +166,9 @@ def max_kv_splits(policy: Policy, *, batch: int, num_heads: int, sm_count: int) 
     """The most ``kv_splits`` returns at ``batch``, whatever the length: the split grid
     of a step whose length is only known at run time (programs past the run-time
     count exit at once, but each still takes a launch slot). Both rules stop growing
-    with the length at their caps, long before ``_UNBOUNDED_LEN``."""
+    with the length at their caps, long before ``_UNBOUNDED_LEN``; that length gives
+    the default head tile, which such a step launches and whose count bounds a 16-head
+    tile's (``occupancy_kv_splits``)."""
     return int(
         kv_splits(
             policy, batch=batch, num_heads=num_heads, max_seq_len=_UNBOUNDED_LEN, sm_count=sm_count

@@ -12,11 +12,15 @@ checks that their outputs agree.
     python3 scripts/ab_kernels.py --prev mla_jax/kernels.py --this build/next/kernels.py
 
 The previous ``kernels.py`` is loaded from its file, so it shares this checkout's
-``mla_jax._tiling`` (unchanged since version 5) and its launch parameters come from its
-own ``launch_params``.
+``mla_jax._tiling`` and its launch parameters come from its own ``launch_params``. Each
+version runs the split count a static ``max_seq_len`` gives it: one whose
+``launch_params`` takes ``batch_tokens`` picks its head tile with the batch's tokens
+(``_tiling.head_tile``) and runs ``occupancy_kv_splits``' count for that tile; an older
+one runs the default tile and that tile's count.
 """
 
 import importlib.util
+import inspect
 import json
 import statistics
 
@@ -26,7 +30,7 @@ from stage_times import launchers, make_problem
 from sweep_configs import SM, shapes_parser
 
 from mla_jax import kernels
-from mla_jax.splits import occupancy_kv_splits
+from mla_jax.splits import _occupancy_splits, occupancy_kv_splits
 from mla_jax.tools import bench
 
 ROUNDS = 4  # the two versions alternate which goes first
@@ -39,10 +43,18 @@ def load_kernels(path, name):
     return module
 
 
-def decode_calls(problem, splits, module):
+def plan(module, batch, heads, length):
+    """``(splits, batch_tokens)`` of ``module`` at a static length: the small-batch
+    head tile where its ``launch_params`` can take it, else the default tile."""
+    if "batch_tokens" in inspect.signature(module.launch_params).parameters:
+        return occupancy_kv_splits(batch, heads, length, SM), batch * length
+    return _occupancy_splits(batch, heads, length, SM, batch_tokens=None), None
+
+
+def decode_calls(problem, splits, module, batch_tokens=None):
     """``{"both": ..., "stage1": ..., "stage2": ...}`` launchers of ``module``, and the
     outputs they write."""
-    stage1, stage2, out, lse = launchers(*problem, splits, module=module)
+    stage1, stage2, out, lse = launchers(*problem, splits, module=module, batch_tokens=batch_tokens)
 
     def both():
         stage1()
@@ -74,10 +86,12 @@ def main():
     rows = []
     for seed, (batch, heads, length) in enumerate(args.shapes):
         problem = make_problem(batch, heads, length, seed)
-        splits = occupancy_kv_splits(batch, heads, length, SM)
+        plans = {name: plan(module, batch, heads, length) for name, module in versions.items()}
+        splits = plans["this"][0]
         calls, outs = {}, {}
         for name, module in versions.items():
-            calls[name], *outs[name] = decode_calls(problem, splits, module)
+            splits_of, tokens_of = plans[name]
+            calls[name], *outs[name] = decode_calls(problem, splits_of, module, tokens_of)
             calls[name]["both"]()
         diff = float((outs["prev"][0].float() - outs["this"][0].float()).abs().max())
         lse_diff = float((outs["prev"][1] - outs["this"][1]).abs().max())
@@ -100,6 +114,7 @@ def main():
             heads=heads,
             length=length,
             splits=splits,
+            prev_splits=plans["prev"][0],
             ms=ms,
             times_ms=times["both"],
             ratio=ms["this"] / ms["prev"],
@@ -114,7 +129,8 @@ def main():
             row["stage_ms"] = stages
         rows.append(row)
         print(
-            f"B={batch:4d} H={heads:4d} L={length:6d} splits={splits:3d}  prev "
+            f"B={batch:4d} H={heads:4d} L={length:6d} splits={plans['prev'][0]:3d}/{splits:3d}"
+            "  prev "
             f"{ms['prev'] * 1e3:8.1f} us  this {ms['this'] * 1e3:8.1f} us  "
             f"this/prev {row['ratio']:.3f}  (rounds: "
             + ", ".join(f"{a * 1e3:.1f}/{b * 1e3:.1f}" for a, b in zip(*times["both"].values()))

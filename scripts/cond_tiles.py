@@ -16,7 +16,7 @@ import jax.numpy as jnp
 from jax import lax
 from sweep_configs import CONFIGS, SM, direct, shape_inputs, shapes_parser, time_decode
 
-from mla_jax.splits import occupancy_kv_splits
+from mla_jax.splits import _occupancy_splits
 
 SHAPES = [(1, 128, 1024), (1, 128, 4096), (4, 128, 4096), (16, 128, 1024)]
 SMALL_TOKENS = 4096  # runs 24 and 39: where 16-head tiles stop winning
@@ -39,7 +39,8 @@ def main():
     results = []
     for batch, heads, length in args.shapes:
         inputs, calls = shape_inputs(batch, heads, length)
-        occ = occupancy_kv_splits(batch, heads, length, SM)
+        # The 64-head tile's count (the default before the trace-time tile choice).
+        occ = _occupancy_splits(batch, heads, length, SM, batch_tokens=None)
         variants = [(f"64-head, {occ} splits (default)", direct(occ, WIDE))]
         for s in (16, 32):
             variants += [

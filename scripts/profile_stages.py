@@ -25,7 +25,9 @@ def main():
     args = parser.parse_args()
     ((batch, heads, length),) = args.shape
     splits = args.splits or occupancy_kv_splits(batch, heads, length, SM)
-    stage1, stage2, out, _ = launchers(*make_problem(batch, heads, length, 0), splits)
+    stage1, stage2, out, _ = launchers(
+        *make_problem(batch, heads, length, 0), splits, batch_tokens=batch * length
+    )
     for _ in range(LAUNCHES):
         stage1()
         stage2()

@@ -61,11 +61,13 @@ def make_problem(batch, heads, length, seed):
     return q, kv, table, lens
 
 
-def launchers(q, kv, table, lens, splits, module=kernels):
+def launchers(q, kv, table, lens, splits, module=kernels, batch_tokens=None):
     """The two stages of ``module`` (``mla_jax.kernels`` or another version of it) on
     NaN-poisoned outputs: ``(stage1, stage2, out, lse)``. ``stage2(num_warps, **tiling)``
     launches stage 2 with ``launch_params``' tiling and warps, or with the ``num_warps``,
-    ``HEAD_BLOCK``, ``SPLIT_BLOCK`` and ``COL_BLOCK`` given (its grid follows them)."""
+    ``HEAD_BLOCK``, ``SPLIT_BLOCK`` and ``COL_BLOCK`` given (its grid follows them).
+    ``batch_tokens`` (rows x length, as a static ``max_seq_len`` gives it) picks the head
+    tile in versions whose ``launch_params`` take it; None: the default tile."""
     batch, heads, _ = q.shape
     buf = torch.full((batch, heads, splits, LORA + 1), float("nan"), device="cuda")
     out = torch.full((batch, heads, LORA), float("nan"), device="cuda").bfloat16()
@@ -78,6 +80,8 @@ def launchers(q, kv, table, lens, splits, module=kernels):
         if "num_pages" in inspect.signature(module.launch_params).parameters
         else {}
     )
+    if "batch_tokens" in inspect.signature(module.launch_params).parameters:
+        sizes["batch_tokens"] = batch_tokens
     s1, s2 = module.launch_params(
         **sizes,
         batch=batch,
@@ -135,7 +139,8 @@ def jax_ms(q, kv, table, lens, splits, calls, runs):
     ``runs`` runs per sync, on the same arrays (shared through DLPack)."""
     inputs = tuple(jax.dlpack.from_dlpack(t) for t in (q, kv, table, lens))
     buf = jnp.zeros((q.shape[0], q.shape[1], splits, LORA + 1), jnp.float32)
-    return time_decode(direct(splits, None), calls, inputs, buf, repeats=5, runs=runs)[0]
+    decode = direct(splits, None, q.shape[0] * int(lens.max()))  # the tile launchers got
+    return time_decode(decode, calls, inputs, buf, repeats=5, runs=runs)[0]
 
 
 def main():
@@ -153,7 +158,9 @@ def main():
     for seed, (batch, heads, length) in enumerate(args.shapes):
         q, kv, table, lens = make_problem(batch, heads, length, seed)
         splits = occupancy_kv_splits(batch, heads, length, SM)
-        stage1, stage2, out, lse = launchers(q, kv, table, lens, splits)
+        stage1, stage2, out, lse = launchers(
+            q, kv, table, lens, splits, batch_tokens=batch * length
+        )
         # Version 6's stage 2 tiling for comparison: one head and 128 columns a program,
         # up to MAX_SPLIT_BLOCK splits an iteration.
         stage2_v6 = functools.partial(

@@ -116,8 +116,10 @@ def shape_inputs(batch, heads, length):
     return inputs, bench.calls_for(floor)
 
 
-def direct(splits, config):
-    """The triton decode at a fixed split count and stage-1 configuration."""
+def direct(splits, config, batch_tokens=None):
+    """The triton decode at a fixed split count and stage-1 configuration (None: the
+    one ``kernels.stage1_config`` picks with ``batch_tokens``, as ``mla_decode`` passes
+    it for a static length; None: the default tile)."""
 
     def decode(q, kv, bt, sl, buf):
         return triton_backend.decode(
@@ -135,6 +137,7 @@ def direct(splits, config):
             kv_lora_rank=512,
             rope_dim=64,
             compute_capability=None,
+            batch_tokens=batch_tokens,
             config=config,
         )
 
@@ -161,7 +164,7 @@ def main():
                 for s in split_choices(batch, heads, length)
             ]
             + [
-                (f"splits={occ:3d} default config, reserved buffer", occ, None, "reserved"),
+                (f"splits={occ:3d} mla_decode's config, reserved buffer", occ, None, "reserved"),
                 ("mla_decode defaults, timed last", None, None, "reserved"),
             ]
         )
@@ -178,7 +181,10 @@ def main():
                         q, kv, bt, sl, buf, scale=SCALE, max_seq_len=length
                     )
                 else:
-                    decode = direct(splits, config)
+                    # "default config" rows: the default tile; the reserved-buffer row:
+                    # the tile mla_decode picks for this static length.
+                    tokens = batch * length if buffer == "reserved" else None
+                    decode = direct(splits, config, tokens)
                 ms, out = time_decode(decode, calls, inputs, buf)
             except Exception as e:  # a config that does not compile or fit: record why
                 print(f"B={batch} H={heads} L={length} {name}: {e!r}"[:300], flush=True)

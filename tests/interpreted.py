@@ -52,6 +52,7 @@ def run(
     num_splits: int,
     grid_splits: int | None = None,
     kv_scale: float = 1.0,
+    batch_tokens: int | None = None,
     config: dict | None = None,
     poison: int = 0,
 ):
@@ -59,7 +60,9 @@ def run(
 
     ``q`` is ``[B, H, lora + rope]``; ``buffer`` float32 ``[rows, H, splits, lora + 1]``
     keeps its contents where the kernel does not write. Outputs start as NaN.
-    ``config`` overrides the stage-1 configuration ``kernels.stage1_config`` picks.
+    ``batch_tokens`` picks the head tile as a static step's would
+    (``kernels.launch_params``); ``config`` overrides the stage-1 configuration
+    ``kernels.stage1_config`` picks.
     ``poison`` places the cache inside ``poison`` NaN pages on either side and the block
     table inside ``poison`` rows of entries that point just past the pool, so a read
     outside either array turns the output NaN (or wrong) instead of passing unseen.
@@ -106,6 +109,7 @@ def run(
         block_table_strides=bt_t.stride(),
         buffer_strides=buf_t.stride(),
         float32_inputs=q.dtype == np.float32,
+        batch_tokens=batch_tokens,
         config=config,
     )
     kernels.mla_decode_stage1[stage1["grid"]](

@@ -18,7 +18,9 @@ def pool():
         yield p
 
 
-def check(pool, case, *, num_splits, grid_splits, buffer_rows, dtype, config=None):
+def check(
+    pool, case, *, num_splits, grid_splits, buffer_rows, dtype, config=None, batch_tokens=None
+):
     heads = case.q.shape[1]
     buffer = np.full(
         (buffer_rows, heads, grid_splits + 1, case.kv_lora_rank + 1), POISON, np.float32
@@ -26,7 +28,13 @@ def check(pool, case, *, num_splits, grid_splits, buffer_rows, dtype, config=Non
     out, lse, buf = pool.apply(
         run,
         (case.q, case.kv_cache, case.block_table, case.seq_lens, buffer),
-        dict(scale=case.scale, num_splits=num_splits, grid_splits=grid_splits, config=config),
+        dict(
+            scale=case.scale,
+            num_splits=num_splits,
+            grid_splits=grid_splits,
+            config=config,
+            batch_tokens=batch_tokens,
+        ),
     )
     ref_out, ref_lse = mla_decode_reference_np(
         case.q,
@@ -87,6 +95,40 @@ def test_deepseek_dims(pool, dtype, heads, rng):
         seq_lens=[0, int(rng.integers(1, 1280)), 1280],
     )
     check(pool, case, num_splits=2, grid_splits=2, buffer_rows=4, dtype=dtype)
+
+
+@pytest.mark.parametrize(
+    "dtype, batch, length, want_splits", [(np.float16, 1, 2048, 32), (np.float32, 2, 1024, 16)]
+)
+def test_small_batch_tile_at_h128(pool, dtype, batch, length, want_splits, rng):
+    """What a static step at B * L <= 4096 tokens launches at H=128: 16-head tiles (8
+    a row) on the occupancy rule's split grid (32 splits at batch 1 from 2048 tokens
+    on, 1/128/4096 included); the second row of a batch of two shorter than the first."""
+    from mla_jax.splits import occupancy_kv_splits
+
+    heads, page = 128, 64
+    splits = occupancy_kv_splits(batch, heads, length, 132)
+    assert splits == want_splits
+    assert kernels.stage1_config(heads, batch_tokens=batch * length)["BLOCK_H"] == 16
+    case = random_case(
+        rng,
+        batch=batch,
+        heads=heads,
+        dims=DEEPSEEK,
+        page_size=page,
+        pages_per_seq=length // page,
+        dtype=dtype,
+        seq_lens=[length, int(rng.integers(1, length))][:batch],
+    )
+    check(
+        pool,
+        case,
+        num_splits=splits,
+        grid_splits=splits,
+        buffer_rows=batch + 1,
+        dtype=dtype,
+        batch_tokens=batch * length,
+    )
 
 
 @pytest.mark.parametrize(

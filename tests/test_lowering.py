@@ -198,6 +198,67 @@ def test_runtime_split_grid_is_the_batch_bound(policy, batch, heads, want):
     assert stage1_grid[1:] == (batch, want), stage1_grid
 
 
+@pytest.mark.parametrize(
+    "batch, heads, length, max_seq_len, batch_invariant, tile, splits",
+    [
+        (1, 128, 4096, 4096, False, 16, 32),  # 4096 tokens: 16-head tiles, 32 splits
+        (1, 128, 1024, 1024, False, 16, 16),  # one split per 64 tokens
+        (2, 128, 2048, 2048, False, 16, 16),
+        (1, 64, 4096, 4096, False, 16, 64),
+        (4, 128, 4096, 4096, False, 64, 16),  # 16384 tokens: the default
+        (1, 128, 4096, None, False, 64, 64),  # length known only at run time
+        (1, 128, 1024, 1000, True, 64, 1),  # batch-invariant: the tile never follows B
+        (1, 16, 4096, 4096, False, 16, 64),  # H=16: 16-head tiles anyway, as before
+    ],
+)
+def test_head_tile_is_chosen_at_trace_time(
+    batch, heads, length, max_seq_len, batch_invariant, tile, splits
+):
+    """A static ``max_seq_len`` whose batch holds at most ``SMALL_BATCH_TOKENS`` tokens
+    lowers stage 1 with 16-head tiles (``_tiling.head_tile``), 4 warps and mma.sync, on
+    the grid the occupancy rule plans for them, in a buffer reserved the usual way;
+    otherwise the default tile (64 heads above H=32: 8 warps, warpgroup MMA)."""
+    from mla_jax.splits import reserved_splits
+    from tests.test_kernel_cache import custom_calls, kernel_call
+
+    page = 64
+    reserved = reserved_splits("occupancy", num_heads=heads, max_model_len=length, sm_count=132)
+
+    def step(q, kv, bt, sl, buf):
+        return mla_jax.mla_decode(
+            q,
+            kv,
+            bt,
+            sl,
+            buf,
+            scale=0.1,
+            max_seq_len=max_seq_len,
+            batch_invariant=batch_invariant,
+            backend="triton",
+            compute_capability=90,
+        )
+
+    spec = jax.ShapeDtypeStruct
+    args = (
+        spec((batch, heads, 576), jnp.bfloat16),
+        spec((batch * length // page, page, 576), jnp.bfloat16),
+        spec((batch, length // page), jnp.int32),
+        spec((batch,), jnp.int32),
+        buffer_spec(batch, heads, reserved, policy="occupancy"),
+    )
+    text = jax.jit(step, donate_argnums=4).trace(*args).lower(lowering_platforms=("cuda",))
+    stage1, stage2 = (kernel_call(line) for line in custom_calls(text.as_text()))
+    assert (stage1["kernel_name"], stage2["kernel_name"]) == (
+        "mla_decode_stage1",
+        "mla_decode_stage2",
+    )
+    assert stage1["grid"] == (-(-heads // tile), batch, splits)
+    assert splits <= reserved
+    assert stage1["num_warps"] == (4 if tile == 16 else 8)
+    ptx = stage1["ptx"].decode()
+    assert ("wgmma" in ptx) == (tile == 64) and ("mma.sync" in ptx) == (tile == 16)
+
+
 @pytest.mark.parametrize("heads, mma", [(128, "HGMMA"), (16, "HMMA")])
 def test_stage1_sass_uses_the_expected_mma(heads, mma, tmp_path):
     """The sm_90 build of stage 1 (scripts/inspect_kernel.py, the launch route's

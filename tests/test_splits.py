@@ -66,6 +66,9 @@ def test_reserve_logits_buffer_shape_and_dtype():
     assert buf.shape == (8, 16, 128, 513)
     # 64-head tiles: one program per SM, so batch 1 fills 132 with 2 tiles: 64 splits.
     assert mla_jax.reserve_logits_buffer(8, 128, 16384, sm_count=132).shape[2] == 64
+    # Also at 4096 tokens, where a static step at batch 1 plans 16-head tiles at 32
+    # splits: the reservation holds a run-time step's 64.
+    assert mla_jax.reserve_logits_buffer(8, 128, 4096, sm_count=132).shape[2] == 64
 
 
 def test_reserve_without_gpu_asks_for_sm_count():
@@ -104,6 +107,58 @@ def test_occupancy_policy_values():
     assert occ(1, 128, 1 << 20, 132) == 64
     assert occ(1, 16, 1 << 20, 132) == 128  # MAX_OCCUPANCY_SPLITS
     assert occ(1, 16, 0, 132) == 1
+    # A static length whose batch holds at most SMALL_BATCH_TOKENS tokens plans for
+    # 16-head tiles (two programs an SM, 8 tiles a row at H=128): 264 // 8 -> 32.
+    assert occ(1, 128, 4096, 132) == 32
+    assert occ(1, 128, 1024, 132) == 16  # one split per 64 tokens
+    assert occ(2, 128, 2048, 132) == 16
+    assert occ(4, 128, 1024, 132) == 8
+    assert occ(1, 128, 4097, 132) == 64  # one token past: 64-head tiles
+    assert occ(2, 128, 4096, 132) == 32
+
+
+def test_small_batch_tile_rule():
+    from mla_jax._tiling import SMALL_BATCH_TOKENS, head_tile, head_tiles, programs_per_sm
+
+    assert SMALL_BATCH_TOKENS == 4096
+    for heads, default in [(1, 16), (16, 16), (20, 32), (32, 32), (33, 64), (128, 64)]:
+        assert head_tile(heads) == default  # length known only at run time
+        assert head_tile(heads, SMALL_BATCH_TOKENS + 1) == default
+        assert head_tile(heads, SMALL_BATCH_TOKENS) == 16
+        assert head_tile(heads, 0) == 16
+    assert (head_tiles(128), programs_per_sm(128)) == (2, 1)
+    assert (head_tiles(128, 4096), programs_per_sm(128, 4096)) == (8, 2)
+
+
+@pytest.mark.parametrize("heads", [16, 32, 128])
+def test_small_batch_tile_only_with_a_static_length(heads):
+    """An array length (run time) keeps the default tile's count; an int length the
+    tile its batch's tokens pick; the two differ only where that tile is 16 heads."""
+    from mla_jax._tiling import head_tile
+    from mla_jax.splits import occupancy_kv_splits as occ
+
+    for batch, length in [(1, 1024), (1, 4096), (2, 2048), (4, 1024), (3, 1365), (1, 8192)]:
+        static = occ(batch, heads, length, 132)
+        run_time = int(occ(batch, heads, jnp.int32(length), 132))
+        if head_tile(heads, batch * length) == head_tile(heads):
+            assert static == run_time
+        else:
+            assert static <= run_time
+    assert (occ(1, 128, 4096, 132), int(occ(1, 128, jnp.int32(4096), 132))) == (32, 64)
+
+
+@pytest.mark.parametrize("sm_count", [1, 7, 66, 78, 114, 132, 264])
+def test_small_batch_tile_never_asks_for_more_splits(sm_count):
+    """At every shape, the 16-head grid's count is at most the default tile's: what
+    lets a reservation sized with the default tile hold every static step."""
+    from mla_jax.splits import _occupancy_splits
+
+    for heads in [*range(1, 80), 96, 127, 128, 129, 192, 256]:
+        for batch in [1, 2, 3, 4, 5, 8, 13, 64, 300]:
+            for n in [0, 1, 63, 64, 100, 1024, 1365, 2048, 4096, 1 << 20]:
+                narrow = _occupancy_splits(batch, heads, n, sm_count, batch_tokens=0)
+                default = _occupancy_splits(batch, heads, n, sm_count, batch_tokens=None)
+                assert narrow <= default, (heads, batch, n)
 
 
 @pytest.mark.parametrize("policy", ["vllm", "occupancy"])
@@ -121,10 +176,10 @@ def test_max_kv_splits_bounds_every_length(policy, num_heads):
 
 
 @pytest.mark.parametrize("policy", ["vllm", "occupancy"])
-@pytest.mark.parametrize("num_heads", [1, 16, 20, 128])
+@pytest.mark.parametrize("num_heads", [1, 16, 20, 64, 128])
 @pytest.mark.parametrize(
     "max_num_seqs, max_model_len, sm_count",
-    [(128, 16384, 132), (7, 3000, 8), (300, 1 << 20, 132), (1, 600, 1)],
+    [(128, 16384, 132), (7, 3000, 8), (300, 1 << 20, 132), (1, 600, 1), (8, 4096, 132)],
 )
 def test_reservation_covers_every_batch_and_length(
     policy, num_heads, max_num_seqs, max_model_len, sm_count
@@ -156,17 +211,46 @@ def test_reservation_covers_every_batch_and_length(
         )
         assert max(need) <= buf.shape[2]
         assert all(n & (n - 1) == 0 or n == 2 * sm_count for n in need)  # powers of two or the cap
+        # A length known only at run time (the default tile) fits too, up to the
+        # reservation's own length.
+        run_time = kv_splits(
+            policy,
+            batch=batch,
+            num_heads=num_heads,
+            max_seq_len=jnp.int32(max_model_len),
+            sm_count=sm_count,
+        )
+        assert int(run_time) <= buf.shape[2]
+    if policy == "occupancy":  # reached by a run-time step at batch 1
+        assert buf.shape[2] == int(
+            kv_splits(
+                policy,
+                batch=1,
+                num_heads=num_heads,
+                max_seq_len=jnp.int32(max_model_len),
+                sm_count=sm_count,
+            )
+        )
 
 
 def test_occupancy_traced_equals_int():
+    """A traced length gives the int rule's count with the default tile: the int
+    rule's own count wherever the batch holds more than SMALL_BATCH_TOKENS tokens."""
+    from mla_jax._tiling import SMALL_BATCH_TOKENS
+    from mla_jax.splits import _occupancy_splits
     from mla_jax.splits import occupancy_kv_splits as occ
 
-    for batch, heads in [(1, 16), (5, 128), (128, 16)]:
+    for batch, heads in [(1, 16), (5, 128), (128, 16), (1, 128)]:
         traced = jax.jit(jax.vmap(lambda n, batch=batch, heads=heads: occ(batch, heads, n, 132)))(
             jnp.asarray(LENGTHS, jnp.int32)
         )
         np.testing.assert_array_equal(
-            np.asarray(traced), [occ(batch, heads, int(n), 132) for n in LENGTHS]
+            np.asarray(traced),
+            [_occupancy_splits(batch, heads, int(n), 132, batch_tokens=None) for n in LENGTHS],
+        )
+        large = batch * LENGTHS > SMALL_BATCH_TOKENS
+        np.testing.assert_array_equal(
+            np.asarray(traced)[large], [occ(batch, heads, int(n), 132) for n in LENGTHS[large]]
         )
 
 
