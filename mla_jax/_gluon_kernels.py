@@ -165,6 +165,9 @@ BLOCK_N = 64
 # partition's 4 warps, and its build adds the worker's 4 (its metadata says 8).
 NUM_WARPS = 8
 SEESAW_NUM_WARPS = 4
+# The 16-head fp8 kernel: one warpgroup, 16 heads (the MMAs' N).
+SMALL_BLOCK_H = 16
+SMALL_NUM_WARPS = 4
 # The seesaw worker's registers: 256, as the default partition (8 warps x 256 = the
 # whole register file).
 SEESAW_WORKER_REGS = gl.constexpr(256)
@@ -193,21 +196,25 @@ def supports(
     kv_dtype: str,
     kv_row_stride: int,
     kv_page_stride: int,
+    fp8_small_heads: bool = False,
 ) -> bool:
-    """Whether one of the Gluon kernels (``kernel_for(kv_dtype)``) handles the problem
-    (else use the tl kernel).
+    """Whether one of the Gluon kernels (``kernel_for(kv_dtype, num_heads)``) handles
+    the problem (else use the tl kernel).
 
     ``q_dtype``/``kv_dtype`` are names (``"bfloat16"``, ``"float16"``, ...): q 16-bit,
     and the cache either of q's dtype or ``float8_e4m3fn`` (its scale passed as
     ``kv_scale``). Pages must hold whole 64-token blocks, and each latent row must
-    start 16-byte aligned (``cp.async`` moves 16 bytes); the last dimension is assumed
-    contiguous.
+    start 16-byte aligned (``cp.async`` and the fp8 loads move 16 bytes); the last
+    dimension is assumed contiguous. At least ``BLOCK_H`` heads, or, with
+    ``fp8_small_heads``, an fp8 cache and at least ``SMALL_BLOCK_H`` heads (the 16-head
+    kernel, ``mla_decode_stage1_gluon_fp8_h16``).
     """
     if q_dtype not in SIXTEEN_BIT or kv_dtype not in (q_dtype, FP8):
         return False
     per_copy = _CP_ASYNC_BYTES // (1 if kv_dtype == FP8 else 2)  # elements in 16 bytes
+    min_heads = SMALL_BLOCK_H if fp8_small_heads and kv_dtype == FP8 else BLOCK_H
     return (
-        num_heads >= BLOCK_H
+        num_heads >= min_heads
         and page_size % BLOCK_N == 0
         and kv_lora_rank == LORA
         and rope_dim == ROPE
@@ -216,33 +223,45 @@ def supports(
     )
 
 
-def kernel_for(kv_dtype: str) -> Any:
-    """The Gluon stage 1 for a cache of dtype ``kv_dtype`` (a name, as in ``supports``).
-    Both take the same arguments and ``launch_params``."""
-    return mla_decode_stage1_gluon_fp8 if kv_dtype == FP8 else mla_decode_stage1_gluon_seesaw
+def kernel_for(kv_dtype: str, num_heads: int = BLOCK_H) -> Any:
+    """The Gluon stage 1 for a cache of dtype ``kv_dtype`` (a name, as in ``supports``)
+    and ``num_heads`` query heads: the 16-head fp8 kernel under ``BLOCK_H`` heads. All
+    take the same arguments; ``launch_params`` gives each its launch."""
+    if kv_dtype != FP8:
+        return mla_decode_stage1_gluon_seesaw
+    if num_heads < BLOCK_H:
+        return mla_decode_stage1_gluon_fp8_h16
+    return mla_decode_stage1_gluon_fp8
 
 
 def launch_params(kv_dtype: str | None = None, **problem: Any) -> dict:
     """Grid, options and constexprs of the Gluon stage 1 for a cache of dtype
-    ``kv_dtype`` (``kernel_for(kv_dtype)``; None: a 16-bit cache): ``problem`` is
-    ``kernels.launch_params``' keywords but ``float32_inputs`` and ``config``. The
-    problem's constexprs are the tl stage 1's (one definition), less its tiling; the
-    buffer is the tl kernel's, so stage 2 is launched from ``kernels.launch_params``.
-    The fp8 kernel adds ``WIDEN`` (``_widen``: ``FP8_WIDEN``)."""
+    ``kv_dtype`` (``kernel_for(kv_dtype, num_heads)``; None: a 16-bit cache):
+    ``problem`` is ``kernels.launch_params``' keywords but ``float32_inputs`` and
+    ``config``. The problem's constexprs are the tl stage 1's (one definition), less
+    its tiling; the buffer is the tl kernel's, so stage 2 is launched from
+    ``kernels.launch_params``. The fp8 kernels add ``WIDEN`` (``_widen``:
+    ``FP8_WIDEN``)."""
     tl_stage1, _ = kernels.launch_params(**problem, float32_inputs=False)
+    small = kv_dtype == FP8 and problem["num_heads"] < BLOCK_H
+    block_h = SMALL_BLOCK_H if small else BLOCK_H
     constexprs = {k: v for k, v in tl_stage1["constexprs"].items() if k not in _TL_TILING} | {
-        "BLOCK_H": BLOCK_H,
+        "BLOCK_H": block_h,
         "BLOCK_N": BLOCK_N,
     }
     if kv_dtype == FP8:
         constexprs["WIDEN"] = FP8_WIDEN
+    if small:
+        num_warps = SMALL_NUM_WARPS
+    else:
+        num_warps = NUM_WARPS if kv_dtype == FP8 else SEESAW_NUM_WARPS
     return {
         "grid": (
-            triton.cdiv(problem["num_heads"], BLOCK_H),
+            triton.cdiv(problem["num_heads"], block_h),
             problem["batch"],
             problem["grid_splits"],
         ),
-        "num_warps": NUM_WARPS if kv_dtype == FP8 else SEESAW_NUM_WARPS,
+        "num_warps": num_warps,
         "num_stages": 1,
         "constexprs": constexprs,
     }
@@ -491,16 +510,22 @@ def _widen(dst, src, layout: gl.constexpr, WIDEN: gl.constexpr):
     for two values; to bf16 it adds a scalar ``cvt.bf16.f16`` per value); ``"bits"``,
     ``_E4M3_WIDEN_ASM`` (three integer instructions and a 16-bit multiply for two
     values); ``"auto"``: ``"bits"`` for bf16, ``"cvt"`` for fp16."""
-    x = src.load(layout)
-    bits: gl.constexpr = WIDEN == "bits" or (WIDEN == "auto" and dst.dtype == gl.bfloat16)
+    dst.store(_widened(src.load(layout), dst.dtype, WIDEN))
+
+
+@gluon.jit
+def _widened(x, dtype: gl.constexpr, WIDEN: gl.constexpr):
+    """``x`` (fp8 e4m3, registers) in ``dtype`` (bf16 or fp16), the same layout; ``WIDEN``
+    as in ``_widen``."""
+    bits: gl.constexpr = WIDEN == "bits" or (WIDEN == "auto" and dtype == gl.bfloat16)
     if bits:
-        asm: gl.constexpr = _E4M3_TO_BF16_ASM if dst.dtype == gl.bfloat16 else _E4M3_TO_F16_ASM
+        asm: gl.constexpr = _E4M3_TO_BF16_ASM if dtype == gl.bfloat16 else _E4M3_TO_F16_ASM
         wide = gl.inline_asm_elementwise(
-            asm, "=r,=r,r", [x.to(gl.uint8, bitcast=True)], dtype=dst.dtype, is_pure=True, pack=4
+            asm, "=r,=r,r", [x.to(gl.uint8, bitcast=True)], dtype=dtype.value, is_pure=True, pack=4
         )
     else:
-        wide = x.to(dst.dtype)
-    dst.store(wide)
+        wide = x.to(dtype)
+    return wide
 
 
 @gluon.jit
@@ -722,6 +747,311 @@ def mla_decode_stage1_gluon_fp8(
         s_rows,
         o_layout,
     )
+
+
+# --------------------------------------------------------------------------------------
+# The fp8 kernel for 16-head tiles: tokens on the MMA's M (see the module docstring).
+
+
+@gluon.jit
+def _load_block_words(
+    kv_words,
+    page,
+    n0,
+    start,
+    end,
+    PAGE_SIZE: gl.constexpr,
+    NUM_PAGES: gl.constexpr,
+    LORA: gl.constexpr,
+    ROPE: gl.constexpr,
+    BLOCK_N: gl.constexpr,
+    stride_kv_page: gl.constexpr,
+    stride_kv_row: gl.constexpr,
+    nope_layout: gl.constexpr,
+    rope_layout: gl.constexpr,
+):
+    """The fp8 block at token ``n0`` (raw page index ``page``) into registers as 32-bit
+    words of 4 values (``kv_words``: the cache as int32; strides in fp8 elements): its
+    first ``LORA`` columns in ``nope_layout``, the ``ROPE`` after them in
+    ``rope_layout``. Rows outside ``[start, end)`` are zeros and read nothing (a block
+    past ``end`` reads nothing at all)."""
+    block = (
+        kv_words
+        + _safe_page(page, NUM_PAGES).to(gl.int64) * (stride_kv_page // 4)
+        + (n0 % PAGE_SIZE) * (stride_kv_row // 4)
+    )
+    rows = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, nope_layout))
+    ok = (n0 + rows >= start) & (n0 + rows < end)
+    cols = gl.arange(0, LORA // 4, layout=gl.SliceLayout(0, nope_layout))
+    nope = gl.load(
+        block + rows[:, None] * (stride_kv_row // 4) + cols[None, :], mask=ok[:, None], other=0
+    )
+    rows = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, rope_layout))
+    ok = (n0 + rows >= start) & (n0 + rows < end)
+    cols = gl.arange(0, ROPE // 4, layout=gl.SliceLayout(0, rope_layout))
+    rope = gl.load(
+        block + LORA // 4 + rows[:, None] * (stride_kv_row // 4) + cols[None, :],
+        mask=ok[:, None],
+        other=0,
+    )
+    return nope, rope
+
+
+# e4m3 -> fp16 / bf16 by the e4m3 cvt, 4 values (one 32-bit word) at a time: two
+# cvt.rn.f16x2.e4m3x2; for bf16 each f16 then goes through float32 (exact) and two are
+# packed by one cvt.rn.bf16x2.f32.
+_E4M3_TO_F16_CVT_ASM = gl.constexpr("""{
+.reg .b16 lo, hi;
+mov.b32 {lo, hi}, $2;
+cvt.rn.f16x2.e4m3x2 $0, lo;
+cvt.rn.f16x2.e4m3x2 $1, hi;
+}""")
+_E4M3_TO_BF16_CVT_ASM = gl.constexpr("""{
+.reg .b16 lo, hi, a, b;
+.reg .b32 h;
+.reg .f32 x, y;
+mov.b32 {lo, hi}, $2;
+cvt.rn.f16x2.e4m3x2 h, lo;
+mov.b32 {a, b}, h;
+cvt.f32.f16 x, a;
+cvt.f32.f16 y, b;
+cvt.rn.bf16x2.f32 $0, y, x;
+cvt.rn.f16x2.e4m3x2 h, hi;
+mov.b32 {a, b}, h;
+cvt.f32.f16 x, a;
+cvt.f32.f16 y, b;
+cvt.rn.bf16x2.f32 $1, y, x;
+}""")
+
+
+@gluon.jit
+def _store_widened_words(dst, words, WIDEN: gl.constexpr):
+    """``words`` (int32, each 4 e4m3 values of consecutive columns) widened into ``dst``
+    (16-bit, an NVMMA-swizzled tile of 4x the columns); ``WIDEN`` as in ``_widen``.
+    Each word becomes two words of two 16-bit values, stored through an int32 view of
+    ``dst`` (the swizzle moves 16-byte chunks, whatever the element type)."""
+    bits: gl.constexpr = WIDEN == "bits" or (WIDEN == "auto" and dst.dtype == gl.bfloat16)
+    if bits:
+        asm: gl.constexpr = _E4M3_TO_BF16_ASM if dst.dtype == gl.bfloat16 else _E4M3_TO_F16_ASM
+    else:
+        asm: gl.constexpr = (
+            _E4M3_TO_BF16_CVT_ASM if dst.dtype == gl.bfloat16 else _E4M3_TO_F16_CVT_ASM
+        )
+    lo, hi = gl.inline_asm_elementwise(
+        asm, "=r,=r,r", [words], dtype=(gl.int32, gl.int32), is_pure=True, pack=1
+    )
+    rows: gl.constexpr = words.shape[0]
+    cols: gl.constexpr = 2 * words.shape[1]
+    wide = gl.reshape(gl.join(lo, hi), [rows, cols])
+    layout: gl.constexpr = gl.NVMMASharedLayout(
+        swizzle_byte_width=dst.layout.swizzle_byte_width, element_bitwidth=32, rank=2
+    )
+    dst._reinterpret(gl.int32, [rows, cols], layout).store(wide)
+
+
+@gluon.jit
+def mla_decode_stage1_gluon_fp8_h16(
+    q_nope_ptr,
+    q_pe_ptr,
+    kv_ptr,
+    block_table_ptr,
+    seq_lens_ptr,
+    num_splits_ptr,
+    kv_scale_ptr,
+    buf_in_ptr,  # noqa: ARG001 (the aliased buffer as an input, never read)
+    buf_ptr,
+    SM_SCALE: gl.constexpr,
+    NUM_HEADS: gl.constexpr,
+    PAGE_SIZE: gl.constexpr,
+    NUM_PAGES: gl.constexpr,
+    CAPACITY: gl.constexpr,
+    LORA: gl.constexpr,
+    ROPE: gl.constexpr,
+    stride_qn_b: gl.constexpr,
+    stride_qn_h: gl.constexpr,
+    stride_qp_b: gl.constexpr,
+    stride_qp_h: gl.constexpr,
+    QP_OFFSET: gl.constexpr,
+    stride_kv_page: gl.constexpr,
+    stride_kv_row: gl.constexpr,
+    stride_bt_b: gl.constexpr,
+    stride_buf_b: gl.constexpr,
+    stride_buf_h: gl.constexpr,
+    stride_buf_s: gl.constexpr,
+    BLOCK_H: gl.constexpr,
+    BLOCK_N: gl.constexpr,
+    WIDEN: gl.constexpr,
+):
+    gl.static_assert(PAGE_SIZE % BLOCK_N == 0, "blocks must lie inside one page")
+    gl.static_assert(gl.num_warps() == 4, "one warpgroup")
+    gl.static_assert(BLOCK_N == 64, "a block is one warpgroup MMA's M")
+    gl.static_assert(kv_ptr.dtype.element_ty == gl.float8e4nv, "a float8_e4m3fn cache")
+    dtype: gl.constexpr = q_nope_ptr.dtype.element_ty  # the MMAs' (the tile is widened)
+
+    tile = gl.program_id(0)
+    row = gl.program_id(1)
+    split = gl.program_id(2)
+    num_splits = gl.load(num_splits_ptr)
+    if split >= num_splits:
+        return
+    start, end = _split_range(seq_lens_ptr, row, num_splits, split, CAPACITY)
+    if end <= start:
+        return  # stage 2 skips empty splits; nothing to write.
+
+    # Register layouts. fp8 loads: 16 bytes a thread, a warp 2 rows x 256 columns of the
+    # latent part (two 256-byte runs) and 8 rows x 64 columns of the rope part; the
+    # same layouts widen into the swizzled tile. The MMAs' accumulators: S^T (tokens x
+    # heads) and O^T (latent dims x heads), one warpgroup, N = BLOCK_H.
+    copy_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
+    c8_layout: gl.constexpr = gl.BlockedLayout([1, 4], [2, 16], [4, 1], [1, 0])
+    pe8_layout: gl.constexpr = gl.BlockedLayout([1, 4], [8, 4], [4, 1], [1, 0])
+    mma_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_H, 16]
+    )
+    cols_layout: gl.constexpr = gl.SliceLayout(0, mma_layout)  # per head
+    rows_layout: gl.constexpr = gl.SliceLayout(1, mma_layout)
+
+    # Shared memory, all in the swizzled layouts warpgroup MMA reads: Q, the widened
+    # block, P^T.
+    q_nope_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_H, LORA], dtype)
+    q_pe_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_H, ROPE], dtype)
+    nope_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, LORA], dtype)
+    rope_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, ROPE], dtype)
+    p_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, BLOCK_H], dtype)
+    # (A leading axis of 1: the loop indexes each by an opaque 0, see there.)
+    q_nope_smem = gl.allocate_shared_memory(dtype, [1, BLOCK_H, LORA], q_nope_layout)
+    q_pe_smem = gl.allocate_shared_memory(dtype, [1, BLOCK_H, ROPE], q_pe_layout)
+    kv_c_smem = gl.allocate_shared_memory(dtype, [1, BLOCK_N, LORA], nope_layout)
+    k_pe_smem = gl.allocate_shared_memory(dtype, [1, BLOCK_N, ROPE], rope_layout)
+    pt_smem = gl.allocate_shared_memory(dtype, [1, BLOCK_N, BLOCK_H], p_layout)
+
+    # Q by cp.async (published before the first MMA by the first block's barrier).
+    heads = tile * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, copy_layout))
+    head_ok = heads < NUM_HEADS
+    _copy_rows(
+        q_nope_smem.index(0),
+        q_nope_ptr + row * stride_qn_b,
+        heads,
+        head_ok,
+        stride_qn_h,
+        LORA,
+        copy_layout,
+    )
+    _copy_rows(
+        q_pe_smem.index(0),
+        q_pe_ptr + row * stride_qp_b + QP_OFFSET,
+        heads,
+        head_ok,
+        stride_qp_h,
+        ROPE,
+        copy_layout,
+    )
+    async_copy.commit_group()
+
+    kv_words = kv_ptr.to(gl.pointer_type(gl.int32), bitcast=True)
+    bt_row = block_table_ptr + row * stride_bt_b
+    first = start - start % BLOCK_N
+    page = gl.load(bt_row + first // PAGE_SIZE)
+    c8, pe8 = _load_block_words(
+        kv_words,
+        page,
+        first,
+        start,
+        end,
+        PAGE_SIZE,
+        NUM_PAGES,
+        LORA,
+        ROPE,
+        BLOCK_N,
+        stride_kv_page,
+        stride_kv_row,
+        c8_layout,
+        pe8_layout,
+    )
+    page = gl.load(bt_row + (first + BLOCK_N) // PAGE_SIZE, mask=first + BLOCK_N < end, other=0)
+    async_copy.wait_group(0)
+
+    kv_scale = gl.load(kv_scale_ptr)
+    qk_scale = SM_SCALE * _LOG2E * kv_scale
+    m_i = gl.full([BLOCK_H], float("-inf"), gl.float32, layout=cols_layout)
+    l_acc = gl.zeros([BLOCK_N, BLOCK_H], gl.float32, layout=mma_layout)
+    acc = gl.zeros([LORA, BLOCK_H], gl.float32, layout=mma_layout)
+    s_init = gl.zeros([BLOCK_N, BLOCK_H], gl.float32, layout=mma_layout)
+    s_rows = gl.arange(0, BLOCK_N, layout=rows_layout)
+
+    for n0 in range(first, end, BLOCK_N):
+        # The views are indexed by an opaque 0 so that the MMAs' descriptors are rebuilt
+        # each block: hoisted out of the loop, the 68 MMAs' would pin the registers.
+        z = _opaque_zero(n0)
+        q_nope = q_nope_smem.index(z)
+        q_pe = q_pe_smem.index(z)
+        kv_c = kv_c_smem.index(z)
+        k_pe = k_pe_smem.index(z)
+        pt = pt_smem.index(z)
+        # Every warp is past the last block's PV MMA (each waited for it): the tile may
+        # be overwritten. Widen this block from registers, then publish it.
+        gl.thread_barrier()
+        _store_widened_words(kv_c, c8, WIDEN)
+        _store_widened_words(k_pe, pe8, WIDEN)
+        fence_async_shared()
+        gl.thread_barrier()
+        # The next block's loads, in flight while this block's MMAs run.
+        nxt = n0 + BLOCK_N
+        c8, pe8 = _load_block_words(
+            kv_words,
+            page,
+            nxt,
+            start,
+            end,
+            PAGE_SIZE,
+            NUM_PAGES,
+            LORA,
+            ROPE,
+            BLOCK_N,
+            stride_kv_page,
+            stride_kv_row,
+            c8_layout,
+            pe8_layout,
+        )
+        page = gl.load(bt_row + (nxt + BLOCK_N) // PAGE_SIZE, mask=nxt + BLOCK_N < end, other=0)
+        # S^T = K Q^T: the block (64 x 576) is A, Q^T (576 x BLOCK_H) is B.
+        s = warpgroup_mma(kv_c, q_nope.permute((1, 0)), s_init, use_acc=False, is_async=True)
+        s = warpgroup_mma(k_pe, q_pe.permute((1, 0)), s, is_async=True)
+        s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
+        # Softmax down the columns (one a head), lazy rescaling as kernels._attend.
+        tokens = n0 + s_rows
+        live = (tokens >= start) & (tokens < end)
+        s = gl.where(live[:, None], s * qk_scale, float("-inf"))
+        m_new = gl.maximum(m_i, gl.max(s, 0))
+        grow = m_new - m_i > RESCALE_THRESHOLD
+        alpha = gl.where(grow, gl.exp2(m_i - m_new), 1.0)
+        m_i = gl.where(grow, m_new, m_i)
+        p = gl.exp2(s - m_i[None, :])
+        l_acc = l_acc * alpha[None, :] + p
+        pt.store(p.to(dtype))
+        fence_async_shared()
+        gl.thread_barrier()
+        # O^T += V^T P^T: V^T is the block's first LORA columns seen transposed.
+        acc = acc * alpha[None, :]
+        acc = warpgroup_mma(kv_c.permute((1, 0)), pt, acc, is_async=True)
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+
+    l_i = gl.sum(l_acc, 0)
+    out_heads = tile * BLOCK_H + gl.arange(0, BLOCK_H, layout=cols_layout)
+    out_off = (
+        row.to(gl.int64) * stride_buf_b
+        + out_heads.to(gl.int64) * stride_buf_h
+        + split * stride_buf_s
+    )
+    out_ok = out_heads < NUM_HEADS
+    d_lora = gl.arange(0, LORA, layout=rows_layout)
+    gl.store(
+        buf_ptr + out_off[None, :] + d_lora[:, None],
+        acc * (kv_scale / l_i)[None, :],
+        mask=out_ok[None, :],
+    )
+    lse = (m_i + gl.log2(l_i)) * _LN2
+    gl.store(buf_ptr + out_off + LORA, lse, mask=out_ok)
 
 
 # --------------------------------------------------------------------------------------

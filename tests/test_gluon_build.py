@@ -54,7 +54,9 @@ def compile_sm90(heads=128, dtype="bf16", kv="same"):
     kv_type = "fp8e4nv" if kv == "fp8" else dtype
     runtime = [f"*{dtype}"] * 2 + [f"*{kv_type}"] + ["*i32"] * 3 + ["*fp32"] * 3
     spec = _launch.kernel_spec(
-        gk.kernel_for(gk.FP8 if kv == "fp8" else {"bf16": "bfloat16", "fp16": "float16"}[dtype]),
+        gk.kernel_for(
+            gk.FP8 if kv == "fp8" else {"bf16": "bfloat16", "fp16": "float16"}[dtype], heads
+        ),
         runtime,
         stage1["constexprs"],
         num_warps=stage1["num_warps"],
