@@ -1,16 +1,19 @@
-"""Hopper (sm_90) Gluon versions of stage 1 for 64-head tiles.
+"""Hopper (sm_90) Gluon versions of stage 1.
 
 Same contract as ``kernels.mla_decode_stage1`` (same pointer arguments, grid, split
 partition, clamps and output: the normalised partial ``acc / l * kv_scale`` in
 columns ``[0, LORA)`` of the float32 buffer and the natural-log lse in column
 ``LORA``; empty splits write nothing), so ``kernels.mla_decode_stage2`` merges its
-partials unchanged. Two kernels, one for each cache dtype (``kernel_for``):
+partials unchanged. Three kernels (``kernel_for``): for 64-head tiles
 ``mla_decode_stage1_gluon_seesaw`` for a 16-bit cache of q's dtype and
-``mla_decode_stage1_gluon_fp8`` for a ``float8_e4m3fn`` cache with 16-bit q. What
-they support is ``supports``: ``LORA = 512``, ``ROPE = 64``, pages of a multiple of
-64 tokens, at least 64 heads; everything else stays with the tl kernel.
+``mla_decode_stage1_gluon_fp8`` for a ``float8_e4m3fn`` cache with 16-bit q; under 64
+heads, ``mla_decode_stage1_gluon_fp8_h16`` for an fp8 cache (16-head tiles). What they
+support is ``supports``: ``LORA = 512``, ``ROPE = 64``, pages of a multiple of 64
+tokens, at least 64 heads (16 for the fp8 cache with ``fp8_small_heads``); everything
+else stays with the tl kernel.
 
-Common to both (one CTA per (head tile, row, split), as the tl kernel):
+Common to the two 64-head kernels (one CTA per (head tile, row, split), as the tl
+kernel):
 
 * Eight warps, two warpgroups, ``BLOCK_H = 64`` heads, ``BLOCK_N = 64`` tokens a
   block. A warpgroup MMA has M = 64 rows, so 64 heads is its natural tile; 128 heads
@@ -79,6 +82,61 @@ fp8, and V K-major, i.e. transposed), so the fp8 block is widened there once:
 * Why not the seesaw schedule: its two 16-bit latent slots (144 KB) and Q (72 KB)
   leave no room for fp8 staging (72 KB), and its two warpgroups hold the whole
   register file, so no producer partition could widen from registers instead.
+
+The 16-head fp8 kernel, ``mla_decode_stage1_gluon_fp8_h16`` (grid ``(cdiv(H, 16), B,
+splits)``, heads past ``H`` masked): at 16 heads an fp8 cache should make stage 1
+memory-bound (B=128, L=16384 is 1.2 GB of fp8 latent), but a warpgroup MMA has M = 64
+rows, so a 16-head tile in the 64-head kernels' formulation (heads on M) would pad 3/4
+of every MMA and be compute-bound. So the products are transposed, tokens on M:
+
+* ``S^T [64 tokens, 16 heads] = K [64, 576] Q^T [576, 16]``: A is the widened block in
+  shared memory, B is Q^T (Q, ``[16, 576]`` in shared memory, seen transposed: K-major);
+  36 ``m64n16k16`` MMAs a block. ``O^T [512, 16] += V^T [512, 64] P^T [64, 16]``: A is
+  the block's first 512 columns seen transposed (an MN-major A, which wgmma takes from
+  shared memory for 16-bit types and Gluon accepts as a permuted view), B is P^T,
+  stored by the softmax; 8 M-tiles x 4 k-steps = 32 MMAs. No padding: 73 GFLOP at
+  B=128, L=16384, against 292 padded.
+* One warpgroup (4 warps): the whole ``O^T`` is 64 registers a thread, ``S^T`` 8. The
+  softmax is per head, i.e. per column of ``S^T``: the column max is a reduction over
+  the warpgroup's rows (within a thread, across the 8 lane groups by shuffles, across
+  the 4 warps through shared memory); the column sum is kept as a per-thread
+  ``[64, 16]`` partial and reduced once at the end. Lazy rescaling and base 2 as in
+  the tl kernel; ``kv_scale`` folds into the softmax scale and the output.
+* The fp8 block goes from global memory to registers, not through shared memory:
+  each thread loads its 16-byte pieces (18 a block: 16 latent, 2 rope) as int32 words
+  (4 values each; carried as fp8 elements across the loop they took one 16-bit
+  register each and spilled), the next block's loads issued right after this block is
+  widened, so they are in flight during its 68 MMAs and softmax. Widening
+  (``_store_widened_words``: the same integer sequence or e4m3 cvt as ``_widen``, per
+  32-bit word) writes two words a word through an int32 view of the swizzled 16-bit
+  tile (the 128-byte swizzle moves 16-byte chunks whatever the element type), 16-byte
+  stores, 4 wavefronts each (as in the 64-head fp8 kernel).
+* Why registers and not ``cp.async`` staging: at 16 heads the MMAs are bound by shared
+  memory, not by the tensor cores (every ``m64n16k16`` reads a 2 KB A tile for 16K
+  FMAs), so the shared-memory bytes a block decide the speed: staging would add the
+  fp8 copy's write and the widening's read (72 KB a block, over 250 KB otherwise,
+  about 7 shared bytes a latent byte against 9), and three 36 KB fp8 stages next to the
+  72 KB tile would leave one CTA an SM. Without them a CTA takes 94464 bytes of shared
+  memory (Q 18 KB, the 16-bit tile 72 KB, P^T 2 KB, the column-max scratch), so two
+  CTAs share an SM (the occupancy split rule already assumes two 16-head programs an
+  SM: B=128 at L=16384 is 256 CTAs, one wave), each with a block (36 KB) of loads in
+  flight while the other widens or multiplies.
+* Per block: a CTA barrier (every warp waited for its PV MMA: the tile is free); widen
+  the registers into the tile; fence + barrier; issue the next block's loads (masked
+  past ``end``: they read nothing) and its page index; ``S^T`` (async MMAs, waited);
+  column softmax; P^T stored, fence + barrier; ``O^T`` rescaled, PV MMAs, waited. Q
+  comes once by ``cp.async`` (9 16-byte copies a thread), waited before the loop.
+* The views are indexed by an opaque 0 (``_opaque_zero``), as in the seesaw kernel:
+  hoisted, the 68 MMAs' descriptors would take the register file.
+* The sm_90 build (``tests/test_gluon_build.py``): 248 registers (bf16 q, integer
+  widening; 208 for fp16 q), no spills, 68 HGMMA (``64x16x16``), 36 16-byte loads (the
+  first block and one a loop, all 18 of the loop's issued among the QK MMAs), 36
+  16-byte shared stores, 9 ``cp.async`` (Q): two CTAs an SM by registers (2 x 128 x 248
+  < 64K) and by shared memory.
+* Not done: a QK^T with its A operand from registers (the widened words, skipping the
+  16-bit store and reload of K: about a quarter of the shared bytes) needs the fp8
+  loads in the wgmma operand layout (2-byte pieces) or a k-permuted Q; and 32-head
+  tiles (N = 32) would need 128 accumulator registers a thread next to the prefetch.
 
 The 16-bit kernel, ``mla_decode_stage1_gluon_seesaw``: FlashMLA's "seesaw" schedule
 (its 2025-04 deep dive) as far as Gluon on triton 3.6 goes. It is launched with
