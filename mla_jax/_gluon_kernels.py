@@ -568,22 +568,16 @@ def _widen(dst, src, layout: gl.constexpr, WIDEN: gl.constexpr):
     for two values; to bf16 it adds a scalar ``cvt.bf16.f16`` per value); ``"bits"``,
     ``_E4M3_WIDEN_ASM`` (three integer instructions and a 16-bit multiply for two
     values); ``"auto"``: ``"bits"`` for bf16, ``"cvt"`` for fp16."""
-    dst.store(_widened(src.load(layout), dst.dtype, WIDEN))
-
-
-@gluon.jit
-def _widened(x, dtype: gl.constexpr, WIDEN: gl.constexpr):
-    """``x`` (fp8 e4m3, registers) in ``dtype`` (bf16 or fp16), the same layout; ``WIDEN``
-    as in ``_widen``."""
-    bits: gl.constexpr = WIDEN == "bits" or (WIDEN == "auto" and dtype == gl.bfloat16)
+    x = src.load(layout)
+    bits: gl.constexpr = WIDEN == "bits" or (WIDEN == "auto" and dst.dtype == gl.bfloat16)
     if bits:
-        asm: gl.constexpr = _E4M3_TO_BF16_ASM if dtype == gl.bfloat16 else _E4M3_TO_F16_ASM
+        asm: gl.constexpr = _E4M3_TO_BF16_ASM if dst.dtype == gl.bfloat16 else _E4M3_TO_F16_ASM
         wide = gl.inline_asm_elementwise(
-            asm, "=r,=r,r", [x.to(gl.uint8, bitcast=True)], dtype=dtype.value, is_pure=True, pack=4
+            asm, "=r,=r,r", [x.to(gl.uint8, bitcast=True)], dtype=dst.dtype, is_pure=True, pack=4
         )
     else:
-        wide = x.to(dtype)
-    return wide
+        wide = x.to(dst.dtype)
+    dst.store(wide)
 
 
 @gluon.jit
@@ -956,10 +950,11 @@ def mla_decode_stage1_gluon_fp8_h16(
     if end <= start:
         return  # stage 2 skips empty splits; nothing to write.
 
-    # Register layouts. fp8 loads: 16 bytes a thread, a warp 2 rows x 256 columns of the
-    # latent part (two 256-byte runs) and 8 rows x 64 columns of the rope part; the
-    # same layouts widen into the swizzled tile. The MMAs' accumulators: S^T (tokens x
-    # heads) and O^T (latent dims x heads), one warpgroup, N = BLOCK_H.
+    # Register layouts. fp8 loads, as int32 words of 4 values: 16 bytes a thread, a warp
+    # 2 rows x 256 fp8 columns of the latent part (two 256-byte runs) and 8 rows x 64 of
+    # the rope part; the same layouts widen into the swizzled tile. The MMAs'
+    # accumulators: S^T (tokens x heads) and O^T (latent dims x heads), one warpgroup,
+    # N = BLOCK_H.
     copy_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
     c8_layout: gl.constexpr = gl.BlockedLayout([1, 4], [2, 16], [4, 1], [1, 0])
     pe8_layout: gl.constexpr = gl.BlockedLayout([1, 4], [8, 4], [4, 1], [1, 0])
