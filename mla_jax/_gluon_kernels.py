@@ -1,16 +1,19 @@
-"""Hopper (sm_90) Gluon versions of stage 1 for 64-head tiles.
+"""Hopper (sm_90) Gluon versions of stage 1.
 
 Same contract as ``kernels.mla_decode_stage1`` (same pointer arguments, grid, split
 partition, clamps and output: the normalised partial ``acc / l * kv_scale`` in
 columns ``[0, LORA)`` of the float32 buffer and the natural-log lse in column
 ``LORA``; empty splits write nothing), so ``kernels.mla_decode_stage2`` merges its
-partials unchanged. Two kernels, one for each cache dtype (``kernel_for``):
+partials unchanged. Three kernels (``kernel_for``): for 64-head tiles
 ``mla_decode_stage1_gluon_seesaw`` for a 16-bit cache of q's dtype and
-``mla_decode_stage1_gluon_fp8`` for a ``float8_e4m3fn`` cache with 16-bit q. What
-they support is ``supports``: ``LORA = 512``, ``ROPE = 64``, pages of a multiple of
-64 tokens, at least 64 heads; everything else stays with the tl kernel.
+``mla_decode_stage1_gluon_fp8`` for a ``float8_e4m3fn`` cache with 16-bit q; under 64
+heads, ``mla_decode_stage1_gluon_fp8_h16`` for an fp8 cache (16-head tiles). What they
+support is ``supports``: ``LORA = 512``, ``ROPE = 64``, pages of a multiple of 64
+tokens, at least 64 heads (16 for an fp8 cache); everything else stays with the tl
+kernel.
 
-Common to both (one CTA per (head tile, row, split), as the tl kernel):
+Common to the two 64-head kernels (one CTA per (head tile, row, split), as the tl
+kernel):
 
 * Eight warps, two warpgroups, ``BLOCK_H = 64`` heads, ``BLOCK_N = 64`` tokens a
   block. A warpgroup MMA has M = 64 rows, so 64 heads is its natural tile; 128 heads
@@ -79,6 +82,61 @@ fp8, and V K-major, i.e. transposed), so the fp8 block is widened there once:
 * Why not the seesaw schedule: its two 16-bit latent slots (144 KB) and Q (72 KB)
   leave no room for fp8 staging (72 KB), and its two warpgroups hold the whole
   register file, so no producer partition could widen from registers instead.
+
+The 16-head fp8 kernel, ``mla_decode_stage1_gluon_fp8_h16`` (grid ``(cdiv(H, 16), B,
+splits)``, heads past ``H`` masked): at 16 heads an fp8 cache should make stage 1
+memory-bound (B=128, L=16384 is 1.2 GB of fp8 latent), but a warpgroup MMA has M = 64
+rows, so a 16-head tile in the 64-head kernels' formulation (heads on M) would pad 3/4
+of every MMA and be compute-bound. So the products are transposed, tokens on M:
+
+* ``S^T [64 tokens, 16 heads] = K [64, 576] Q^T [576, 16]``: A is the widened block in
+  shared memory, B is Q^T (Q, ``[16, 576]`` in shared memory, seen transposed: K-major);
+  36 ``m64n16k16`` MMAs a block. ``O^T [512, 16] += V^T [512, 64] P^T [64, 16]``: A is
+  the block's first 512 columns seen transposed (an MN-major A, which wgmma takes from
+  shared memory for 16-bit types and Gluon accepts as a permuted view), B is P^T,
+  stored by the softmax; 8 M-tiles x 4 k-steps = 32 MMAs. No padding: 73 GFLOP at
+  B=128, L=16384, against 292 padded.
+* One warpgroup (4 warps): the whole ``O^T`` is 64 registers a thread, ``S^T`` 8. The
+  softmax is per head, i.e. per column of ``S^T``: the column max is a reduction over
+  the warpgroup's rows (within a thread, across the 8 lane groups by shuffles, across
+  the 4 warps through shared memory); the column sum is kept as a per-thread
+  ``[64, 16]`` partial and reduced once at the end. Lazy rescaling and base 2 as in
+  the tl kernel; ``kv_scale`` folds into the softmax scale and the output.
+* The fp8 block goes from global memory to registers, not through shared memory:
+  each thread loads its 16-byte pieces (18 a block: 16 latent, 2 rope) as int32 words
+  (4 values each; carried as fp8 elements across the loop they took one 16-bit
+  register each and spilled), the next block's loads issued right after this block is
+  widened, so they are in flight during its 68 MMAs and softmax. Widening
+  (``_store_widened_words``: the same integer sequence or e4m3 cvt as ``_widen``, per
+  32-bit word) writes two words a word through an int32 view of the swizzled 16-bit
+  tile (the 128-byte swizzle moves 16-byte chunks whatever the element type), 16-byte
+  stores, 4 wavefronts each (as in the 64-head fp8 kernel).
+* Why registers and not ``cp.async`` staging: at 16 heads the MMAs are bound by shared
+  memory, not by the tensor cores (every ``m64n16k16`` reads a 2 KB A tile for 16K
+  FMAs), so the shared-memory bytes a block decide the speed: staging would add the
+  fp8 copy's write and the widening's read (72 KB a block, over 250 KB otherwise,
+  about 7 shared bytes a latent byte against 9), and three 36 KB fp8 stages next to the
+  72 KB tile would leave one CTA an SM. Without them a CTA takes 94464 bytes of shared
+  memory (Q 18 KB, the 16-bit tile 72 KB, P^T 2 KB, the column-max scratch), so two
+  CTAs share an SM (the occupancy split rule already assumes two 16-head programs an
+  SM: B=128 at L=16384 is 256 CTAs, one wave), each with a block (36 KB) of loads in
+  flight while the other widens or multiplies.
+* Per block: a CTA barrier (every warp waited for its PV MMA: the tile is free); widen
+  the registers into the tile; fence + barrier; issue the next block's loads (masked
+  past ``end``: they read nothing) and its page index; ``S^T`` (async MMAs, waited);
+  column softmax; P^T stored, fence + barrier; ``O^T`` rescaled, PV MMAs, waited. Q
+  comes once by ``cp.async`` (9 16-byte copies a thread), waited before the loop.
+* The views are indexed by an opaque 0 (``_opaque_zero``), as in the seesaw kernel:
+  hoisted, the 68 MMAs' descriptors would take the register file.
+* The sm_90 build (``tests/test_gluon_build.py``): 248 registers (bf16 q, integer
+  widening; 208 for fp16 q), no spills, 68 HGMMA (``64x16x16``), 36 16-byte loads (the
+  first block and one a loop, all 18 of the loop's issued among the QK MMAs), 36
+  16-byte shared stores, 9 ``cp.async`` (Q): two CTAs an SM by registers (2 x 128 x 248
+  < 64K) and by shared memory.
+* Not done: a QK^T with its A operand from registers (the widened words, skipping the
+  16-bit store and reload of K: about a quarter of the shared bytes) needs the fp8
+  loads in the wgmma operand layout (2-byte pieces) or a k-permuted Q; and 32-head
+  tiles (N = 32) would need 128 accumulator registers a thread next to the prefetch.
 
 The 16-bit kernel, ``mla_decode_stage1_gluon_seesaw``: FlashMLA's "seesaw" schedule
 (its 2025-04 deep dive) as far as Gluon on triton 3.6 goes. It is launched with
@@ -165,6 +223,9 @@ BLOCK_N = 64
 # partition's 4 warps, and its build adds the worker's 4 (its metadata says 8).
 NUM_WARPS = 8
 SEESAW_NUM_WARPS = 4
+# The 16-head fp8 kernel: one warpgroup, 16 heads (the MMAs' N).
+SMALL_BLOCK_H = 16
+SMALL_NUM_WARPS = 4
 # The seesaw worker's registers: 256, as the default partition (8 warps x 256 = the
 # whole register file).
 SEESAW_WORKER_REGS = gl.constexpr(256)
@@ -194,20 +255,23 @@ def supports(
     kv_row_stride: int,
     kv_page_stride: int,
 ) -> bool:
-    """Whether one of the Gluon kernels (``kernel_for(kv_dtype)``) handles the problem
-    (else use the tl kernel).
+    """Whether one of the Gluon kernels (``kernel_for(kv_dtype, num_heads)``) handles
+    the problem (else use the tl kernel).
 
     ``q_dtype``/``kv_dtype`` are names (``"bfloat16"``, ``"float16"``, ...): q 16-bit,
     and the cache either of q's dtype or ``float8_e4m3fn`` (its scale passed as
     ``kv_scale``). Pages must hold whole 64-token blocks, and each latent row must
-    start 16-byte aligned (``cp.async`` moves 16 bytes); the last dimension is assumed
-    contiguous.
+    start 16-byte aligned (``cp.async`` and the fp8 loads move 16 bytes); the last
+    dimension is assumed contiguous. At least ``BLOCK_H`` heads, or for an fp8 cache
+    at least ``SMALL_BLOCK_H`` (the 16-head kernel, ``mla_decode_stage1_gluon_fp8_h16``,
+    under ``BLOCK_H``).
     """
     if q_dtype not in SIXTEEN_BIT or kv_dtype not in (q_dtype, FP8):
         return False
     per_copy = _CP_ASYNC_BYTES // (1 if kv_dtype == FP8 else 2)  # elements in 16 bytes
+    min_heads = SMALL_BLOCK_H if kv_dtype == FP8 else BLOCK_H
     return (
-        num_heads >= BLOCK_H
+        num_heads >= min_heads
         and page_size % BLOCK_N == 0
         and kv_lora_rank == LORA
         and rope_dim == ROPE
@@ -216,33 +280,45 @@ def supports(
     )
 
 
-def kernel_for(kv_dtype: str) -> Any:
-    """The Gluon stage 1 for a cache of dtype ``kv_dtype`` (a name, as in ``supports``).
-    Both take the same arguments and ``launch_params``."""
-    return mla_decode_stage1_gluon_fp8 if kv_dtype == FP8 else mla_decode_stage1_gluon_seesaw
+def kernel_for(kv_dtype: str, num_heads: int = BLOCK_H) -> Any:
+    """The Gluon stage 1 for a cache of dtype ``kv_dtype`` (a name, as in ``supports``)
+    and ``num_heads`` query heads: the 16-head fp8 kernel under ``BLOCK_H`` heads. All
+    take the same arguments; ``launch_params`` gives each its launch."""
+    if kv_dtype != FP8:
+        return mla_decode_stage1_gluon_seesaw
+    if num_heads < BLOCK_H:
+        return mla_decode_stage1_gluon_fp8_h16
+    return mla_decode_stage1_gluon_fp8
 
 
 def launch_params(kv_dtype: str | None = None, **problem: Any) -> dict:
     """Grid, options and constexprs of the Gluon stage 1 for a cache of dtype
-    ``kv_dtype`` (``kernel_for(kv_dtype)``; None: a 16-bit cache): ``problem`` is
-    ``kernels.launch_params``' keywords but ``float32_inputs`` and ``config``. The
-    problem's constexprs are the tl stage 1's (one definition), less its tiling; the
-    buffer is the tl kernel's, so stage 2 is launched from ``kernels.launch_params``.
-    The fp8 kernel adds ``WIDEN`` (``_widen``: ``FP8_WIDEN``)."""
+    ``kv_dtype`` (``kernel_for(kv_dtype, num_heads)``; None: a 16-bit cache):
+    ``problem`` is ``kernels.launch_params``' keywords but ``float32_inputs`` and
+    ``config``. The problem's constexprs are the tl stage 1's (one definition), less
+    its tiling; the buffer is the tl kernel's, so stage 2 is launched from
+    ``kernels.launch_params``. The fp8 kernels add ``WIDEN`` (``_widen``:
+    ``FP8_WIDEN``)."""
     tl_stage1, _ = kernels.launch_params(**problem, float32_inputs=False)
+    small = kv_dtype == FP8 and problem["num_heads"] < BLOCK_H
+    block_h = SMALL_BLOCK_H if small else BLOCK_H
     constexprs = {k: v for k, v in tl_stage1["constexprs"].items() if k not in _TL_TILING} | {
-        "BLOCK_H": BLOCK_H,
+        "BLOCK_H": block_h,
         "BLOCK_N": BLOCK_N,
     }
     if kv_dtype == FP8:
         constexprs["WIDEN"] = FP8_WIDEN
+    if small:
+        num_warps = SMALL_NUM_WARPS
+    else:
+        num_warps = NUM_WARPS if kv_dtype == FP8 else SEESAW_NUM_WARPS
     return {
         "grid": (
-            triton.cdiv(problem["num_heads"], BLOCK_H),
+            triton.cdiv(problem["num_heads"], block_h),
             problem["batch"],
             problem["grid_splits"],
         ),
-        "num_warps": NUM_WARPS if kv_dtype == FP8 else SEESAW_NUM_WARPS,
+        "num_warps": num_warps,
         "num_stages": 1,
         "constexprs": constexprs,
     }
@@ -759,6 +835,312 @@ def mla_decode_stage1_gluon_fp8(
         stride_buf_h,
         stride_buf_s,
     )
+
+
+# --------------------------------------------------------------------------------------
+# The fp8 kernel for 16-head tiles: tokens on the MMA's M (see the module docstring).
+
+
+@gluon.jit
+def _load_block_words(
+    kv_words,
+    page,
+    n0,
+    start,
+    end,
+    PAGE_SIZE: gl.constexpr,
+    NUM_PAGES: gl.constexpr,
+    LORA: gl.constexpr,
+    ROPE: gl.constexpr,
+    BLOCK_N: gl.constexpr,
+    stride_kv_page: gl.constexpr,
+    stride_kv_row: gl.constexpr,
+    nope_layout: gl.constexpr,
+    rope_layout: gl.constexpr,
+):
+    """The fp8 block at token ``n0`` (raw page index ``page``) into registers as 32-bit
+    words of 4 values (``kv_words``: the cache as int32; strides in fp8 elements): its
+    first ``LORA`` columns in ``nope_layout``, the ``ROPE`` after them in
+    ``rope_layout``. Rows outside ``[start, end)`` are zeros and read nothing (a block
+    past ``end`` reads nothing at all)."""
+    block = (
+        kv_words
+        + _safe_page(page, NUM_PAGES).to(gl.int64) * (stride_kv_page // 4)
+        + (n0 % PAGE_SIZE) * (stride_kv_row // 4)
+    )
+    rows = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, nope_layout))
+    ok = (n0 + rows >= start) & (n0 + rows < end)
+    cols = gl.arange(0, LORA // 4, layout=gl.SliceLayout(0, nope_layout))
+    nope = gl.load(
+        block + rows[:, None] * (stride_kv_row // 4) + cols[None, :], mask=ok[:, None], other=0
+    )
+    rows = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, rope_layout))
+    ok = (n0 + rows >= start) & (n0 + rows < end)
+    cols = gl.arange(0, ROPE // 4, layout=gl.SliceLayout(0, rope_layout))
+    rope = gl.load(
+        block + LORA // 4 + rows[:, None] * (stride_kv_row // 4) + cols[None, :],
+        mask=ok[:, None],
+        other=0,
+    )
+    return nope, rope
+
+
+# e4m3 -> fp16 / bf16 by the e4m3 cvt, 4 values (one 32-bit word) at a time: two
+# cvt.rn.f16x2.e4m3x2; for bf16 each f16 then goes through float32 (exact) and two are
+# packed by one cvt.rn.bf16x2.f32.
+_E4M3_TO_F16_CVT_ASM = gl.constexpr("""{
+.reg .b16 lo, hi;
+mov.b32 {lo, hi}, $2;
+cvt.rn.f16x2.e4m3x2 $0, lo;
+cvt.rn.f16x2.e4m3x2 $1, hi;
+}""")
+_E4M3_TO_BF16_CVT_ASM = gl.constexpr("""{
+.reg .b16 lo, hi, a, b;
+.reg .b32 h;
+.reg .f32 x, y;
+mov.b32 {lo, hi}, $2;
+cvt.rn.f16x2.e4m3x2 h, lo;
+mov.b32 {a, b}, h;
+cvt.f32.f16 x, a;
+cvt.f32.f16 y, b;
+cvt.rn.bf16x2.f32 $0, y, x;
+cvt.rn.f16x2.e4m3x2 h, hi;
+mov.b32 {a, b}, h;
+cvt.f32.f16 x, a;
+cvt.f32.f16 y, b;
+cvt.rn.bf16x2.f32 $1, y, x;
+}""")
+
+
+@gluon.jit
+def _store_widened_words(dst, words, WIDEN: gl.constexpr):
+    """``words`` (int32, each 4 e4m3 values of consecutive columns) widened into ``dst``
+    (16-bit, an NVMMA-swizzled tile of 4x the columns); ``WIDEN`` as in ``_widen``.
+    Each word becomes two words of two 16-bit values, stored through an int32 view of
+    ``dst`` (the swizzle moves 16-byte chunks, whatever the element type)."""
+    bits: gl.constexpr = WIDEN == "bits" or (WIDEN == "auto" and dst.dtype == gl.bfloat16)
+    bf16: gl.constexpr = dst.dtype == gl.bfloat16
+    asm: gl.constexpr = (
+        (_E4M3_TO_BF16_ASM if bf16 else _E4M3_TO_F16_ASM)
+        if bits
+        else (_E4M3_TO_BF16_CVT_ASM if bf16 else _E4M3_TO_F16_CVT_ASM)
+    )
+    lo, hi = gl.inline_asm_elementwise(
+        asm, "=r,=r,r", [words], dtype=(gl.int32, gl.int32), is_pure=True, pack=1
+    )
+    rows: gl.constexpr = words.shape[0]
+    cols: gl.constexpr = 2 * words.shape[1]
+    wide = gl.reshape(gl.join(lo, hi), [rows, cols])
+    layout: gl.constexpr = gl.NVMMASharedLayout(
+        swizzle_byte_width=dst.layout.swizzle_byte_width, element_bitwidth=32, rank=2
+    )
+    dst._reinterpret(gl.int32, [rows, cols], layout).store(wide)
+
+
+@gluon.jit
+def mla_decode_stage1_gluon_fp8_h16(
+    q_nope_ptr,
+    q_pe_ptr,
+    kv_ptr,
+    block_table_ptr,
+    seq_lens_ptr,
+    num_splits_ptr,
+    kv_scale_ptr,
+    buf_in_ptr,  # noqa: ARG001 (the aliased buffer as an input, never read)
+    buf_ptr,
+    SM_SCALE: gl.constexpr,
+    NUM_HEADS: gl.constexpr,
+    PAGE_SIZE: gl.constexpr,
+    NUM_PAGES: gl.constexpr,
+    CAPACITY: gl.constexpr,
+    LORA: gl.constexpr,
+    ROPE: gl.constexpr,
+    stride_qn_b: gl.constexpr,
+    stride_qn_h: gl.constexpr,
+    stride_qp_b: gl.constexpr,
+    stride_qp_h: gl.constexpr,
+    QP_OFFSET: gl.constexpr,
+    stride_kv_page: gl.constexpr,
+    stride_kv_row: gl.constexpr,
+    stride_bt_b: gl.constexpr,
+    stride_buf_b: gl.constexpr,
+    stride_buf_h: gl.constexpr,
+    stride_buf_s: gl.constexpr,
+    BLOCK_H: gl.constexpr,
+    BLOCK_N: gl.constexpr,
+    WIDEN: gl.constexpr,
+):
+    gl.static_assert(PAGE_SIZE % BLOCK_N == 0, "blocks must lie inside one page")
+    gl.static_assert(gl.num_warps() == 4, "one warpgroup")
+    gl.static_assert(BLOCK_N == 64, "a block is one warpgroup MMA's M")
+    gl.static_assert(kv_ptr.dtype.element_ty == gl.float8e4nv, "a float8_e4m3fn cache")
+    dtype: gl.constexpr = q_nope_ptr.dtype.element_ty  # the MMAs' (the tile is widened)
+
+    tile = gl.program_id(0)
+    row = gl.program_id(1)
+    split = gl.program_id(2)
+    num_splits = gl.load(num_splits_ptr)
+    if split >= num_splits:
+        return
+    start, end = _split_range(seq_lens_ptr, row, num_splits, split, CAPACITY)
+    if end <= start:
+        return  # stage 2 skips empty splits; nothing to write.
+
+    # Register layouts. fp8 loads, as int32 words of 4 values: 16 bytes a thread, a warp
+    # 2 rows x 256 fp8 columns of the latent part (two 256-byte runs) and 8 rows x 64 of
+    # the rope part; the same layouts widen into the swizzled tile. The MMAs'
+    # accumulators: S^T (tokens x heads) and O^T (latent dims x heads), one warpgroup,
+    # N = BLOCK_H.
+    copy_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
+    c8_layout: gl.constexpr = gl.BlockedLayout([1, 4], [2, 16], [4, 1], [1, 0])
+    pe8_layout: gl.constexpr = gl.BlockedLayout([1, 4], [8, 4], [4, 1], [1, 0])
+    mma_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_H, 16]
+    )
+    cols_layout: gl.constexpr = gl.SliceLayout(0, mma_layout)  # per head
+    rows_layout: gl.constexpr = gl.SliceLayout(1, mma_layout)
+
+    # Shared memory, all in the swizzled layouts warpgroup MMA reads: Q, the widened
+    # block, P^T.
+    q_nope_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_H, LORA], dtype)
+    q_pe_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_H, ROPE], dtype)
+    nope_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, LORA], dtype)
+    rope_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, ROPE], dtype)
+    p_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, BLOCK_H], dtype)
+    # (A leading axis of 1: the loop indexes each by an opaque 0, see there.)
+    q_nope_smem = gl.allocate_shared_memory(dtype, [1, BLOCK_H, LORA], q_nope_layout)
+    q_pe_smem = gl.allocate_shared_memory(dtype, [1, BLOCK_H, ROPE], q_pe_layout)
+    kv_c_smem = gl.allocate_shared_memory(dtype, [1, BLOCK_N, LORA], nope_layout)
+    k_pe_smem = gl.allocate_shared_memory(dtype, [1, BLOCK_N, ROPE], rope_layout)
+    pt_smem = gl.allocate_shared_memory(dtype, [1, BLOCK_N, BLOCK_H], p_layout)
+
+    # Q by cp.async (published before the first MMA by the first block's barrier).
+    heads = tile * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, copy_layout))
+    head_ok = heads < NUM_HEADS
+    _copy_rows(
+        q_nope_smem.index(0),
+        q_nope_ptr + row * stride_qn_b,
+        heads,
+        head_ok,
+        stride_qn_h,
+        LORA,
+        copy_layout,
+    )
+    _copy_rows(
+        q_pe_smem.index(0),
+        q_pe_ptr + row * stride_qp_b + QP_OFFSET,
+        heads,
+        head_ok,
+        stride_qp_h,
+        ROPE,
+        copy_layout,
+    )
+    async_copy.commit_group()
+
+    kv_words = kv_ptr.to(gl.pointer_type(gl.int32), bitcast=True)
+    bt_row = block_table_ptr + row * stride_bt_b
+    first = start - start % BLOCK_N
+    page = gl.load(bt_row + first // PAGE_SIZE)
+    c8, pe8 = _load_block_words(
+        kv_words,
+        page,
+        first,
+        start,
+        end,
+        PAGE_SIZE,
+        NUM_PAGES,
+        LORA,
+        ROPE,
+        BLOCK_N,
+        stride_kv_page,
+        stride_kv_row,
+        c8_layout,
+        pe8_layout,
+    )
+    page = gl.load(bt_row + (first + BLOCK_N) // PAGE_SIZE, mask=first + BLOCK_N < end, other=0)
+    async_copy.wait_group(0)
+
+    kv_scale = gl.load(kv_scale_ptr)
+    qk_scale = SM_SCALE * _LOG2E * kv_scale
+    m_i = gl.full([BLOCK_H], float("-inf"), gl.float32, layout=cols_layout)
+    l_acc = gl.zeros([BLOCK_N, BLOCK_H], gl.float32, layout=mma_layout)
+    acc = gl.zeros([LORA, BLOCK_H], gl.float32, layout=mma_layout)
+    s_init = gl.zeros([BLOCK_N, BLOCK_H], gl.float32, layout=mma_layout)
+    s_rows = gl.arange(0, BLOCK_N, layout=rows_layout)
+
+    for n0 in range(first, end, BLOCK_N):
+        # The views are indexed by an opaque 0 so that the MMAs' descriptors are rebuilt
+        # each block: hoisted out of the loop, the 68 MMAs' would pin the registers.
+        z = _opaque_zero(n0)
+        q_nope = q_nope_smem.index(z)
+        q_pe = q_pe_smem.index(z)
+        kv_c = kv_c_smem.index(z)
+        k_pe = k_pe_smem.index(z)
+        pt = pt_smem.index(z)
+        # Every warp is past the last block's PV MMA (each waited for it): the tile may
+        # be overwritten. Widen this block from registers, then publish it.
+        gl.thread_barrier()
+        _store_widened_words(kv_c, c8, WIDEN)
+        _store_widened_words(k_pe, pe8, WIDEN)
+        fence_async_shared()
+        gl.thread_barrier()
+        # The next block's loads, in flight while this block's MMAs run.
+        nxt = n0 + BLOCK_N
+        c8, pe8 = _load_block_words(
+            kv_words,
+            page,
+            nxt,
+            start,
+            end,
+            PAGE_SIZE,
+            NUM_PAGES,
+            LORA,
+            ROPE,
+            BLOCK_N,
+            stride_kv_page,
+            stride_kv_row,
+            c8_layout,
+            pe8_layout,
+        )
+        page = gl.load(bt_row + (nxt + BLOCK_N) // PAGE_SIZE, mask=nxt + BLOCK_N < end, other=0)
+        # S^T = K Q^T: the block (64 x 576) is A, Q^T (576 x BLOCK_H) is B.
+        s = warpgroup_mma(kv_c, q_nope.permute((1, 0)), s_init, use_acc=False, is_async=True)
+        s = warpgroup_mma(k_pe, q_pe.permute((1, 0)), s, is_async=True)
+        s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
+        # Softmax down the columns (one a head), lazy rescaling as kernels._attend.
+        tokens = n0 + s_rows
+        live = (tokens >= start) & (tokens < end)
+        s = gl.where(live[:, None], s * qk_scale, float("-inf"))
+        m_new = gl.maximum(m_i, gl.max(s, 0))
+        grow = m_new - m_i > RESCALE_THRESHOLD
+        alpha = gl.where(grow, gl.exp2(m_i - m_new), 1.0)
+        m_i = gl.where(grow, m_new, m_i)
+        p = gl.exp2(s - m_i[None, :])
+        l_acc = l_acc * alpha[None, :] + p
+        pt.store(p.to(dtype))
+        fence_async_shared()
+        gl.thread_barrier()
+        # O^T += V^T P^T: V^T is the block's first LORA columns seen transposed.
+        acc = acc * alpha[None, :]
+        acc = warpgroup_mma(kv_c.permute((1, 0)), pt, acc, is_async=True)
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+
+    l_i = gl.sum(l_acc, 0)
+    out_heads = tile * BLOCK_H + gl.arange(0, BLOCK_H, layout=cols_layout)
+    out_off = (
+        row.to(gl.int64) * stride_buf_b
+        + out_heads.to(gl.int64) * stride_buf_h
+        + split * stride_buf_s
+    )
+    out_ok = out_heads < NUM_HEADS
+    d_lora = gl.arange(0, LORA, layout=rows_layout)
+    gl.store(
+        buf_ptr + out_off[None, :] + d_lora[:, None],
+        acc * (kv_scale / l_i)[None, :],
+        mask=out_ok[None, :],
+    )
+    lse = (m_i + gl.log2(l_i)) * _LN2
+    gl.store(buf_ptr + out_off + LORA, lse, mask=out_ok)
 
 
 # --------------------------------------------------------------------------------------

@@ -4,7 +4,7 @@ cache, jaxlib's ``triton_kernel_call``).
 Stage 1 receives the logits buffer as an input aliased to its only output
 (``input_output_aliases``), so it writes in place and returns the same buffer. On
 sm_90 it is a Gluon kernel (``mla_jax._gluon_kernels``: the seesaw one for a 16-bit
-cache, the fp8 one for an fp8 cache) where those are measured to win (``use_gluon``:
+cache, the fp8 ones for an fp8 cache) where those are measured to win (``use_gluon``:
 long splits), else the ``tl`` kernel; all write the same partials, which the one stage
 2 merges.
 Shapes are checked by the caller (``mla_jax.decode``); everything here is static
@@ -25,6 +25,10 @@ from mla_jax import _gluon_kernels, _launch, kernels
 # at fewer tokens a split it is level or slower, at the same or at fewer splits
 # (docs/performance.md, "Gluon stage 1").
 GLUON_MIN_SPLIT_TOKENS = 1024
+# The 16-head fp8 kernel against the tl stage 1 on the same fp8 cache: 1.88x at 256
+# tokens a split (4/16/16384), 2.2-2.3x at 1024-8192 (docs/performance.md, "The fp8
+# cache"); the tl fp8 kernel widens in registers, so it loses from short splits on.
+FP8_SMALL_HEADS_MIN_SPLIT_TOKENS = 256
 
 
 def _strides(x: jax.Array) -> tuple[int, ...]:
@@ -45,15 +49,19 @@ def use_gluon(
     rope_dim: int,
     compute_capability: int,
 ) -> bool:
-    """Whether stage 1 runs as the Gluon kernel: an sm_90 build, a problem it supports
+    """Whether stage 1 runs as a Gluon kernel: an sm_90 build, a problem one supports
     (``_gluon_kernels.supports``), and splits of at least ``GLUON_MIN_SPLIT_TOKENS``
-    tokens when a row holds ``max_tokens``."""
+    tokens (``FP8_SMALL_HEADS_MIN_SPLIT_TOKENS`` for the 16-head fp8 kernel) when a row
+    holds ``max_tokens``."""
     kv_page_stride, kv_row_stride = _strides(kv_cache)[:2]
+    num_heads = q_nope.shape[1]
+    small_fp8 = kv_cache.dtype == jnp.float8_e4m3fn and num_heads < _gluon_kernels.BLOCK_H
+    min_tokens = FP8_SMALL_HEADS_MIN_SPLIT_TOKENS if small_fp8 else GLUON_MIN_SPLIT_TOKENS
     return (
         compute_capability == 90
-        and -(-max_tokens // grid_splits) >= GLUON_MIN_SPLIT_TOKENS
+        and -(-max_tokens // grid_splits) >= min_tokens
         and _gluon_kernels.supports(
-            num_heads=q_nope.shape[1],
+            num_heads=num_heads,
             page_size=kv_cache.shape[1],
             kv_lora_rank=kv_lora_rank,
             rope_dim=rope_dim,
@@ -138,7 +146,7 @@ def decode(
     ):
         kv_dtype = jnp.dtype(kv_cache.dtype).name
         stage1 = _gluon_kernels.launch_params(kv_dtype=kv_dtype, **problem)
-        stage1_kernel = _gluon_kernels.kernel_for(kv_dtype)
+        stage1_kernel = _gluon_kernels.kernel_for(kv_dtype, num_heads)
     (buffer,) = _launch.launch(
         stage1_kernel,
         (q_nope, q_pe, kv_cache, block_table, seq_lens, num_splits, kv_scale, logits_buffer),

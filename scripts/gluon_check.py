@@ -22,6 +22,13 @@ with bf16 q, a subset with fp16 q, both ways of widening (``WIDEN`` "bits" and
 timing: tl fp8, Gluon fp8 (both widenings) and, on the bf16 pool it was quantised
 from, tl and Gluon bf16 (``FP8_TIMING``). Exits 1 on any mismatch.
 
+``--only-fp8-h16`` alone: the 16-head fp8 kernel (``mla_decode_stage1_gluon_fp8_h16``, the
+one ``kernel_for`` picks for an fp8 cache under 64 heads): the same checks on an fp8
+pool (H 16, 20, 32; bf16 and fp16 q; B 1/4/16/128, L 1024/4096/16384; both widenings
+at a few shapes; the ragged cases), then its timing against the tl kernel on the fp8
+pool and on the bf16 pool it was quantised from (``H16_TIMING``; there is no Gluon
+16-bit kernel under 64 heads).
+
 ``--crossover`` alone: where the Gluon kernel starts to win, at shapes whose
 occupancy splits are short (``CROSSOVER``): tl at its occupancy split count against
 the Gluon kernel at that count and at fewer, longer splits.
@@ -29,7 +36,8 @@ the Gluon kernel at that count and at fewer, longer splits.
 All cases share one latent pool and one table width (``NUM_PAGES``, ``CAPACITY``)
 and a buffer with a fixed split axis, so each kernel compiles once per (dtype, H).
 
-    python scripts/gluon_check.py [--skip-timing] [--skip-checks] [--only-fp8 | --crossover]
+    python scripts/gluon_check.py [--skip-timing] [--skip-checks]
+        [--only-fp8 | --only-fp8-h16 | --crossover]
 """
 
 import argparse
@@ -62,6 +70,19 @@ TIMING = [
 ]
 # fp8 against bf16: the issue's shapes (B, H, L).
 FP8_TIMING = [(128, 128, 16384), (128, 128, 4096), (64, 64, 4096), (16, 128, 4096)]
+# The 16-head fp8 kernel against tl fp8 and tl bf16: (B, H, L).
+H16_TIMING = [
+    (128, 16, 16384),
+    (64, 16, 4096),
+    (16, 16, 16384),
+    (4, 16, 16384),
+    (64, 32, 4096),
+    # Short splits, where the rule in _triton_backend keeps the tl kernel (64-128 tokens):
+    (16, 16, 1024),
+    (1, 16, 4096),
+    (4, 16, 4096),
+]
+H16_HEADS = (16, 20, 32)
 CROSSOVER = [
     (1, 128, 4096),
     (1, 128, 16384),
@@ -82,9 +103,10 @@ class Launch:
     buffer. ``tl()`` / ``gluon()`` run stage 1 then stage 2 on that buffer and leave
     ``out``/``lse``."""
 
-    def __init__(self, q, pool, table, lens, splits, kv_scale=1.0, widen=None):
+    def __init__(self, q, pool, table, lens, splits, kv_scale=1.0, widen=None, gluon=True):
         """``kv_scale``: the cache's dequantisation scale (fp8); ``widen``: the fp8
-        kernel's ``WIDEN`` instead of ``gk.FP8_WIDEN``."""
+        kernel's ``WIDEN`` instead of ``gk.FP8_WIDEN``; ``gluon=False``: the tl path only
+        (a problem no Gluon kernel supports)."""
         batch, heads, _ = q.shape
         dev = q.device
         self.buf = {
@@ -120,8 +142,8 @@ class Launch:
         if widen is not None:
             assert fp8
             self.g1["constexprs"]["WIDEN"] = widen
-        self.gluon_kernel = gk.kernel_for(kv_name)
-        assert gk.supports(
+        self.gluon_kernel = gk.kernel_for(kv_name, heads) if gluon else None
+        assert not gluon or gk.supports(
             num_heads=heads,
             page_size=PAGE,
             kv_lora_rank=LORA,
@@ -353,11 +375,11 @@ def run_checks(
     return ok
 
 
-def run_ragged(dtype_name, pool, gen, sm, q_dtype=None, kv_scale=1.0):
+def run_ragged(dtype_name, pool, gen, sm, q_dtype=None, kv_scale=1.0, heads_list=(64, 128, 96)):
     ok = True
     table, lens = ragged_problem(pool, gen)
     q_dtype = pool.dtype if q_dtype is None else q_dtype
-    for heads in (64, 128, 96):
+    for heads in heads_list:
         q = torch.randn(len(lens), heads, D, generator=gen, device="cuda").to(q_dtype)
         occ = occupancy_kv_splits(len(lens), heads, PAGES_PER_SEQ * PAGE, sm)
         for splits in sorted({occ, 7, MAX_SPLITS}):
@@ -481,6 +503,94 @@ def run_fp8(args, sm):
     return ok
 
 
+def run_fp8_h16_checks(pool8, scale, gen, sm):
+    """The 16-head fp8 kernel: the uniform grid with bf16 and fp16 q at H 16, 20 (a
+    partial second tile) and 32 (two tiles), each widening at a few shapes, then the
+    ragged cases (they poison the pool: last)."""
+    ok = True
+    for q_name, q_dtype in DTYPES.items():
+        ok &= run_checks(f"fp8-h16/{q_name}", pool8, gen, sm, q_dtype, scale, heads_list=H16_HEADS)
+        for widen in ("bits", "cvt"):
+            ok &= run_checks(
+                f"fp8-h16/{q_name} {widen}",
+                pool8,
+                gen,
+                sm,
+                q_dtype,
+                scale,
+                widen,
+                heads_list=(16, 20),
+                batches=(4,),
+                lengths=(1024, 16384),
+            )
+    for q_name, q_dtype in DTYPES.items():
+        ok &= run_ragged(f"fp8-h16/{q_name}", pool8, gen, sm, q_dtype, scale, H16_HEADS)
+    return ok
+
+
+def run_fp8_h16_timing(pool16, pool8, scale, gen, sm):
+    """tl and the 16-head Gluon stage 1 (each widening) on the fp8 pool, and tl on the
+    bf16 pool it was quantised from, same q, table and lengths; ``TB/s``: the fp8 latent
+    bytes read once a row (576 a token) over the Gluon stage 1's time."""
+    print("fp8 16-head timing (do_bench_cudagraph, median, us; stage 2 is the same tl kernel):")
+    for batch, heads, length in H16_TIMING:
+        q, table, lens = uniform_problem(pool16, batch, heads, length, gen)
+        splits = occupancy_kv_splits(batch, heads, length, sm)
+        runs = {
+            "bf16": Launch(q, pool16, table, lens, splits, gluon=False),
+            "fp8": Launch(q, pool8, table, lens, splits, scale),
+            "fp8 bits": Launch(q, pool8, table, lens, splits, scale, "bits"),
+            "fp8 cvt": Launch(q, pool8, table, lens, splits, scale, "cvt"),
+        }
+        us = {}
+        for key, (run_key, path) in (
+            ("tl bf16", ("bf16", "tl")),
+            ("tl fp8", ("fp8", "tl")),
+            ("gluon fp8", ("fp8", "gluon")),
+            ("gluon fp8 bits", ("fp8 bits", "gluon")),
+            ("gluon fp8 cvt", ("fp8 cvt", "gluon")),
+        ):
+            run = runs[run_key]
+            run.both(path)
+            us[key] = 1e3 * triton.testing.do_bench_cudagraph(
+                functools.partial(run.stage1, path), rep=100, return_mode="median"
+            )
+            if key in ("tl bf16", "tl fp8", "gluon fp8"):
+                us[key + " s1+s2"] = 1e3 * triton.testing.do_bench_cudagraph(
+                    functools.partial(run.both, path), rep=100, return_mode="median"
+                )
+        fp8_bytes = batch * length * D
+        print(
+            f"  B={batch:3d} H={heads:3d} L={length:5d} splits={splits:3d} | "
+            + " | ".join(f"{k} {v:7.1f}" for k, v in us.items())
+            + f" | gluon fp8 {fp8_bytes / us['gluon fp8'] / 1e6:.2f} TB/s"
+            + f" | tl fp8 / gluon fp8 {us['tl fp8'] / us['gluon fp8']:.2f}x"
+            + f" | tl bf16 / gluon fp8 {us['tl bf16'] / us['gluon fp8']:.2f}x",
+            flush=True,
+        )
+        del runs, run, q, table, lens
+        torch.cuda.empty_cache()
+
+
+def run_fp8_h16(args, sm):
+    """The 16-head fp8 section: checks, then the timing on a fresh quantisation."""
+    ok = True
+    gen = torch.Generator(device="cuda").manual_seed(2)
+    pool16 = new_pool(torch.bfloat16, gen)
+    pool8, scale = quantize_fp8(pool16)
+    print(f"fp8 pool (16-head kernel): scale {scale:.6g} (amax / {FP8_MAX:g})", flush=True)
+    if not args.skip_checks:
+        ok &= run_fp8_h16_checks(pool8, scale, gen, sm)
+        del pool8
+        torch.cuda.empty_cache()
+        pool8, scale = quantize_fp8(pool16)
+    if not args.skip_timing:
+        run_fp8_h16_timing(pool16, pool8, scale, gen, sm)
+    del pool16, pool8
+    torch.cuda.empty_cache()
+    return ok
+
+
 def run_crossover(pool, gen, sm):
     print("crossover (both stages, us; the Gluon kernel at split counts occ, occ/2, ...):")
     for batch, heads, length in CROSSOVER:
@@ -507,6 +617,11 @@ def main():
     parser.add_argument(
         "--only-fp8", action="store_true", help="the fp8-cache section alone (checks, timing)"
     )
+    parser.add_argument(
+        "--only-fp8-h16",
+        action="store_true",
+        help="the 16-head fp8 kernel's section alone (checks, timing)",
+    )
     parser.add_argument("--crossover", action="store_true", help="the crossover timing alone")
     args = parser.parse_args()
     t0 = time.time()
@@ -517,6 +632,10 @@ def main():
         gen = torch.Generator(device="cuda").manual_seed(0)
         run_crossover(new_pool(torch.bfloat16, gen), gen, sm)
         return
+    if args.only_fp8_h16:
+        ok = run_fp8_h16(args, sm)
+        print(f"{'ALL PASS' if ok else 'SOME CASES FAILED'} in {time.time() - t0:.0f} s")
+        sys.exit(0 if ok else 1)
     ok = True
     for dtype_name, dtype in () if args.only_fp8 else DTYPES.items():
         gen = torch.Generator(device="cuda").manual_seed(0)

@@ -54,7 +54,9 @@ def compile_sm90(heads=128, dtype="bf16", kv="same"):
     kv_type = "fp8e4nv" if kv == "fp8" else dtype
     runtime = [f"*{dtype}"] * 2 + [f"*{kv_type}"] + ["*i32"] * 3 + ["*fp32"] * 3
     spec = _launch.kernel_spec(
-        gk.kernel_for(gk.FP8 if kv == "fp8" else {"bf16": "bfloat16", "fp16": "float16"}[dtype]),
+        gk.kernel_for(
+            gk.FP8 if kv == "fp8" else {"bf16": "bfloat16", "fp16": "float16"}[dtype], heads
+        ),
         runtime,
         stage1["constexprs"],
         num_warps=stage1["num_warps"],
@@ -128,6 +130,10 @@ def build_report(heads=128, dtype="bf16", kv="same"):
         "ptx_wgmma": count(r"wgmma\.mma_async", ptx),
         "ptx_local": count(r"\b(?:ld|st)\.local", ptx),
         "ldg": count(r"\bLDG\b", sass),
+        "ldg128": count(r"LDG\.E\.128", sass),
+        # 16-byte global loads issued after the first warpgroup MMA: a block's loads in
+        # flight while the MMAs run (the 16-head fp8 kernel's register prefetch).
+        "ldg128_after_mma": count(r"LDG\.E\.128", sass[sass.find("HGMMA") :]),
         "lds128": count(r"\bLDS\.128\b", sass),
         "sts128": count(r"\bSTS\.128\b", sass),
         # The fp8 tile's widening: the bit sequence (HMUL2.BF16 / HMUL2), the e4m3 cvt
@@ -159,7 +165,7 @@ def child_build_report(tmp_path, heads, dtype, kv="same"):
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def check_common(r):
+def check_common(r, num_warps=8):
     assert r["hgmma"] > 0 and r["hmma"] == 0, r  # warpgroup MMA, not mma.sync
     assert r["ldgsts"] > 0, r  # cp.async
     assert not r["wgmma_serialized"], r
@@ -167,7 +173,7 @@ def check_common(r):
     assert r["local"] == 0 and r["ptx_local"] == 0, r
     assert 0 < r["shared"] <= SM90_SHARED_BYTES, r
     assert r["global_scratch_size"] == 0, r
-    assert r["num_warps"] == 8, r  # the seesaw's: 4 (default partition) + 4 (worker)
+    assert r["num_warps"] == num_warps, r  # the seesaw's 8: 4 (default partition) + 4 (worker)
 
 
 @pytest.mark.parametrize("heads, dtype", [(128, "bf16"), (64, "fp16"), (96, "bf16")])
@@ -208,13 +214,52 @@ def test_gluon_fp8_stage1_sm90_build(heads, dtype, tmp_path):
         assert r["f2fp_e4m3"] >= 72, r  # 2 values a cvt
 
 
+# The 16-head fp8 kernel, a block (64 tokens): S^T is 36 m64n16k16 MMAs (576 deep),
+# O^T 32 (8 M-tiles of 64 latent dims x 4 of 16 tokens); the fp8 block is 18 16-byte
+# loads a thread (16 latent, 2 rope), widened into 36 16-byte shared stores; Q (16 x 576
+# 16-bit) is 9 cp.async a thread. Two CTAs an SM: 228 KB of shared memory an SM (1 KB
+# of it reserved a CTA) and 64K registers.
+H16_HGMMA, H16_BLOCK_LOADS, H16_Q_COPIES = 36 + 32, 18, 9
+SM90_SHARED_PER_SM, CTA_RESERVED_SHARED, SM90_REGISTERS = 233472, 1024, 65536
+
+
+@pytest.mark.parametrize("heads, dtype", [(16, "bf16"), (16, "fp16"), (20, "bf16"), (32, "fp16")])
+def test_gluon_fp8_h16_stage1_sm90_build(heads, dtype, tmp_path):
+    """The 16-head fp8 kernel: one warpgroup; tokens on the warpgroup MMA's M (68 HGMMA
+    a block, none padded); the fp8 block loaded by 16-byte loads into registers (no
+    cp.async for it: Q's are the only ones), the next block's issued after the first
+    MMA of this one (the prefetch the kernel relies on), widened into the swizzled tile
+    by 16-byte stores; no spills; two CTAs an SM by shared memory and registers."""
+    r = child_build_report(tmp_path, heads, dtype, "fp8")
+    check_common(r, num_warps=4)
+    assert r["hgmma"] == H16_HGMMA, r
+    assert r["ldgsts"] == H16_Q_COPIES and r["cp_async_waits"] == ["0"], r
+    assert r["ldg128"] == 2 * H16_BLOCK_LOADS, r  # the first block, then one a loop
+    assert r["ldg128_after_mma"] >= H16_BLOCK_LOADS, r
+    assert r["sts128"] == 2 * H16_BLOCK_LOADS, r
+    assert 2 * (r["shared"] + CTA_RESERVED_SHARED) <= SM90_SHARED_PER_SM, r
+    assert 2 * 128 * r["registers"] <= SM90_REGISTERS, r
+    assert r["f2f_bf16_f16"] == 0, r
+    if dtype == "bf16":
+        assert r["hmul2"] >= 144, r  # 288 values a thread, 2 a multiply
+    else:
+        assert r["f2fp_e4m3"] >= 144, r  # 2 values a cvt
+
+
 def test_supports_and_kernel_for():
     """The cache dtype rule: q 16-bit, the cache of q's dtype or float8_e4m3fn, each
     latent row 16-byte aligned (8 16-bit elements, 16 fp8 ones); ``kernel_for`` picks
     the kernel by the cache's dtype."""
     from mla_jax import _gluon_kernels as gk
 
-    def ok(q="bfloat16", kv="bfloat16", row=576, page=64 * 576, heads=128, page_size=64):
+    def ok(
+        q="bfloat16",
+        kv="bfloat16",
+        row=576,
+        page=64 * 576,
+        heads=128,
+        page_size=64,
+    ):
         return gk.supports(
             num_heads=heads,
             page_size=page_size,
@@ -233,7 +278,15 @@ def test_supports_and_kernel_for():
     assert not ok(q="float16", kv="bfloat16")
     assert ok(row=584, page=64 * 584) and not ok(kv="float8_e4m3fn", row=584, page=64 * 584)
     assert ok(kv="float8_e4m3fn", row=592, page=64 * 592)
-    assert not ok(kv="float8_e4m3fn", heads=32) and not ok(kv="float8_e4m3fn", page_size=32)
+    assert not ok(kv="float8_e4m3fn", page_size=32)
+    # Under 64 heads only fp8 caches (the 16-head fp8 kernel), from 16 heads.
+    assert ok(kv="float8_e4m3fn", heads=16) and ok(kv="float8_e4m3fn", heads=32)
+    assert not ok(kv="float8_e4m3fn", heads=8)
+    assert not ok(heads=16) and not ok(heads=63) and ok(heads=64)
+    assert gk.kernel_for("float8_e4m3fn", 16) is gk.kernel_for("float8_e4m3fn", 63)
+    assert gk.kernel_for("float8_e4m3fn", 16) is gk.mla_decode_stage1_gluon_fp8_h16
+    assert gk.kernel_for("float8_e4m3fn", 64) is gk.mla_decode_stage1_gluon_fp8
+    assert gk.kernel_for("bfloat16", 16) is gk.mla_decode_stage1_gluon_seesaw
     assert gk.kernel_for("float8_e4m3fn") is gk.mla_decode_stage1_gluon_fp8
     assert (
         gk.kernel_for("bfloat16") is gk.kernel_for("float16") is gk.mla_decode_stage1_gluon_seesaw
@@ -259,10 +312,14 @@ def test_supports_and_kernel_for():
     assert fp8["constexprs"] == sixteen["constexprs"] | {"WIDEN": gk.FP8_WIDEN}
     assert fp8["grid"] == sixteen["grid"] and fp8["num_stages"] == sixteen["num_stages"]
     assert (sixteen["num_warps"], fp8["num_warps"]) == (gk.SEESAW_NUM_WARPS, gk.NUM_WARPS)
+    small = gk.launch_params(kv_dtype=gk.FP8, **(lp | dict(num_heads=20)))
+    assert small["grid"] == (2, 2, 1) and small["num_warps"] == gk.SMALL_NUM_WARPS
+    assert small["constexprs"]["BLOCK_H"] == gk.SMALL_BLOCK_H and "WIDEN" in small["constexprs"]
 
 
 BF16, FP8 = jnp.bfloat16, jnp.float8_e4m3fn
 SEESAW, TL = "mla_decode_stage1_gluon_seesaw", "mla_decode_stage1"
+FP8_H64, FP8_H16 = "mla_decode_stage1_gluon_fp8", "mla_decode_stage1_gluon_fp8_h16"
 
 
 @pytest.mark.parametrize(
@@ -270,13 +327,16 @@ SEESAW, TL = "mla_decode_stage1_gluon_seesaw", "mla_decode_stage1"
     [
         (16, 128, 4096, 90, BF16, None, SEESAW),  # 4 splits of 1024
         (128, 64, 4096, 90, jnp.float16, None, SEESAW),  # 1 split
-        (16, 128, 4096, 90, BF16, FP8, "mla_decode_stage1_gluon_fp8"),
+        (16, 128, 4096, 90, BF16, FP8, FP8_H64),
         (16, 128, 1024, 90, BF16, None, TL),  # 4 splits of 256
         (16, 128, 1024, 90, BF16, FP8, TL),
-        (1, 128, 4096, 90, BF16, None, TL),  # 64 splits of one block
+        (1, 128, 4096, 90, BF16, None, TL),  # 32 splits of 128 (16-head tiles)
         (16, 128, 4096, 80, BF16, None, TL),  # not Hopper
         (16, 16, 4096, 90, BF16, None, TL),  # under a 64-head tile
-        (16, 16, 4096, 90, BF16, FP8, TL),
+        (16, 16, 4096, 90, BF16, FP8, FP8_H16),  # 16 splits of 256
+        (64, 32, 4096, 90, jnp.float16, FP8, FP8_H16),  # 2 splits of 2048
+        (4, 16, 4096, 90, BF16, FP8, TL),  # 64 splits of 64
+        (16, 16, 4096, 89, BF16, FP8, TL),  # Ada: e4m3 but no warpgroup MMA
         (16, 128, 4096, 90, jnp.float32, None, TL),
     ],
 )
@@ -284,8 +344,9 @@ def test_stage1_is_the_gluon_kernel_where_it_wins(
     batch, heads, length, cc, dtype, kv_dtype, kernel
 ):
     """``mla_decode`` lowers stage 1 to a Gluon kernel on sm_90 for a problem they
-    support whose splits hold at least 1024 tokens (``_triton_backend.use_gluon``): the
-    seesaw one for a 16-bit cache, the fp8 one for an fp8 cache; else to the tl kernel.
+    support whose splits hold at least 1024 tokens (256 for the 16-head fp8 kernel;
+    ``_triton_backend.use_gluon``): the seesaw one for a 16-bit cache, an fp8 one for an
+    fp8 cache (16-head tiles under 64 heads); else to the tl kernel.
     Stage 2 is the same either way."""
     import mla_jax
     from tests.cases import buffer_spec

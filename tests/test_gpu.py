@@ -346,12 +346,16 @@ def test_fp8_cache_matches_reference_on_dequantised_values(heads, rng):
         (4, 96, 16384, jnp.bfloat16, "same"),  # a full 64-head tile and a half-masked one
         (16, 128, 4096, jnp.bfloat16, "fp8"),
         (4, 96, 16384, jnp.float16, "fp8"),
+        (16, 16, 4096, jnp.bfloat16, "fp8"),  # the 16-head fp8 kernel: 16 splits of 256
+        (8, 20, 16384, jnp.float16, "fp8"),  # a full 16-head tile and a masked one
+        (64, 32, 4096, jnp.bfloat16, "fp8"),
     ],
 )
 @pytest.mark.parametrize("max_seq_len", ["static", "runtime"])
 def test_gluon_stage1_through_mla_decode(batch, heads, length, dtype, cache, max_seq_len, rng):
-    """On sm_90, ``mla_decode`` at shapes whose splits hold >= 1024 tokens lowers stage 1
-    to a Gluon kernel (the seesaw one for a 16-bit cache, the fp8 one for an fp8 cache);
+    """On sm_90, ``mla_decode`` at shapes whose splits hold >= 1024 tokens (256 for an fp8
+    cache under 64 heads) lowers stage 1 to a Gluon kernel (the seesaw one for a 16-bit
+    cache, an fp8 one for an fp8 cache);
     it matches the float64 reference (on the dequantised cache for fp8) on ragged rows:
     an empty row, page edges, a full row. ``runtime`` leaves ``max_seq_len`` out: the
     block table's capacity, ``length``, plans the splits."""
@@ -394,7 +398,9 @@ def test_gluon_stage1_through_mla_decode(batch, heads, length, dtype, cache, max
     )
     text = step.lower(q, kv, bt, sl, buffer).as_text()
     names = [kernel_call(line)["kernel_name"] for line in custom_calls(text)]
-    stage1 = "mla_decode_stage1_gluon_fp8" if cache == "fp8" else "mla_decode_stage1_gluon_seesaw"
+    stage1 = "mla_decode_stage1_gluon_seesaw"
+    if cache == "fp8":
+        stage1 = "mla_decode_stage1_gluon_fp8" + ("_h16" if heads < 64 else "")
     assert names == [stage1, "mla_decode_stage2"], names
     out, lse, _ = step(q, kv, bt, sl, buffer)
     assert_close(out, lse, rounded, dtype)

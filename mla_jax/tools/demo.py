@@ -147,13 +147,15 @@ def decode_chunks(
     a progress line after each; ``state`` is donated."""
     buffer = state.logits_buffer
 
-    def splits(length: int) -> int:  # what the step computes inside the graph
+    def splits(length: int) -> int:
+        # What the step computes inside the graph: from a run-time length (an array,
+        # so the default head tile; a Python int would plan a static-length step).
         return int(
             kv_splits(
                 buffer.policy,
                 batch=x.shape[0],
                 num_heads=config.num_heads,
-                max_seq_len=length,
+                max_seq_len=jnp.asarray(length, jnp.int32),
                 sm_count=buffer.sm_count,
             )
         )
