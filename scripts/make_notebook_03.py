@@ -243,7 +243,12 @@ display(time_vs_len_figure(results, paths, title=f"device time per call, {machin
   64-head program costs about 13 µs even alone ([`docs/performance.md`, "Hardware
   counters (Nsight Compute, stage
   1)"](../docs/performance.md#hardware-counters-nsight-compute-stage-1)), so that is
-  stage 1's floor there whatever the split count. The Gluon kernel does not run there:
+  stage 1's floor there with 64-head tiles whatever the split count. Since this sweep
+  ran, a step with a static `max_seq_len` whose batch holds at most 4096 tokens takes
+  16-head tiles instead: 16.8 against 23.2 µs of device time at 1/128/4096
+  ([`docs/performance.md`, "Head tiles and stage-1
+  configurations"](../docs/performance.md#head-tiles-and-stage-1-configurations)).
+  The Gluon kernel does not run there:
   below 1024 tokens a split it loses to the tl kernel (36.6 against 23.2 µs at 1/128/4096,
   both stages; [`docs/performance.md`, "Gluon stage 1
   (sm_90)"](../docs/performance.md#gluon-stage-1-sm_90)).
