@@ -12,6 +12,7 @@
 #                      against the previous release's in build/prev (scripts/ab_kernels.py)
 #   ncu                Nsight Compute's full report of stage 1 at the target shapes and
 #                      one-block shapes, and of stage 2 at B=1 (needs hardware counters)
+#   ncu-gluon          the same for the Gluon stage 1 kernels (sm_90) at their target shapes
 #   bench-small        the sweep at B = 1, 4 (all H, L; L=65536 included)
 #   bench-large        the sweep at B = 16, 64, 128
 #   experiments        each stage's device time, then the stage-1 config sweep
@@ -102,6 +103,18 @@ for mode in "$@"; do
         done
         profile stage2 1x128x4096
         ;;
+    ncu-gluon)
+        for run in "128x16x16384 fp8" "16x16x16384 fp8" "128x128x16384 bf16" \
+            "128x128x16384 fp8" "16x128x4096 bf16"; do
+            read -r shape cache <<< "$run"
+            timeout 150 ncu --clock-control none --kernel-name "regex:mla_decode_stage1_gluon" \
+                --launch-skip 2 --launch-count 1 --set full --print-units base \
+                python3 scripts/profile_stages.py "$shape" --cache "$cache" --gluon \
+                > "$OUT/ncu-gluon-$shape-$cache.txt" 2>&1
+            grep -E "^  +(Duration|Registers Per|Achieved Occupancy|Memory Throughput|Compute \(SM\) Throughput) " \
+                "$OUT/ncu-gluon-$shape-$cache.txt" | sed "s/^/gluon $shape $cache: /"
+        done
+        ;;
     gluon)
         timeout 300 python3 scripts/gluon_check.py 2>&1 | tee "$OUT/gluon_check.log" | tail -12
         ;;
@@ -117,7 +130,7 @@ for mode in "$@"; do
         ;;
     bench-small) bench_part small 1,4 ;;
     bench-large) bench_part large 16,64,128 ;;
-    *) echo "usage: scripts/gpu_checks.sh --out DIR {tests|tests-a|tests-b|extras|steps|experiments|ab|ncu|bench-small|bench-large|deepseek}..." >&2
+    *) echo "usage: scripts/gpu_checks.sh --out DIR {tests|tests-a|tests-b|extras|steps|experiments|ab|ncu|ncu-gluon|bench-small|bench-large|deepseek}..." >&2
        exit 2 ;;
     esac
 done

@@ -31,7 +31,7 @@ import torch
 import triton.testing
 from sweep_configs import PAGE, SCALE, SM, direct, shapes_parser, time_decode
 
-from mla_jax import kernels
+from mla_jax import _gluon_kernels, kernels
 from mla_jax.splits import occupancy_kv_splits
 from mla_jax.tools import bench, bench_report
 from mla_jax.torch_ref import mla_decode_dense_torch
@@ -61,13 +61,15 @@ def make_problem(batch, heads, length, seed):
     return q, kv, table, lens
 
 
-def launchers(q, kv, table, lens, splits, module=kernels, batch_tokens=None):
+def launchers(q, kv, table, lens, splits, module=kernels, batch_tokens=None, gluon=False):
     """The two stages of ``module`` (``mla_jax.kernels`` or another version of it) on
     NaN-poisoned outputs: ``(stage1, stage2, out, lse)``. ``stage2(num_warps, **tiling)``
     launches stage 2 with ``launch_params``' tiling and warps, or with the ``num_warps``,
     ``HEAD_BLOCK``, ``SPLIT_BLOCK`` and ``COL_BLOCK`` given (its grid follows them).
     ``batch_tokens`` (rows x length, as a static ``max_seq_len`` gives it) picks the head
-    tile in versions whose ``launch_params`` take it; None: the default tile."""
+    tile in versions whose ``launch_params`` take it; None: the default tile. ``gluon``:
+    stage 1 is this checkout's Gluon kernel for the cache's dtype
+    (``_gluon_kernels.kernel_for``; sm_90, a problem it ``supports``)."""
     batch, heads, _ = q.shape
     buf = torch.full((batch, heads, splits, LORA + 1), float("nan"), device="cuda")
     out = torch.full((batch, heads, LORA), float("nan"), device="cuda").bfloat16()
@@ -82,7 +84,7 @@ def launchers(q, kv, table, lens, splits, module=kernels, batch_tokens=None):
     )
     if "batch_tokens" in inspect.signature(module.launch_params).parameters:
         sizes["batch_tokens"] = batch_tokens
-    s1, s2 = module.launch_params(
+    problem = dict(
         **sizes,
         batch=batch,
         num_heads=heads,
@@ -97,11 +99,17 @@ def launchers(q, kv, table, lens, splits, module=kernels, batch_tokens=None):
         kv_strides=kv.stride(),
         block_table_strides=table.stride(),
         buffer_strides=buf.stride(),
-        float32_inputs=False,
     )
+    s1, s2 = module.launch_params(**problem, float32_inputs=False)
+    stage1_kernel = module.mla_decode_stage1
+    if gluon:
+        kv_dtype = str(kv.dtype).removeprefix("torch.")
+        problem.pop("batch_tokens", None)
+        s1 = _gluon_kernels.launch_params(kv_dtype=kv_dtype, **problem)
+        stage1_kernel = _gluon_kernels.kernel_for(kv_dtype, heads)
 
     def stage1():
-        module.mla_decode_stage1[s1["grid"]](
+        stage1_kernel[s1["grid"]](
             q,
             q,
             kv,
