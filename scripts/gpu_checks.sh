@@ -105,7 +105,7 @@ for mode in "$@"; do
         ;;
     ncu-gluon)
         for run in "128x16x16384 fp8" "16x16x16384 fp8" "128x128x16384 bf16" \
-            "128x128x16384 fp8" "16x128x4096 bf16"; do
+            "128x128x16384 fp8" "16x128x4096 bf16" "1x128x64 bf16" "1x16x64 fp8"; do
             read -r shape cache <<< "$run"
             timeout 150 ncu --clock-control none --kernel-name "regex:mla_decode_stage1_gluon" \
                 --launch-skip 2 --launch-count 1 --set full --print-units base \
