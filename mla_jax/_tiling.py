@@ -11,13 +11,9 @@ MIN_HEAD_TILE = 16  # tl.dot needs at least 16 rows
 # A step whose batch holds at most this many tokens (rows x the longest row), known at
 # trace time, runs 16-head tiles at any head count: there a wider tile's fixed cost per
 # program outweighs its reuse of each latent tile; past it the wider tile's warpgroup
-# MMA wins by far. H200, both stages through JAX, at H=128 against the 64-head default
-# (docs/gpu/cond-head-tile.log): 1/128/4096 15.6 us at 32 splits (what the occupancy
-# rule gives 16-head tiles there) against 21.0; 1/128/1024 14.3 us at 32 splits and
-# 18.2 at 16 (the rule's count) against 17.3, where sweep-h128-16-head-tiles.log read
-# 10.3 at 16 and 13.9 at 32 against 16.1; but 4/128/4096 55.3 against 33.9 and
-# 16/128/1024 74.3 against 34.3 (docs/performance.md, "Head tiles and stage-1
-# configurations").
+# MMA wins (docs/performance.md, "Head tiles and stage-1 configurations": the H200 A/B
+# at the sweep's shapes up to this size, 0.52-0.81 of the 64-head tile's time at H
+# 32-128, and the larger shapes tried).
 SMALL_BATCH_TOKENS = 4096
 
 
