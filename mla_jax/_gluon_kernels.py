@@ -280,15 +280,21 @@ def supports(
     )
 
 
+def small_heads(kv_dtype: str | None, num_heads: int) -> bool:
+    """Whether the problem runs the 16-head fp8 kernel (``mla_decode_stage1_gluon_fp8_h16``):
+    an fp8 cache (``kv_dtype`` a name, None for a 16-bit cache) under ``BLOCK_H`` heads."""
+    return kv_dtype == FP8 and num_heads < BLOCK_H
+
+
 def kernel_for(kv_dtype: str, num_heads: int = BLOCK_H) -> Any:
     """The Gluon stage 1 for a cache of dtype ``kv_dtype`` (a name, as in ``supports``)
-    and ``num_heads`` query heads: the 16-head fp8 kernel under ``BLOCK_H`` heads. All
+    and ``num_heads`` query heads: the 16-head fp8 kernel where ``small_heads``. All
     take the same arguments; ``launch_params`` gives each its launch."""
-    if kv_dtype != FP8:
-        return mla_decode_stage1_gluon_seesaw
-    if num_heads < BLOCK_H:
+    if small_heads(kv_dtype, num_heads):
         return mla_decode_stage1_gluon_fp8_h16
-    return mla_decode_stage1_gluon_fp8
+    if kv_dtype == FP8:
+        return mla_decode_stage1_gluon_fp8
+    return mla_decode_stage1_gluon_seesaw
 
 
 def launch_params(kv_dtype: str | None = None, **problem: Any) -> dict:
@@ -300,7 +306,7 @@ def launch_params(kv_dtype: str | None = None, **problem: Any) -> dict:
     ``kernels.launch_params``. The fp8 kernels add ``WIDEN`` (``_widen``:
     ``FP8_WIDEN``)."""
     tl_stage1, _ = kernels.launch_params(**problem, float32_inputs=False)
-    small = kv_dtype == FP8 and problem["num_heads"] < BLOCK_H
+    small = small_heads(kv_dtype, problem["num_heads"])
     block_h = SMALL_BLOCK_H if small else BLOCK_H
     constexprs = {k: v for k, v in tl_stage1["constexprs"].items() if k not in _TL_TILING} | {
         "BLOCK_H": block_h,
@@ -1015,24 +1021,22 @@ def mla_decode_stage1_gluon_fp8_h16(
     pt_smem = gl.allocate_shared_memory(dtype, [1, BLOCK_N, BLOCK_H], p_layout)
 
     # Q by cp.async (published before the first MMA by the first block's barrier).
-    heads = tile * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, copy_layout))
-    head_ok = heads < NUM_HEADS
-    _copy_rows(
+    _copy_query(
         q_nope_smem.index(0),
-        q_nope_ptr + row * stride_qn_b,
-        heads,
-        head_ok,
-        stride_qn_h,
-        LORA,
-        copy_layout,
-    )
-    _copy_rows(
         q_pe_smem.index(0),
-        q_pe_ptr + row * stride_qp_b + QP_OFFSET,
-        heads,
-        head_ok,
-        stride_qp_h,
+        q_nope_ptr,
+        q_pe_ptr,
+        tile,
+        row,
+        NUM_HEADS,
+        BLOCK_H,
+        LORA,
         ROPE,
+        QP_OFFSET,
+        stride_qn_b,
+        stride_qn_h,
+        stride_qp_b,
+        stride_qp_h,
         copy_layout,
     )
     async_copy.commit_group()

@@ -55,7 +55,8 @@ def use_gluon(
     holds ``max_tokens``."""
     kv_page_stride, kv_row_stride = _strides(kv_cache)[:2]
     num_heads = q_nope.shape[1]
-    small_fp8 = kv_cache.dtype == jnp.float8_e4m3fn and num_heads < _gluon_kernels.BLOCK_H
+    kv_dtype = jnp.dtype(kv_cache.dtype).name
+    small_fp8 = _gluon_kernels.small_heads(kv_dtype, num_heads)
     min_tokens = FP8_SMALL_HEADS_MIN_SPLIT_TOKENS if small_fp8 else GLUON_MIN_SPLIT_TOKENS
     return (
         compute_capability == 90
@@ -66,7 +67,7 @@ def use_gluon(
             kv_lora_rank=kv_lora_rank,
             rope_dim=rope_dim,
             q_dtype=jnp.dtype(q_nope.dtype).name,
-            kv_dtype=jnp.dtype(kv_cache.dtype).name,
+            kv_dtype=kv_dtype,
             kv_row_stride=kv_row_stride,
             kv_page_stride=kv_page_stride,
         )
