@@ -441,6 +441,35 @@ def run_timing(pool, gen, sm):
         torch.cuda.empty_cache()
 
 
+def time_fp8_paths(pool16, pool8, scale, q, table, lens, splits, gluon16, both):
+    """Stage 1 µs of tl on the bf16 pool (and Gluon where ``gluon16``), and of tl and
+    Gluon (``FP8_WIDEN``'s widening, then each) on the fp8 pool quantised from it, same
+    q, table and lengths; both stages too for the keys in ``both`` (``"<key> s1+s2"``)."""
+    runs = {
+        "bf16": Launch(q, pool16, table, lens, splits, gluon=gluon16),
+        "fp8": Launch(q, pool8, table, lens, splits, scale),
+        "fp8 bits": Launch(q, pool8, table, lens, splits, scale, "bits"),
+        "fp8 cvt": Launch(q, pool8, table, lens, splits, scale, "cvt"),
+    }
+    paths = [("tl bf16", "bf16", "tl")]
+    if gluon16:
+        paths.append(("gluon bf16", "bf16", "gluon"))
+    paths += [
+        ("tl fp8", "fp8", "tl"),
+        ("gluon fp8", "fp8", "gluon"),
+        ("gluon fp8 bits", "fp8 bits", "gluon"),
+        ("gluon fp8 cvt", "fp8 cvt", "gluon"),
+    ]
+    us = {}
+    for key, run_key, path in paths:
+        run = runs[run_key]
+        run.both(path)
+        us[key] = run.time_us(run.stage1, path)
+        if key in both:
+            us[key + " s1+s2"] = run.time_us(run.both, path)
+    return us
+
+
 def run_fp8_timing(pool16, pool8, scale, gen, sm):
     """tl and Gluon stage 1 on the fp8 pool (Gluon with both widenings) and on the bf16
     pool it was quantised from, same q, table and lengths; ``fp8 TB/s``: the fp8
@@ -449,26 +478,17 @@ def run_fp8_timing(pool16, pool8, scale, gen, sm):
     for batch, heads, length in FP8_TIMING:
         q, table, lens = uniform_problem(pool16, batch, heads, length, gen)
         splits = occupancy_kv_splits(batch, heads, length, sm)
-        runs = {
-            "bf16": Launch(q, pool16, table, lens, splits),
-            "fp8": Launch(q, pool8, table, lens, splits, scale),
-            "fp8 bits": Launch(q, pool8, table, lens, splits, scale, "bits"),
-            "fp8 cvt": Launch(q, pool8, table, lens, splits, scale, "cvt"),
-        }
-        us = {}
-        for key, path in (
-            ("tl bf16", ("bf16", "tl")),
-            ("gluon bf16", ("bf16", "gluon")),
-            ("tl fp8", ("fp8", "tl")),
-            ("gluon fp8", ("fp8", "gluon")),
-            ("gluon fp8 bits", ("fp8 bits", "gluon")),
-            ("gluon fp8 cvt", ("fp8 cvt", "gluon")),
-        ):
-            run = runs[path[0]]
-            run.both(path[1])
-            us[key] = run.time_us(run.stage1, path[1])
-            if key in ("tl fp8", "gluon fp8", "gluon bf16"):
-                us[key + " s1+s2"] = run.time_us(run.both, path[1])
+        us = time_fp8_paths(
+            pool16,
+            pool8,
+            scale,
+            q,
+            table,
+            lens,
+            splits,
+            True,
+            ("tl fp8", "gluon fp8", "gluon bf16"),
+        )
         fp8_bytes = batch * length * D
         print(
             f"  B={batch:3d} H={heads:3d} L={length:5d} splits={splits:3d} | "
@@ -478,7 +498,7 @@ def run_fp8_timing(pool16, pool8, scale, gen, sm):
             + f" | tl fp8 / gluon fp8 {us['tl fp8'] / us['gluon fp8']:.2f}x",
             flush=True,
         )
-        del runs, run, q, table, lens
+        del q, table, lens
         torch.cuda.empty_cache()
 
 
@@ -536,29 +556,9 @@ def run_fp8_h16_timing(pool16, pool8, scale, gen, sm):
     for batch, heads, length in H16_TIMING:
         q, table, lens = uniform_problem(pool16, batch, heads, length, gen)
         splits = occupancy_kv_splits(batch, heads, length, sm)
-        runs = {
-            "bf16": Launch(q, pool16, table, lens, splits, gluon=False),
-            "fp8": Launch(q, pool8, table, lens, splits, scale),
-            "fp8 bits": Launch(q, pool8, table, lens, splits, scale, "bits"),
-            "fp8 cvt": Launch(q, pool8, table, lens, splits, scale, "cvt"),
-        }
-        us = {}
-        for key, (run_key, path) in (
-            ("tl bf16", ("bf16", "tl")),
-            ("tl fp8", ("fp8", "tl")),
-            ("gluon fp8", ("fp8", "gluon")),
-            ("gluon fp8 bits", ("fp8 bits", "gluon")),
-            ("gluon fp8 cvt", ("fp8 cvt", "gluon")),
-        ):
-            run = runs[run_key]
-            run.both(path)
-            us[key] = 1e3 * triton.testing.do_bench_cudagraph(
-                functools.partial(run.stage1, path), rep=100, return_mode="median"
-            )
-            if key in ("tl bf16", "tl fp8", "gluon fp8"):
-                us[key + " s1+s2"] = 1e3 * triton.testing.do_bench_cudagraph(
-                    functools.partial(run.both, path), rep=100, return_mode="median"
-                )
+        us = time_fp8_paths(
+            pool16, pool8, scale, q, table, lens, splits, False, ("tl bf16", "tl fp8", "gluon fp8")
+        )
         fp8_bytes = batch * length * D
         print(
             f"  B={batch:3d} H={heads:3d} L={length:5d} splits={splits:3d} | "
@@ -568,7 +568,7 @@ def run_fp8_h16_timing(pool16, pool8, scale, gen, sm):
             + f" | tl bf16 / gluon fp8 {us['tl bf16'] / us['gluon fp8']:.2f}x",
             flush=True,
         )
-        del runs, run, q, table, lens
+        del q, table, lens
         torch.cuda.empty_cache()
 
 
