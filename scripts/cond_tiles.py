@@ -51,7 +51,7 @@ def main():
         baseline = None
         for name, decode in variants:
             buf = jnp.zeros((batch, heads, grid, 513), jnp.float32)
-            ms, out = time_decode(decode, calls, inputs, buf)
+            ms, out, _ = time_decode(decode, calls, inputs, buf)
             out = out.astype(jnp.float32)
             baseline = out if baseline is None else baseline
             diff = float(jnp.max(jnp.abs(out - baseline)))

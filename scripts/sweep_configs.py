@@ -5,8 +5,9 @@ For each shape, every (configuration, split count) of the triton decode (both st
 K chained calls in one jit, the buffer threaded and donated, median of repeats. Each
 shape also times the public ``mla_decode`` with its defaults (what the bench's
 "occupancy splits (default)" row measures), so the two harnesses can be compared.
-Every variant's output must agree with the shape's first one. One line per variant,
-the best per shape; ``--out FILE`` writes JSON.
+Every variant's output must agree with the shape's first one. One line per variant
+(wall time, and kernel time from a profiler trace), the best per shape by kernel time;
+``--out FILE`` writes JSON.
 
     python scripts/sweep_configs.py --out sweep.json [--shapes 128x16x16384,1x128x4096]
 """
@@ -96,12 +97,15 @@ def shapes_parser(default, described):
 
 
 def time_decode(decode, calls, inputs, buf, *, repeats=REPEATS, runs=bench.RUNS_PER_REPEAT):
-    """Median per-call ms of ``decode`` as the bench times it, and the last output."""
+    """``(ms, last output, kernel ms)`` of ``decode``: the median per-call wall time as
+    the bench times it, and the kernel time per call of ``runs`` more runs under the
+    profiler (``bench.trace_kernels``; None where it saw no kernel)."""
     loop = bench.timed_chain(decode, calls, perturb_table=False, keep_outs=False)
-    times, (outs, _, _) = bench.time_loop(
-        lambda st: loop(*inputs, st[2]), (None, None, buf), calls=calls, repeats=repeats, runs=runs
-    )
-    return float(np.median(times)), outs[-1]
+    step = lambda st: loop(*inputs, st[2])
+    times, state = bench.time_loop(step, (None, None, buf), calls=calls, repeats=repeats, runs=runs)
+    traced, (outs, _, _) = bench.trace_kernels(lambda: bench.run_steps(step, state, runs))
+    per_call = traced.per_call(calls * runs)
+    return float(np.median(times)), outs[-1], None if per_call is None else per_call[0]
 
 
 def shape_inputs(batch, heads, length):
@@ -185,7 +189,9 @@ def main():
                     # the tile mla_decode picks for this static length.
                     tokens = batch * length if buffer == "reserved" else None
                     decode = direct(splits, config, tokens)
-                ms, out = time_decode(decode, calls, inputs, buf)
+                    # The backend takes the reservation's array, not the LogitsBuffer.
+                    buf = buf.data if buffer == "reserved" else buf
+                ms, out, kernel_ms = time_decode(decode, calls, inputs, buf)
             except Exception as e:  # a config that does not compile or fit: record why
                 print(f"B={batch} H={heads} L={length} {name}: {e!r}"[:300], flush=True)
                 continue
@@ -202,16 +208,17 @@ def main():
                 config=config,
                 calls=calls,
                 ms=ms,
+                kernel_ms=kernel_ms,
                 tb_s=tbs,
                 max_diff=diff,
             )
             results.append(row)
             print(
                 f"B={batch:4d} H={heads:4d} L={length:6d} {name:75s} {ms:8.4f} ms "
-                f"{tbs:5.2f} TB/s diff {diff:.1e}",
+                f"kernels {kernel_ms or 0:8.4f} ms {tbs:5.2f} TB/s diff {diff:.1e}",
                 flush=True,
             )
-            if best is None or ms < best["ms"]:
+            if best is None or (kernel_ms or ms) < (best["kernel_ms"] or best["ms"]):
                 best = row
         del inputs
         print(f"BEST B={batch} H={heads} L={length}: {best}", flush=True)

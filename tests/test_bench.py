@@ -255,7 +255,7 @@ def test_render_markdown_synthetic():
     assert "(132 SMs); jax 0.11.2, jax_triton 0.3.1, triton 3.6.0; " in old_page
     # The terminal table's last columns are the default path's (here: not measured).
     row = bench_report.summary_table(results).splitlines()[1].split()
-    assert row == ["4", "128", "4096", "0.0100", "0.0200", "0.0500", "—", "—"]
+    assert row == ["4", "128", "4096", "0.0100", "0.0200", "0.0500", "—", "—", "—", "—"]
     measured = {**shape["paths"], "triton-occupancy": shape["paths"]["triton"]}
     table = bench_report.summary_table({**results, "shapes": [{**shape, "paths": measured}]})
     assert table.splitlines()[1].split()[3:] == [
@@ -265,6 +265,8 @@ def test_render_markdown_synthetic():
         "0.0500",
         "50",
         "2.50",
+        "—",  # no kernel time in these results
+        "—",
     ]
 
 
@@ -558,3 +560,63 @@ def test_bench_rejects_bad_numbers_with_a_usage_error(argv, capsys):
     assert exit_.value.code == 2
     err = capsys.readouterr().err
     assert f"argument {argv[0]}" in err and "usage:" in err
+
+
+def _plane(name, lines):
+    from types import SimpleNamespace as NS
+
+    return NS(
+        name=name,
+        lines=[
+            NS(name=line, events=[NS(name=k, start_ns=a, end_ns=b) for k, a, b in events])
+            for line, events in lines.items()
+        ],
+    )
+
+
+def test_kernel_time_is_the_union_of_the_gpu_streams_kernels():
+    planes = [
+        _plane("/host:CPU", {"python": [("f", 0, 10_000)]}),
+        _plane(
+            "/device:GPU:0",
+            {
+                # Two streams overlapping for 5 ns, a gap of 20, a kernel inside another.
+                "Stream #13(Compute)": [("stage1", 100, 160), ("stage2", 180, 200)],
+                "Stream #14": [("stage1", 155, 175), ("stage2", 185, 190)],
+                "XLA Ops": [("fusion", 0, 1_000)],  # an annotation line, not a kernel
+            },
+        ),
+    ]
+    traced = bench.kernel_time(planes)
+    assert traced == bench.KernelTime(60 + 15 + 20, {"stage1": 2, "stage2": 2})
+    assert traced.per_call(2) == (95 / 2e6, {"stage1": 1.0, "stage2": 1.0})
+    assert bench.kernel_facts(traced, 2) == {
+        "device_ms": 95 / 2e6,
+        "kernels_per_call": {"stage1": 1.0, "stage2": 1.0},
+    }
+    # No GPU plane: no kernel time, no facts (the CPU's dry run).
+    assert bench.kernel_time(planes[:1]).per_call(1) is None
+    assert bench.kernel_facts(bench.kernel_time(planes[:1]), 1) == {}
+
+
+def test_trace_kernels_returns_runs_result_and_sees_no_gpu_on_a_cpu():
+    f = jax.jit(lambda x: x @ x)
+    traced, out = bench.trace_kernels(lambda: jax.block_until_ready(f(jnp.ones((8, 8)))))
+    assert traced == bench.KernelTime(0, {}) and out.tolist() == [[8.0] * 8] * 8
+
+
+def test_report_has_kernel_times_where_the_trace_saw_kernels(dry_run):
+    results = json.loads((dry_run / "benchmarks" / "results.json").read_text())
+    assert "## Kernel time per call" not in bench_report.render_markdown(results)
+    shape = results["shapes"][0]
+    for path, ms in (("xla", 0.5), ("vllm", 1.0)):
+        shape["paths"][path]["device_ms"] = ms
+        shape["paths"][path].update(
+            bench_report.device_metrics(ms, floor=shape["floor_ms"], vllm_ms=1.0)
+        )
+    page = bench_report.render_markdown(results)
+    table = page.split("## Kernel time per call (ms), from a profiler trace")[1].split("##")[0]
+    floor = bench_report.fmt(shape["floor_ms"], ".3g")
+    pct = bench_report.fmt(100 * shape["floor_ms"] / 0.5, ".0f")
+    assert f"| 1 | 16 | 256 | {floor} | 0.5 | 1 | {pct} | 2.00× |" in table
+    assert "| 2 | 16 | 256 | " in table and table.count("—") == 4

@@ -12,6 +12,13 @@ Device time per call, without host dispatch:
   and stage 2 per call), or the sweep stops (``ChainCheckError``).
 - vLLM: a CUDA graph of K calls, replayed between CUDA events.
 
+On a GPU each timed path is then run once more under ``jax.profiler.trace`` (CUPTI
+sees the kernels of JAX and of torch alike): ``device_ms`` is the time some kernel of
+the path was running, per call (the union of the kernels' intervals on the GPU's
+streams, so launch gaps between kernels are not in it), and ``kernels_per_call``
+says which kernels ran how often a call. That is one instrument for every path; the
+targets of ``docs/performance.md`` are stated in it.
+
 Both ceilings (device copy, bf16 matmul) are measured in the same run, and every
 path gets bandwidth, flop rate, % of the roofline floor and speed-up over vLLM.
 Writes ``results.json`` and PNG plots into ``--out`` and the markdown page next to
@@ -29,6 +36,7 @@ graph. Its outputs go to ``build/bench-dry-run`` unless ``--out`` says otherwise
 from __future__ import annotations
 
 import argparse
+import collections
 import datetime
 import functools
 import importlib.metadata
@@ -38,8 +46,9 @@ import os
 import platform
 import re
 import sys
+import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -90,6 +99,9 @@ RUNS_PER_REPEAT = 10
 # jaxlib's custom call target for a Triton kernel (mla_jax._launch emits it); each
 # mla_decode call on the Triton path is two.
 TRITON_TARGET = "triton_kernel_call"
+# Where XLA's GPU profiler puts kernels in a trace: one plane per GPU, one line per
+# CUDA stream (other lines of the plane are XLA's own annotations).
+GPU_PLANE_PREFIX, STREAM_LINE_PREFIX = "/device:GPU:", "Stream #"
 
 
 @dataclass(frozen=True)
@@ -106,6 +118,8 @@ class Settings:
     bytes_budget: int
     # A dry run's times mean nothing: one run a repeat keeps it short.
     runs_per_repeat: int = RUNS_PER_REPEAT
+    # Trace each path once more for its kernel time (``device_ms``).
+    kernel_time: bool = True
 
 
 def sweep_shapes(
@@ -346,20 +360,28 @@ def time_loop(
     Each repeat dispatches ``runs`` steps back to back (each takes the last one's
     state, so they run in order on the device) and syncs once.
     """
-    state = jax.block_until_ready(step(state))
+    state = run_steps(step, state, 1)
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
-        for _ in range(runs):
-            state = step(state)
-        state = jax.block_until_ready(state)
+        state = run_steps(step, state, runs)
         times.append((time.perf_counter() - start) * 1e3 / (calls * runs))
     return times, state
 
 
-def time_cuda_graph(fn: Callable, *, calls: int, repeats: int) -> tuple[list[float], Any]:
+def run_steps(step: Callable, state: Any, runs: int) -> Any:
+    """``state = step(state)`` ``runs`` times, dispatched back to back, then waited for."""
+    for _ in range(runs):
+        state = step(state)
+    return jax.block_until_ready(state)
+
+
+def time_cuda_graph(
+    fn: Callable, *, calls: int, repeats: int, trace: bool = False
+) -> tuple[list[float], Any, KernelTime | None]:
     """Per-call ms of ``fn`` from a CUDA graph of ``calls`` calls replayed between CUDA
-    events, per repeat; returns ``(times, out of an eager call)``. GPU only."""
+    events, per repeat; returns ``(times, out of an eager call, with ``trace`` the
+    trace of one more replay)``. GPU only."""
     import torch
 
     out, _ = fn()  # compiles the Triton kernels outside the capture
@@ -378,9 +400,83 @@ def time_cuda_graph(fn: Callable, *, calls: int, repeats: int) -> tuple[list[flo
         end.record()
         end.synchronize()
         times.append(start.elapsed_time(end) / calls)
+    traced = trace_kernels(functools.partial(_replay, graph))[0] if trace else None
     del graph
     torch.cuda.empty_cache()  # the graph's pool, before the next shape's JAX arrays
-    return times, out
+    return times, out, traced
+
+
+def _replay(graph: Any) -> None:
+    import torch
+
+    graph.replay()
+    torch.cuda.synchronize()
+
+
+class KernelTime(NamedTuple):
+    """What a profiler trace saw on the GPU: the nanoseconds some kernel was running,
+    and each kernel's launches."""
+
+    busy_ns: int
+    launches: dict[str, int]
+
+    def per_call(self, calls: int) -> tuple[float, dict[str, float]] | None:
+        """``(ms, {kernel: launches})`` per call of ``calls`` traced, or None when the
+        trace saw no kernel (no GPU, or a profiler that saw nothing)."""
+        if not self.launches:
+            return None
+        return self.busy_ns / 1e6 / calls, {k: n / calls for k, n in self.launches.items()}
+
+
+def kernel_time(planes: Iterable[Any]) -> KernelTime:
+    """``KernelTime`` of a trace's planes (``jax.profiler.ProfileData.planes``): the
+    union of the intervals of the events on the GPU planes' stream lines."""
+    spans: list[tuple[int, int]] = []
+    launches: collections.Counter[str] = collections.Counter()
+    for plane in planes:
+        if not plane.name.startswith(GPU_PLANE_PREFIX):
+            continue
+        for line in plane.lines:
+            if not line.name.startswith(STREAM_LINE_PREFIX):
+                continue
+            for event in line.events:
+                spans.append((event.start_ns, event.end_ns))
+                launches[event.name] += 1
+    busy, reach = 0, None
+    for start, end in sorted(spans):
+        if reach is None or start > reach:
+            busy += end - start
+            reach = end
+        elif end > reach:
+            busy += end - reach
+            reach = end
+    return KernelTime(int(busy), dict(launches))
+
+
+def trace_kernels(run: Callable[[], Any]) -> tuple[KernelTime, Any]:
+    """``(kernel_time of run(), what run returned)``, ``run`` traced by
+    ``jax.profiler.trace``; ``run`` must wait for its work."""
+    from jax.profiler import ProfileData
+
+    with tempfile.TemporaryDirectory() as folder:
+        with jax.profiler.trace(folder):
+            result = run()
+        found = sorted(Path(folder).rglob("*.xplane.pb"))
+        traced = (
+            kernel_time(ProfileData.from_file(str(found[-1])).planes)
+            if found
+            else KernelTime(0, {})
+        )
+    return traced, result
+
+
+def kernel_facts(traced: KernelTime, calls: int) -> dict:
+    """The results entry's ``device_ms`` and ``kernels_per_call``, or nothing where the
+    trace saw no kernel."""
+    per_call = traced.per_call(calls)
+    if per_call is None:
+        return {}
+    return {"device_ms": per_call[0], "kernels_per_call": per_call[1]}
 
 
 def time_wall(fn: Callable, *, calls: int, repeats: int) -> tuple[list[float], Any]:
@@ -514,14 +610,24 @@ def run_jax_path(settings: Settings, path: str, inputs: tuple, calls: int) -> Pa
     if triton:
         check_chain_calls(path, found, calls, "in the compiled executable")
     # The checked executable itself is timed (donation as the jit declares it).
-    times, (outs, _, _) = time_loop(
-        lambda state: compiled(*inputs, state[2]),
+    step = lambda state: compiled(*inputs, state[2])
+    times, state = time_loop(
+        step,
         (None, None, buf),
         calls=calls,
         repeats=settings.repeats,
         runs=settings.runs_per_repeat,
     )
-    return PathRun(times, outs[-1], None, {"triton_kernel_calls": found})
+    runs = settings.runs_per_repeat
+    if not settings.kernel_time:
+        return PathRun(times, state[0][-1], None, {"triton_kernel_calls": found})
+    traced, (outs, _, _) = trace_kernels(lambda: run_steps(step, state, runs))
+    return PathRun(
+        times,
+        outs[-1],
+        None,
+        {"triton_kernel_calls": found, **kernel_facts(traced, calls * runs)},
+    )
 
 
 def run_vllm_path(settings: Settings, module: Any, inputs: tuple, calls: int) -> PathRun:
@@ -549,9 +655,14 @@ def run_vllm_path(settings: Settings, module: Any, inputs: tuple, calls: int) ->
             v_scale=ones,
         )
 
-    timer = time_wall if settings.dry_run else time_cuda_graph
-    times, out = timer(fn, calls=calls, repeats=settings.repeats)
-    return PathRun(times, out.float().cpu().numpy())
+    if settings.dry_run:
+        times, out = time_wall(fn, calls=calls, repeats=settings.repeats)
+        return PathRun(times, out.float().cpu().numpy())
+    times, out, traced = time_cuda_graph(
+        fn, calls=calls, repeats=settings.repeats, trace=settings.kernel_time
+    )
+    facts = {} if traced is None else kernel_facts(traced, calls)
+    return PathRun(times, out.float().cpu().numpy(), None, facts)
 
 
 def vllm_module(settings: Settings) -> tuple[Any, str | None]:
@@ -659,6 +770,14 @@ def add_metrics(record: dict, outs: dict[str, np.ndarray]) -> None:
                 )
             )
             entry["max_abs_err"] = None if ref is None else float(np.max(np.abs(outs[path] - ref)))
+        if "device_ms" in entry:
+            entry.update(
+                bench_report.device_metrics(
+                    entry["device_ms"],
+                    floor=record["floor_ms"],
+                    vllm_ms=record["paths"].get("vllm", {}).get("device_ms"),
+                )
+            )
 
 
 def measure_shape(
@@ -770,6 +889,7 @@ def run_sweep(
             "scale": SCALE,
             "time_budget_s": settings.time_budget_s,
             "bytes_budget": settings.bytes_budget,
+            "kernel_time": settings.kernel_time,
             "vllm_kernel": os.environ.get(vllm_kernel.ENV_VAR),
         },
         "paths": {p: PATH_LABELS[p] for p in paths},
@@ -868,6 +988,12 @@ def _parser() -> argparse.ArgumentParser:
         f"into {DRY_RUN_OUT} unless --out is given",
     )
     p.add_argument("--repeats", type=positive_int, help="timed runs per path (default 5)")
+    p.add_argument(
+        "--kernel-time",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="trace each path once more for its kernel time per call (default on)",
+    )
     p.add_argument("--calls", type=positive_int, help="K calls per timed run (default: per shape)")
     p.add_argument("--page-size", type=positive_int, help="cache page size (default 64)")
     p.add_argument(
@@ -1001,6 +1127,7 @@ def main(argv: list[str]) -> int:
         time_budget_s=args.time_budget,
         bytes_budget=bytes_budget,
         runs_per_repeat=1 if args.dry_run else RUNS_PER_REPEAT,
+        kernel_time=args.kernel_time,
     )
     results = run_sweep(shapes, settings, checkpoint=lambda r: write_json(r, args.out))
     page = write_outputs(results, args.out, args.markdown)

@@ -9,13 +9,17 @@ dict ``mla_jax.tools.bench`` writes as ``results.json``:
      "shapes": [{"B", "H", "L", "num_kv_splits", "kv_bytes", "flops", "floor_ms",
                  "paths": {key: {"ms", "times_ms", "calls", "tbps", "tflops",
                                  "pct_of_floor", "speedup_vs_vllm", "max_abs_err",
-                                 "num_kv_splits", "triton_kernel_calls"}
+                                 "num_kv_splits", "triton_kernel_calls",
+                                 "device_ms", "kernels_per_call",
+                                 "device_pct_of_floor", "device_speedup_vs_vllm"}
                              or {"skipped": reason, "num_kv_splits", ...}}}],
      "plots": [file names in the results folder]}
 
 A shape's ``num_kv_splits`` is vLLM's split count there (the baseline's); each path's
 entry has its own (none for the dense path). ``triton_kernel_calls``: the Triton
 custom calls in the JAX path's timed chain (2 per call on the Triton paths).
+``device_ms`` (GPU runs only): the path's kernel time per call from a profiler trace,
+``kernels_per_call`` the kernels it saw with their launches per call.
 
 The helpers that read it (``metric``, ``speedup``, ``timed_paths``, ``fmt``) and the
 figures (``time_vs_len_figure``, ``heatmap_figure``, matplotlib ``Figure``s that
@@ -88,6 +92,16 @@ def path_metrics(
         "tflops": flops / seconds / 1e12,
         "pct_of_floor": 100.0 * floor / ms,
         "speedup_vs_vllm": None if vllm_ms is None else vllm_ms / ms,
+    }
+
+
+def device_metrics(
+    device_ms: float, *, floor: float, vllm_ms: float | None
+) -> dict[str, float | None]:
+    """% of the floor and speed-up over vLLM in kernel time (``device_ms`` of both)."""
+    return {
+        "device_pct_of_floor": 100.0 * floor / device_ms,
+        "device_speedup_vs_vllm": None if vllm_ms is None else vllm_ms / device_ms,
     }
 
 
@@ -219,6 +233,35 @@ def render_markdown(results: dict, image_dir: str = "") -> str:
         rows.append(row + [fmt(metric(s, p, "ms"), ".3g") for p in timed])
     lines += _table(["B", "H", "L", "floor"] + [labels[p] for p in timed], rows)
 
+    traced = [p for p in timed if any(metric(s, p, "device_ms") for s in results["shapes"])]
+    if traced:
+        lines += [
+            "",
+            "## Kernel time per call (ms), from a profiler trace",
+            "",
+            "The time some kernel of the path was running, per call, from one more run of "
+            "the same chain (or CUDA graph) under `jax.profiler.trace`: one instrument for "
+            "every path, without the launch gaps between kernels. "
+            + ("×vLLM compares kernel times." if BASELINE in traced else ""),
+            "",
+        ]
+        ours_traced = [p for p in traced if p != BASELINE]
+        header = ["B", "H", "L", "floor"] + [labels[p] for p in traced]
+        header += [f"{labels[p]} %" for p in ours_traced]
+        header += [f"{labels[p]} ×vLLM" for p in ours_traced] if BASELINE in traced else []
+        rows = []
+        for s in results["shapes"]:
+            row = [str(s["B"]), str(s["H"]), str(s["L"]), fmt(s["floor_ms"], ".3g")]
+            row += [fmt(metric(s, p, "device_ms"), ".3g") for p in traced]
+            row += [fmt(metric(s, p, "device_pct_of_floor"), ".0f") for p in ours_traced]
+            if BASELINE in traced:
+                row += [
+                    fmt(metric(s, p, "device_speedup_vs_vllm"), ".2f", suffix="×")
+                    for p in ours_traced
+                ]
+            rows.append(row)
+        lines += _table(header, rows)
+
     split = [
         p
         for p in labels
@@ -281,7 +324,7 @@ def summary_table(results: dict) -> str:
     header = (
         f"{'B':>4} {'H':>4} {'L':>6} {'floor':>8} "
         + " ".join(f"{p:>8}" for p in timed)
-        + f" {'def %fl':>8} {'def ×vL':>8}"
+        + f" {'def %fl':>8} {'def ×vL':>8} {'def dev':>8} {'dev ×vL':>8}"
     )
     lines = [header]
     for s in results["shapes"]:
@@ -291,6 +334,8 @@ def summary_table(results: dict) -> str:
             + " ".join(f"{c:>8}" for c in cells)
             + f" {fmt(metric(s, DEFAULT_PATH, 'pct_of_floor'), '.0f'):>8}"
             + f" {fmt(metric(s, DEFAULT_PATH, 'speedup_vs_vllm'), '.2f'):>8}"
+            + f" {fmt(metric(s, DEFAULT_PATH, 'device_ms'), '.4f'):>8}"
+            + f" {fmt(metric(s, DEFAULT_PATH, 'device_speedup_vs_vllm'), '.2f'):>8}"
         )
     skips = collections.Counter(
         (p, r["skipped"])
