@@ -620,3 +620,31 @@ def test_report_has_kernel_times_where_the_trace_saw_kernels(dry_run):
     pct = bench_report.fmt(100 * shape["floor_ms"] / 0.5, ".0f")
     assert f"| 1 | 16 | 256 | {floor} | 0.5 | 1 | {pct} | 2.00× |" in table
     assert "| 2 | 16 | 256 | " in table and table.count("—") == 4
+
+
+def test_plots_show_kernel_time_where_it_was_traced(dry_run, tmp_path, monkeypatch):
+    results = json.loads((dry_run / "benchmarks" / "results.json").read_text())
+    for shape in results["shapes"]:
+        for path, ms in (("xla", 0.5), ("vllm", 1.0)):
+            shape["paths"][path]["device_ms"] = ms
+            shape["paths"][path].update(
+                bench_report.device_metrics(ms, floor=shape["floor_ms"], vllm_ms=1.0)
+            )
+    drawn = []
+    original = bench_report.heatmap_figure
+    monkeypatch.setattr(
+        bench_report,
+        "heatmap_figure",
+        lambda results, paths, key, title, **kw: drawn.append((paths, key))
+        or original(results, paths, key, title, **kw),
+    )
+    assert sorted(bench_report.write_plots(results, tmp_path)) == [
+        "pct_of_floor.png",
+        "speedup_vs_vllm.png",
+        "time_vs_len.png",
+    ]
+    # Only the traced paths, in kernel time.
+    assert drawn == [
+        (["xla", "vllm"], "device_pct_of_floor"),
+        (["xla"], "device_speedup_vs_vllm"),
+    ]

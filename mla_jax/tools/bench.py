@@ -1,9 +1,9 @@
-"""``python -m mla_jax bench``: device time of MLA decode paths on a GPU, side by side.
+"""``python -m mla_jax bench``: time of MLA decode paths on a GPU, side by side.
 
 Paths per shape (``bench_report.PATH_LABELS``): our Triton kernels and our XLA
 backend through ``mla_decode``, plain JAX gather+einsum, and vLLM's Triton
 ``decode_attention_fwd`` (when ``mla_jax.tools.vllm_kernel.load()`` finds its source).
-Device time per call, without host dispatch:
+Wall time per call, one host sync per many calls:
 
 - JAX paths: K chained calls unrolled in one jit (``timed_chain``), timed around
   ``block_until_ready``, divided by K (K makes one run last ~2 ms or more). Every
@@ -871,11 +871,17 @@ def run_sweep(
     )
     results: dict[str, Any] = {
         "what": (
-            "device time per call of one MLA decode step, median of repeats; JAX: "
+            "wall time per call of one MLA decode step, median of repeats; JAX: "
             f"{settings.runs_per_repeat} runs of K chained calls unrolled in one jit, "
             "every call's outputs kept, dispatched back to back, one sync / "
             f"({settings.runs_per_repeat} K); vLLM: a CUDA graph of K calls replayed "
-            "between CUDA events / K."
+            "between CUDA events / K"
+            + (
+                "; and kernel time per call (device_ms): the union of the kernels' "
+                "intervals in a jax.profiler trace of one more run, / its calls."
+                if settings.kernel_time
+                else "."
+            )
         ),
         "machine": machine_info(settings.sm_count),
         "config": {
