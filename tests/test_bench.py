@@ -635,8 +635,9 @@ def test_plots_show_kernel_time_where_it_was_traced(dry_run, tmp_path, monkeypat
     monkeypatch.setattr(
         bench_report,
         "heatmap_figure",
-        lambda results, paths, key, title, **kw: drawn.append((paths, key))
-        or original(results, paths, key, title, **kw),
+        lambda results, paths, key, title, **kw: (
+            drawn.append((paths, key)) or original(results, paths, key, title, **kw)
+        ),
     )
     assert sorted(bench_report.write_plots(results, tmp_path)) == [
         "pct_of_floor.png",
