@@ -605,6 +605,18 @@ def test_trace_kernels_returns_runs_result_and_sees_no_gpu_on_a_cpu():
     assert traced == bench.KernelTime(0, {}) and out.tolist() == [[8.0] * 8] * 8
 
 
+def test_trace_kernels_runs_untraced_when_the_profiler_does_not_start(monkeypatch):
+    def refuse(folder):
+        raise RuntimeError("Profile has already been started")
+
+    monkeypatch.setattr(jax.profiler, "start_trace", refuse)
+    traced, out = bench.trace_kernels(lambda: "ran")
+    assert out == "ran" and traced.launches == {} and "already been started" in traced.error
+    assert bench.kernel_facts(traced, 3) == {
+        "kernel_time_error": "RuntimeError: Profile has already been started"
+    }
+
+
 def test_report_has_kernel_times_where_the_trace_saw_kernels(dry_run):
     results = json.loads((dry_run / "benchmarks" / "results.json").read_text())
     assert "## Kernel time per call" not in bench_report.render_markdown(results)

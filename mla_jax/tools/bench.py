@@ -419,6 +419,8 @@ class KernelTime(NamedTuple):
 
     busy_ns: int
     launches: dict[str, int]
+    # Why there is no trace (the profiler did not start), or None.
+    error: str | None = None
 
     def per_call(self, calls: int) -> tuple[float, dict[str, float]] | None:
         """``(ms, {kernel: launches})`` per call of ``calls`` traced, or None when the
@@ -454,13 +456,21 @@ def kernel_time(planes: Iterable[Any]) -> KernelTime:
 
 
 def trace_kernels(run: Callable[[], Any]) -> tuple[KernelTime, Any]:
-    """``(kernel_time of run(), what run returned)``, ``run`` traced by
-    ``jax.profiler.trace``; ``run`` must wait for its work."""
+    """``(kernel_time of run(), what run returned)``, ``run`` traced by the JAX
+    profiler; ``run`` must wait for its work. Where the profiler does not start (one
+    already running in the process, say), ``run`` runs untraced and the
+    ``KernelTime`` says why."""
     from jax.profiler import ProfileData
 
     with tempfile.TemporaryDirectory() as folder:
-        with jax.profiler.trace(folder):
+        try:
+            jax.profiler.start_trace(folder)
+        except Exception as e:
+            return KernelTime(0, {}, f"{type(e).__name__}: {e}"[:300]), run()
+        try:
             result = run()
+        finally:
+            jax.profiler.stop_trace()
         found = sorted(Path(folder).rglob("*.xplane.pb"))
         traced = (
             kernel_time(ProfileData.from_file(str(found[-1])).planes)
@@ -471,11 +481,11 @@ def trace_kernels(run: Callable[[], Any]) -> tuple[KernelTime, Any]:
 
 
 def kernel_facts(traced: KernelTime, calls: int) -> dict:
-    """The results entry's ``device_ms`` and ``kernels_per_call``, or nothing where the
-    trace saw no kernel."""
+    """The results entry's ``device_ms`` and ``kernels_per_call``; nothing where the
+    trace saw no kernel, or ``kernel_time_error`` where there was no trace."""
     per_call = traced.per_call(calls)
     if per_call is None:
-        return {}
+        return {} if traced.error is None else {"kernel_time_error": traced.error}
     return {"device_ms": per_call[0], "kernels_per_call": per_call[1]}
 
 

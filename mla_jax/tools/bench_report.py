@@ -19,7 +19,8 @@ A shape's ``num_kv_splits`` is vLLM's split count there (the baseline's); each p
 entry has its own (none for the dense path). ``triton_kernel_calls``: the Triton
 custom calls in the JAX path's timed chain (2 per call on the Triton paths).
 ``device_ms`` (GPU runs only): the path's kernel time per call from a profiler trace,
-``kernels_per_call`` the kernels it saw with their launches per call.
+``kernels_per_call`` the kernels it saw with their launches per call;
+``kernel_time_error`` instead where the profiler did not start.
 
 The helpers that read it (``metric``, ``speedup``, ``timed_paths``, ``fmt``) and the
 figures (``time_vs_len_figure``, ``heatmap_figure``, matplotlib ``Figure``s that
