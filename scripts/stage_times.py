@@ -1,6 +1,7 @@
 """Device time of each stage of the triton decode, launched from torch under CUDA graphs.
 
-The bench times whole jitted calls (launches and XLA's gaps included). This script
+The bench times whole jitted calls (wall time, and kernel time from a profiler
+trace), both stages together. This script
 launches ``kernels.mla_decode_stage1`` and ``mla_decode_stage2`` with Triton's own
 launcher on torch CUDA tensors (the same launch parameters the JAX path gets, the
 default split policy, an exact-size buffer) and times, each with
