@@ -29,6 +29,11 @@ at a few shapes; the ragged cases), then its timing against the tl kernel on the
 pool and on the bf16 pool it was quantised from (``H16_TIMING``; there is no Gluon
 16-bit kernel under 64 heads).
 
+``--heads 32,48`` alone: the seesaw kernel at those head counts on a bf16 cache, whether
+or not ``supports`` routes them to it (the evidence a routing change needs): the uniform
+grid, the ragged cases, then its timing against the tl kernel at each head count and at
+64 heads (``HEADS_TIMING``: B and L).
+
 ``--crossover`` alone: where the Gluon kernel starts to win, at shapes whose
 occupancy splits are short (``CROSSOVER``): tl at its occupancy split count against
 the Gluon kernel at that count and at fewer, longer splits.
@@ -37,7 +42,7 @@ All cases share one latent pool and one table width (``NUM_PAGES``, ``CAPACITY``
 and a buffer with a fixed split axis, so each kernel compiles once per (dtype, H).
 
     python scripts/gluon_check.py [--skip-timing] [--skip-checks]
-        [--only-fp8 | --only-fp8-h16 | --crossover]
+        [--only-fp8 | --only-fp8-h16 | --heads H,... | --crossover]
 """
 
 import argparse
@@ -83,6 +88,8 @@ H16_TIMING = [
     (4, 16, 4096),
 ]
 H16_HEADS = (16, 20, 32)
+# ``--heads``: (B, L) at each head count asked for, and at 64 heads for reference.
+HEADS_TIMING = [(128, 16384), (64, 16384), (128, 4096), (64, 4096), (16, 16384), (16, 4096)]
 CROSSOVER = [
     (1, 128, 4096),
     (1, 128, 16384),
@@ -103,10 +110,13 @@ class Launch:
     buffer. ``tl()`` / ``gluon()`` run stage 1 then stage 2 on that buffer and leave
     ``out``/``lse``."""
 
-    def __init__(self, q, pool, table, lens, splits, kv_scale=1.0, widen=None, gluon=True):
+    def __init__(
+        self, q, pool, table, lens, splits, kv_scale=1.0, widen=None, gluon=True, routed=True
+    ):
         """``kv_scale``: the cache's dequantisation scale (fp8); ``widen``: the fp8
         kernel's ``WIDEN`` instead of ``gk.FP8_WIDEN``; ``gluon=False``: the tl path only
-        (a problem no Gluon kernel supports)."""
+        (a problem no Gluon kernel supports); ``routed=False``: the Gluon kernel also
+        where ``supports`` would not send the problem to it (``--heads``)."""
         batch, heads, _ = q.shape
         dev = q.device
         self.buf = {
@@ -143,7 +153,7 @@ class Launch:
             assert fp8
             self.g1["constexprs"]["WIDEN"] = widen
         self.gluon_kernel = gk.kernel_for(kv_name, heads) if gluon else None
-        assert not gluon or gk.supports(
+        assert not (gluon and routed) or gk.supports(
             num_heads=heads,
             page_size=PAGE,
             kv_lora_rank=LORA,
@@ -252,9 +262,9 @@ def live_splits(lens, splits, capacity):
     return (s[None, :] < splits) & (per[:, None] * s[None, :] < lens[:, None])
 
 
-def check(name, q, pool, table, lens, splits, kv_scale=1.0, widen=None):
+def check(name, q, pool, table, lens, splits, kv_scale=1.0, widen=None, routed=True):
     """Runs both paths on one problem; prints one line; returns whether it passed."""
-    run = Launch(q, pool, table, lens, splits, kv_scale, widen)
+    run = Launch(q, pool, table, lens, splits, kv_scale, widen, routed=routed)
     ref_out, ref_lse = reference(q, pool, table, lens, SCALE, kv_scale)
     errs = {}
     for path in ("tl", "gluon"):
@@ -355,6 +365,7 @@ def run_checks(
     heads_list=(64, 128),
     batches=(1, 4, 16, 128),
     lengths=(1024, 4096, 16384),
+    routed=True,
 ):
     ok = True
     for heads in heads_list:
@@ -371,11 +382,21 @@ def run_checks(
                     splits,
                     kv_scale,
                     widen,
+                    routed,
                 )
     return ok
 
 
-def run_ragged(dtype_name, pool, gen, sm, q_dtype=None, kv_scale=1.0, heads_list=(64, 128, 96)):
+def run_ragged(
+    dtype_name,
+    pool,
+    gen,
+    sm,
+    q_dtype=None,
+    kv_scale=1.0,
+    heads_list=(64, 128, 96),
+    routed=True,
+):
     ok = True
     table, lens = ragged_problem(pool, gen)
     q_dtype = pool.dtype if q_dtype is None else q_dtype
@@ -391,6 +412,7 @@ def run_ragged(dtype_name, pool, gen, sm, q_dtype=None, kv_scale=1.0, heads_list
                 lens,
                 splits,
                 kv_scale,
+                routed=routed,
             )
     return ok
 
@@ -419,12 +441,12 @@ def run_fp8_checks(pool8, scale, gen, sm):
     return ok
 
 
-def run_timing(pool, gen, sm):
+def run_timing(pool, gen, sm, shapes=TIMING, routed=True):
     print("timing (do_bench_cudagraph, median; stage 2 is the same tl kernel):")
-    for batch, heads, length in TIMING:
+    for batch, heads, length in shapes:
         q, table, lens = uniform_problem(pool, batch, heads, length, gen)
         splits = occupancy_kv_splits(batch, heads, length, sm)
-        run = Launch(q, pool, table, lens, splits)
+        run = Launch(q, pool, table, lens, splits, routed=routed)
         flops = 2 * batch * heads * length * (D + LORA)
         us = {}
         for path in ("tl", "gluon"):
@@ -591,6 +613,21 @@ def run_fp8_h16(args, sm):
     return ok
 
 
+def run_heads(args, sm):
+    """``--heads``: the seesaw kernel at ``args.heads`` (a bf16 cache), routed or not."""
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    pool = new_pool(torch.bfloat16, gen)
+    ok = True
+    if not args.skip_checks:
+        ok &= run_checks("bf16", pool, gen, sm, heads_list=args.heads, routed=False)
+    if not args.skip_timing:
+        shapes = [(b, h, n) for h in sorted({*args.heads, 64}) for b, n in HEADS_TIMING]
+        run_timing(pool, gen, sm, shapes, routed=False)
+    if not args.skip_checks:  # poisons the pool: last
+        ok &= run_ragged("bf16", pool, gen, sm, heads_list=args.heads, routed=False)
+    return ok
+
+
 def run_crossover(pool, gen, sm):
     print("crossover (both stages, us; the Gluon kernel at split counts occ, occ/2, ...):")
     for batch, heads, length in CROSSOVER:
@@ -622,6 +659,11 @@ def main():
         action="store_true",
         help="the 16-head fp8 kernel's section alone (checks, timing)",
     )
+    parser.add_argument(
+        "--heads",
+        type=lambda text: tuple(int(h) for h in text.split(",")),
+        help="the seesaw kernel's section alone at these head counts (bf16), routed or not",
+    )
     parser.add_argument("--crossover", action="store_true", help="the crossover timing alone")
     args = parser.parse_args()
     t0 = time.time()
@@ -632,8 +674,8 @@ def main():
         gen = torch.Generator(device="cuda").manual_seed(0)
         run_crossover(new_pool(torch.bfloat16, gen), gen, sm)
         return
-    if args.only_fp8_h16:
-        ok = run_fp8_h16(args, sm)
+    if args.only_fp8_h16 or args.heads:
+        ok = run_heads(args, sm) if args.heads else run_fp8_h16(args, sm)
         print(f"{'ALL PASS' if ok else 'SOME CASES FAILED'} in {time.time() - t0:.0f} s")
         sys.exit(0 if ok else 1)
     ok = True
