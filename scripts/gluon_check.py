@@ -674,8 +674,9 @@ def main():
         gen = torch.Generator(device="cuda").manual_seed(0)
         run_crossover(new_pool(torch.bfloat16, gen), gen, sm)
         return
-    if args.only_fp8_h16 or args.heads:
-        ok = run_heads(args, sm) if args.heads else run_fp8_h16(args, sm)
+    section = run_heads if args.heads else run_fp8_h16 if args.only_fp8_h16 else None
+    if section is not None:
+        ok = section(args, sm)
         print(f"{'ALL PASS' if ok else 'SOME CASES FAILED'} in {time.time() - t0:.0f} s")
         sys.exit(0 if ok else 1)
     ok = True

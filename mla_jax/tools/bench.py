@@ -628,9 +628,9 @@ def run_jax_path(settings: Settings, path: str, inputs: tuple, calls: int) -> Pa
         repeats=settings.repeats,
         runs=settings.runs_per_repeat,
     )
-    runs = settings.runs_per_repeat
     if not settings.kernel_time:
         return PathRun(times, state[0][-1], None, {"triton_kernel_calls": found})
+    runs = settings.runs_per_repeat
     traced, (outs, _, _) = trace_kernels(lambda: run_steps(step, state, runs))
     return PathRun(
         times,
@@ -766,7 +766,8 @@ def _progress(items: list):
 def add_metrics(record: dict, outs: dict[str, np.ndarray]) -> None:
     """Rates, % of floor and speed-up over vLLM per timed path of a shape record, and
     each path's largest difference from the dense JAX output."""
-    vllm_ms = record["paths"].get("vllm", {}).get("ms")
+    vllm = record["paths"].get("vllm", {})
+    vllm_ms, vllm_device_ms = vllm.get("ms"), vllm.get("device_ms")
     ref = outs.get("dense")
     for path, entry in record["paths"].items():
         if "ms" in entry:
@@ -785,7 +786,7 @@ def add_metrics(record: dict, outs: dict[str, np.ndarray]) -> None:
                 bench_report.device_metrics(
                     entry["device_ms"],
                     floor=record["floor_ms"],
-                    vllm_ms=record["paths"].get("vllm", {}).get("device_ms"),
+                    vllm_ms=vllm_device_ms,
                 )
             )
 

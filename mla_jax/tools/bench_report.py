@@ -142,6 +142,16 @@ def timed_paths(results: dict) -> list[str]:
     ]
 
 
+def traced_paths(results: dict) -> list[str]:
+    """Timed paths with a kernel time (``device_ms``) at one shape or more, in display
+    order."""
+    return [
+        p
+        for p in timed_paths(results)
+        if any(metric(s, p, "device_ms") is not None for s in results["shapes"])
+    ]
+
+
 def _table(header: list[str], rows: Iterable[list[str]]) -> list[str]:
     lines = ["| " + " | ".join(header) + " |", "|" + "---:|" * len(header)]
     return lines + ["| " + " | ".join(row) + " |" for row in rows]
@@ -242,7 +252,7 @@ def render_markdown(results: dict, image_dir: str = "") -> str:
         rows.append(row + [fmt(metric(s, p, "ms"), ".3g") for p in timed])
     lines += _table(["B", "H", "L", "floor"] + [labels[p] for p in timed], rows)
 
-    traced = [p for p in timed if any(metric(s, p, "device_ms") for s in results["shapes"])]
+    traced = traced_paths(results)
     if traced:
         lines += [
             "",
@@ -473,7 +483,7 @@ def write_plots(results: dict, out_dir: str | Path) -> list[str]:
     if not timed:
         return []
     # Kernel time where the run traced it (GPU runs), else wall time.
-    traced = [p for p in timed if any(metric(s, p, "device_ms") for s in results["shapes"])]
+    traced = traced_paths(results)
     kernel = bool(traced)
     paths, prefix = (traced, "device_") if kernel else (timed, "")
     what = "kernel time" if kernel else "wall time"
