@@ -9,7 +9,7 @@ partials unchanged. Three kernels (``kernel_for``): for 64-head tiles
 ``mla_decode_stage1_gluon_fp8`` for a ``float8_e4m3fn`` cache with 16-bit q; under 64
 heads, ``mla_decode_stage1_gluon_fp8_h16`` for an fp8 cache (16-head tiles). What they
 support is ``supports``: ``LORA = 512``, ``ROPE = 64``, pages of a multiple of 64
-tokens, at least 64 heads (16 for an fp8 cache); everything else stays with the tl
+tokens, at least 32 heads (16 for an fp8 cache); everything else stays with the tl
 kernel.
 
 Common to the two 64-head kernels (one CTA per (head tile, row, split), as the tl
@@ -47,13 +47,16 @@ fp8, and V K-major, i.e. transposed), so the fp8 block is widened there once:
 
 * ``cp.async`` copies the fp8 block (64 x 576 bytes, 16 bytes a thread: 9 copies a
   thread a block) into one of two unswizzled fp8 staging slots.
-* Each thread loads back the very bytes it copied (the copy layout is the widening
-  layout, so the ``cp.async.wait_group`` alone makes them visible to it), widens them
-  to q's dtype (exact: every e4m3 value is a bf16 and an fp16 value) and stores them
-  into one 16-bit tile in the swizzled layout wgmma reads; a proxy fence and a CTA
-  barrier publish the tile. The same ``[2, 16]``-threads-a-warp layout keeps the
-  fp8 loads (512 contiguous bytes a warp) and the swizzled 16-bit stores free of
-  bank conflicts (4 wavefronts for 512 bytes).
+* After ``cp.async.wait_group`` and a CTA barrier (which make every thread's copies
+  visible), each thread loads 8-byte pieces of the block, widens them to q's dtype
+  (exact: every e4m3 value is a bf16 and an fp16 value) and stores them into one
+  16-bit tile in the swizzled layout wgmma reads; a proxy fence and a CTA barrier
+  publish the tile. 8 bytes a thread, 16 threads a row, keep both sides free of bank
+  conflicts: a half-warp's loads read 128 contiguous staging bytes, a quarter-warp's
+  16-byte stores one row's eight swizzled chunks. (With 16 bytes a thread, as the
+  copies move them, lanes t and t + 4 of a quarter-warp store to the same banks of two
+  64-column atoms: Nsight Compute counted 7.1-way conflicts, 44% of the stores'
+  wavefronts.)
 * Pipeline: the staging slot is free as soon as it is widened, so the copy of block
   j + 2 is issued right after block j is widened (one commit group per block, empty
   past the split's end, so ``wait_group(1)`` always means "block j has landed"): each
@@ -73,7 +76,7 @@ fp8, and V K-major, i.e. transposed), so the fp8 block is widened there once:
   224 KB (229888 bytes with the row-max scratch). The sm_90 build: 254 registers,
   no spills, 40 HGMMA, no serialised wgmma, 45 cp.async (``tests/test_gluon_build.py``).
 * The widening is serial with the MMAs (the one 16-bit tile is read by QK^T and PV
-  of the same block): 144 fp8 values a thread a block, 9 shared loads, 18 shared
+  of the same block): 144 fp8 values a thread a block, 18 shared loads, 18 shared
   stores and 72 prmt + 72 shifts + 72 ands + 72 multiplies (bf16). At 64-head tiles
   the 16-bit kernels are compute-bound (they move under 2 TB/s at H=128), so halving
   the bytes cannot make this kernel faster than a 16-bit one of the same schedule; it
@@ -262,14 +265,16 @@ def supports(
     and the cache either of q's dtype or ``float8_e4m3fn`` (its scale passed as
     ``kv_scale``). Pages must hold whole 64-token blocks, and each latent row must
     start 16-byte aligned (``cp.async`` and the fp8 loads move 16 bytes); the last
-    dimension is assumed contiguous. At least ``BLOCK_H`` heads, or for an fp8 cache
-    at least ``SMALL_BLOCK_H`` (the 16-head kernel, ``mla_decode_stage1_gluon_fp8_h16``,
-    under ``BLOCK_H``).
+    dimension is assumed contiguous. At least ``BLOCK_H // 2`` heads for a 16-bit cache
+    (a tile of 32-63 heads masks the rest of the seesaw's 64 rows: it still does the
+    same work 1.5-1.6x faster than the tl kernel's tile, ``docs/gpu/gluon-heads-32-48.log``),
+    or for an fp8 cache at least ``SMALL_BLOCK_H`` (the 16-head kernel,
+    ``mla_decode_stage1_gluon_fp8_h16``, under ``BLOCK_H``).
     """
     if q_dtype not in SIXTEEN_BIT or kv_dtype not in (q_dtype, FP8):
         return False
     per_copy = _CP_ASYNC_BYTES // (1 if kv_dtype == FP8 else 2)  # elements in 16 bytes
-    min_heads = SMALL_BLOCK_H if kv_dtype == FP8 else BLOCK_H
+    min_heads = SMALL_BLOCK_H if kv_dtype == FP8 else BLOCK_H // 2
     return (
         num_heads >= min_heads
         and page_size % BLOCK_N == 0
@@ -666,12 +671,16 @@ def mla_decode_stage1_gluon_fp8(
     if end <= start:
         return  # stage 2 skips empty splits; nothing to write.
 
-    # Register layouts. Q: 16 bytes (8 elements) a thread. fp8 copies and widening:
-    # 16 bytes (16 elements) a thread; a warp covers 2 rows x 256 columns of the latent
-    # part (512 contiguous staging bytes; 4 wavefronts for its 16-bit stores into the
-    # 128-byte swizzle) and 8 rows x 64 columns of the rope part.
+    # Register layouts. Q: 16 bytes (8 elements) a thread. fp8 copies: 16 bytes (16
+    # elements) a thread; a warp covers 2 rows x 256 columns of the latent part (512
+    # contiguous staging bytes) and 8 rows x 64 columns of the rope part. The latent
+    # part widens from 8 bytes a thread (``w8_layout``): each 16-byte store of a
+    # quarter-warp then fills one row's eight swizzled chunks of a 64-column atom, all
+    # 32 banks (16 bytes a thread would put lanes t and t + 4 on the same banks of two
+    # atoms), and a half-warp's 8-byte loads read 128 contiguous staging bytes.
     copy_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [8, 1], [1, 0])
     c8_layout: gl.constexpr = gl.BlockedLayout([1, 16], [2, 16], [8, 1], [1, 0])
+    w8_layout: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [8, 1], [1, 0])
     pe8_layout: gl.constexpr = gl.BlockedLayout([1, 16], [8, 4], [8, 1], [1, 0])
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 2], instr_shape=[16, BLOCK_N // 2, 16]
@@ -772,13 +781,13 @@ def mla_decode_stage1_gluon_fp8(
 
     for n0 in range(first, end, BLOCK_N):
         slot = ((n0 - first) // BLOCK_N) % 2
-        # This block has landed (one group a block: at most the next one in flight);
-        # each thread widens only what it copied itself, so no barrier is needed for
-        # that. The barrier proves every warpgroup's PV MMA of the last block is done:
-        # the 16-bit tile may be overwritten.
+        # This thread's copies of the block have landed (one group a block: at most the
+        # next one in flight). The barrier makes every thread's visible (the latent part
+        # widens in another layout than it was copied in) and proves every warpgroup's
+        # PV MMA of the last block is done: the 16-bit tile may be overwritten.
         async_copy.wait_group(1)
         gl.thread_barrier()
-        _widen(kv_c_smem, c8_smem.index(slot), c8_layout, WIDEN)
+        _widen(kv_c_smem, c8_smem.index(slot), w8_layout, WIDEN)
         _widen(k_pe_smem, pe8_smem.index(slot), pe8_layout, WIDEN)
         fence_async_shared()  # generic-proxy stores, read by wgmma through the async one
         gl.thread_barrier()
@@ -993,12 +1002,14 @@ def mla_decode_stage1_gluon_fp8_h16(
         return  # stage 2 skips empty splits; nothing to write.
 
     # Register layouts. fp8 loads, as int32 words of 4 values: 16 bytes a thread, a warp
-    # 2 rows x 256 fp8 columns of the latent part (two 256-byte runs) and 8 rows x 64 of
-    # the rope part; the same layouts widen into the swizzled tile. The MMAs'
+    # 8 rows x 64 fp8 columns (whole 32-byte sectors) of the latent part and of the rope
+    # part; the same layouts widen into the swizzled tile, where a quarter-warp's eight
+    # 16-byte stores cover two rows whose swizzle phases spread them over all 32 banks
+    # (with 16 lanes a row, lanes t and t + 4 would hit the same banks 8 KB apart). The MMAs'
     # accumulators: S^T (tokens x heads) and O^T (latent dims x heads), one warpgroup,
     # N = BLOCK_H.
     copy_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
-    c8_layout: gl.constexpr = gl.BlockedLayout([1, 4], [2, 16], [4, 1], [1, 0])
+    c8_layout: gl.constexpr = gl.BlockedLayout([1, 4], [8, 4], [4, 1], [1, 0])
     pe8_layout: gl.constexpr = gl.BlockedLayout([1, 4], [8, 4], [4, 1], [1, 0])
     mma_layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_H, 16]

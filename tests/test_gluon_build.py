@@ -279,10 +279,11 @@ def test_supports_and_kernel_for():
     assert ok(row=584, page=64 * 584) and not ok(kv="float8_e4m3fn", row=584, page=64 * 584)
     assert ok(kv="float8_e4m3fn", row=592, page=64 * 592)
     assert not ok(kv="float8_e4m3fn", page_size=32)
-    # Under 64 heads only fp8 caches (the 16-head fp8 kernel), from 16 heads.
+    # fp8 caches from 16 heads (the 16-head fp8 kernel under 64), 16-bit ones from 32
+    # (the seesaw's 64-head tile, half of it masked).
     assert ok(kv="float8_e4m3fn", heads=16) and ok(kv="float8_e4m3fn", heads=32)
     assert not ok(kv="float8_e4m3fn", heads=8)
-    assert not ok(heads=16) and not ok(heads=63) and ok(heads=64)
+    assert not ok(heads=16) and not ok(heads=31) and ok(heads=32) and ok(heads=63)
     assert gk.kernel_for("float8_e4m3fn", 16) is gk.kernel_for("float8_e4m3fn", 63)
     assert gk.kernel_for("float8_e4m3fn", 16) is gk.mla_decode_stage1_gluon_fp8_h16
     assert gk.kernel_for("float8_e4m3fn", 64) is gk.mla_decode_stage1_gluon_fp8
@@ -332,7 +333,10 @@ FP8_H64, FP8_H16 = "mla_decode_stage1_gluon_fp8", "mla_decode_stage1_gluon_fp8_h
         (16, 128, 1024, 90, BF16, FP8, TL),
         (1, 128, 4096, 90, BF16, None, TL),  # 32 splits of 128 (16-head tiles)
         (16, 128, 4096, 80, BF16, None, TL),  # not Hopper
-        (16, 16, 4096, 90, BF16, None, TL),  # under a 64-head tile
+        (16, 16, 4096, 90, BF16, None, TL),  # under half a 64-head tile
+        (16, 32, 16384, 90, BF16, None, SEESAW),  # half a tile, 8 splits of 2048
+        (128, 48, 4096, 90, jnp.float16, None, SEESAW),
+        (16, 32, 4096, 90, BF16, None, TL),  # 8 splits of 512
         (16, 16, 4096, 90, BF16, FP8, FP8_H16),  # 16 splits of 256
         (64, 32, 4096, 90, jnp.float16, FP8, FP8_H16),  # 2 splits of 2048
         (4, 16, 4096, 90, BF16, FP8, TL),  # 64 splits of 64

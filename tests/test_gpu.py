@@ -344,6 +344,8 @@ def test_fp8_cache_matches_reference_on_dequantised_values(heads, rng):
         (16, 128, 4096, jnp.bfloat16, "same"),  # 4 splits of 1024 tokens
         (8, 64, 16384, jnp.float16, "same"),
         (4, 96, 16384, jnp.bfloat16, "same"),  # a full 64-head tile and a half-masked one
+        (16, 32, 16384, jnp.bfloat16, "same"),  # one half-masked tile: 8 splits of 2048
+        (8, 48, 16384, jnp.float16, "same"),
         (16, 128, 4096, jnp.bfloat16, "fp8"),
         (4, 96, 16384, jnp.float16, "fp8"),
         (16, 16, 4096, jnp.bfloat16, "fp8"),  # the 16-head fp8 kernel: 16 splits of 256
@@ -355,7 +357,7 @@ def test_fp8_cache_matches_reference_on_dequantised_values(heads, rng):
 def test_gluon_stage1_through_mla_decode(batch, heads, length, dtype, cache, max_seq_len, rng):
     """On sm_90, ``mla_decode`` at shapes whose splits hold >= 1024 tokens (256 for an fp8
     cache under 64 heads) lowers stage 1 to a Gluon kernel (the seesaw one for a 16-bit
-    cache, an fp8 one for an fp8 cache);
+    cache from 32 heads, an fp8 one for an fp8 cache);
     it matches the float64 reference (on the dequantised cache for fp8) on ragged rows:
     an empty row, page edges, a full row. ``runtime`` leaves ``max_seq_len`` out: the
     block table's capacity, ``length``, plans the splits."""
