@@ -113,7 +113,8 @@ of every MMA and be compute-bound. So the products are transposed, tokens on M:
   (``_store_widened_words``: the same integer sequence or e4m3 cvt as ``_widen``, per
   32-bit word) writes two words a word through an int32 view of the swizzled 16-bit
   tile (the 128-byte swizzle moves 16-byte chunks whatever the element type), 16-byte
-  stores, 4 wavefronts each (as in the 64-head fp8 kernel).
+  stores; 8 rows x 4 lanes a warp, so that a quarter-warp's stores cover two rows
+  whose swizzle phases put them on all 32 banks.
 * Why registers and not ``cp.async`` staging: at 16 heads the MMAs are bound by shared
   memory, not by the tensor cores (every ``m64n16k16`` reads a 2 KB A tile for 16K
   FMAs), so the shared-memory bytes a block decide the speed: staging would add the
@@ -131,10 +132,10 @@ of every MMA and be compute-bound. So the products are transposed, tokens on M:
   comes once by ``cp.async`` (9 16-byte copies a thread), waited before the loop.
 * The views are indexed by an opaque 0 (``_opaque_zero``), as in the seesaw kernel:
   hoisted, the 68 MMAs' descriptors would take the register file.
-* The sm_90 build (``tests/test_gluon_build.py``): 248 registers (bf16 q, integer
+* The sm_90 build (``tests/test_gluon_build.py``): 250 registers (bf16 q, integer
   widening; 208 for fp16 q), no spills, 68 HGMMA (``64x16x16``), 36 16-byte loads (the
   first block and one a loop, all 18 of the loop's issued among the QK MMAs), 36
-  16-byte shared stores, 9 ``cp.async`` (Q): two CTAs an SM by registers (2 x 128 x 248
+  16-byte shared stores, 9 ``cp.async`` (Q): two CTAs an SM by registers (2 x 128 x 250
   < 64K) and by shared memory.
 * Not done: a QK^T with its A operand from registers (the widened words, skipping the
   16-bit store and reload of K: about a quarter of the shared bytes) needs the fp8
@@ -1001,16 +1002,15 @@ def mla_decode_stage1_gluon_fp8_h16(
     if end <= start:
         return  # stage 2 skips empty splits; nothing to write.
 
-    # Register layouts. fp8 loads, as int32 words of 4 values: 16 bytes a thread, a warp
-    # 8 rows x 64 fp8 columns (whole 32-byte sectors) of the latent part and of the rope
-    # part; the same layouts widen into the swizzled tile, where a quarter-warp's eight
-    # 16-byte stores cover two rows whose swizzle phases spread them over all 32 banks
-    # (with 16 lanes a row, lanes t and t + 4 would hit the same banks 8 KB apart). The MMAs'
-    # accumulators: S^T (tokens x heads) and O^T (latent dims x heads), one warpgroup,
-    # N = BLOCK_H.
+    # Register layouts. fp8 loads, as int32 words of 4 values (``words_layout``, the
+    # latent and the rope part): 16 bytes a thread, a warp 8 rows x 64 fp8 columns
+    # (whole 32-byte sectors). The words widen from it into the swizzled tile, where a
+    # quarter-warp's eight 16-byte stores cover two rows whose swizzle phases spread
+    # them over all 32 banks (with 16 lanes a row, lanes t and t + 4 would hit the same
+    # banks 8 KB apart). The MMAs' accumulators: S^T (tokens x heads) and O^T (latent
+    # dims x heads), one warpgroup, N = BLOCK_H.
     copy_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
-    c8_layout: gl.constexpr = gl.BlockedLayout([1, 4], [8, 4], [4, 1], [1, 0])
-    pe8_layout: gl.constexpr = gl.BlockedLayout([1, 4], [8, 4], [4, 1], [1, 0])
+    words_layout: gl.constexpr = gl.BlockedLayout([1, 4], [8, 4], [4, 1], [1, 0])
     mma_layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_H, 16]
     )
@@ -1069,8 +1069,8 @@ def mla_decode_stage1_gluon_fp8_h16(
         BLOCK_N,
         stride_kv_page,
         stride_kv_row,
-        c8_layout,
-        pe8_layout,
+        words_layout,
+        words_layout,
     )
     page = gl.load(bt_row + (first + BLOCK_N) // PAGE_SIZE, mask=first + BLOCK_N < end, other=0)
     async_copy.wait_group(0)
@@ -1114,8 +1114,8 @@ def mla_decode_stage1_gluon_fp8_h16(
             BLOCK_N,
             stride_kv_page,
             stride_kv_row,
-            c8_layout,
-            pe8_layout,
+            words_layout,
+            words_layout,
         )
         page = gl.load(bt_row + (nxt + BLOCK_N) // PAGE_SIZE, mask=nxt + BLOCK_N < end, other=0)
         # S^T = K Q^T: the block (64 x 576) is A, Q^T (576 x BLOCK_H) is B.

@@ -2,6 +2,7 @@
 
     scripts/dev python -m mla_jax bench --report-only docs/benchmarks/parts/small.json \\
         docs/benchmarks/parts/large.json docs/benchmarks/parts/large-h128.json \\
+        docs/benchmarks/parts/h32.json docs/benchmarks/parts/h32-b.json \\
         --out docs/benchmarks                                     # results.json, page, plots
     scripts/dev python scripts/make_notebook_03.py                # then the notebook
 
@@ -35,12 +36,14 @@ for B ≤ 4; bf16, latent 512 + rope 64, pages of 64 tokens, shuffled block tabl
 paths, timed in the same process on the same inputs:
 
 - **`triton-occupancy`**: our kernels with the occupancy split rule, the library's default
-  policy. Stage 1 is the Triton (`tl`) kernel, except on sm_90 at H ≥ 64 where each split
-  holds at least 1024 tokens: there it is a Gluon kernel with FlashMLA's "seesaw"
-  schedule (18 of the 68 shapes; [`docs/performance.md`, "Gluon stage 1
-  (sm_90)"](../docs/performance.md#gluon-stage-1-sm_90)). A step with a static
-  `max_seq_len` and at most 4096 tokens in its batch runs the tl kernel on 16-head tiles
-  at any H (the 12 shapes with B·L ≤ 4096 here);
+  policy. Stage 1 is the Triton (`tl`) kernel, except on sm_90 with a 16-bit cache at
+  H ≥ 32 where each split holds at least 1024 tokens: there it is a Gluon kernel with
+  FlashMLA's "seesaw" schedule on 64-head tiles (25 of the 68 shapes: 7 at H=32, whose
+  one tile masks its other 32 rows, 7 at H=64, 11 at H=128; [`docs/performance.md`,
+  "Gluon stage 1 (sm_90)"](../docs/performance.md#gluon-stage-1-sm_90) and ["32–63 heads
+  on the seesaw"](../docs/performance.md#3263-heads-on-the-seesaw)). A step with a
+  static `max_seq_len` and at most 4096 tokens in its batch runs the tl kernel on 16-head
+  tiles at any H (the 12 shapes with B·L ≤ 4096 here);
 - **`triton`**: the same kernels with vLLM's split rule, whose splits hold 512 tokens, so
   stage 1 is the tl kernel at every shape;
 - **`xla`**: the same two-stage algorithm in plain jnp; **`dense`**: plain JAX
@@ -76,11 +79,14 @@ paths, timed in the same process on the same inputs:
   its runs with and without `--kernel-time` show that the traced run does not change the
   wall time). The last section but one compares the two instruments.
 
-The sweep ran in three parts on one machine, each measuring its own ceilings: a small half
-(B ≤ 4, 32 shapes) and a large half (B ≥ 16, 36 shapes), whose time budget ran out before
-128/128/4096's `vllm` path and all of 128/128/16384; a third call measured those two shapes
-minutes later. The merge keeps, for each shape, the part that timed more of its paths, so
-128/128/4096 is taken whole from the third part.
+The sweep ran in five parts on one machine on the same day, each measuring its own
+ceilings. The shapes with H ∈ {16, 64, 128} come from a small half (B ≤ 4, 24 shapes) and
+a large half (B ≥ 16, 27 shapes), whose time budget ran out before 128/128/4096's `vllm`
+path and all of 128/128/16384; a third call measured those two shapes minutes later. The
+17 H=32 shapes come from a fourth call, whose budget ran out before 128/32/16384's `xla`,
+`dense` and `vllm` paths, and a fifth that measured that shape alone. The merge keeps, for
+each shape, the part that timed more of its paths, so 128/128/4096 is taken whole from the
+third part and 128/32/16384 from the fifth.
 
 Every cell but the last only reads JSON and draws, so the notebook runs anywhere; the last
 re-measures a few shapes when a CUDA GPU is present. The figures are drawn by
@@ -159,10 +165,12 @@ for p in (*OURS, "vllm"):
     for kernels, n in seen.items():
         print(f"{p}: {kernels} at {n} shapes")
 gl = [s for s in results["shapes"] if gluon_stage1(s)]
-rule = [s for s in results["shapes"] if s["H"] >= 64 and -(
+rule = [s for s in results["shapes"] if s["H"] >= 32 and -(
     -s["L"] // metric(s, DEFAULT, "num_kv_splits")) >= 1024]
-print(f"{DEFAULT} ran the seesaw stage 1 at {len(gl)} shapes, those with H >= 64 and "
-      f">= 1024 tokens a split: {gl == rule}")
+print(f"{DEFAULT} ran the seesaw stage 1 at {len(gl)} shapes ("
+      + ", ".join(f"H={h}: {n}" for h, n in sorted(collections.Counter(
+          s["H"] for s in gl).items()))
+      + f"), those with H >= 32 and >= 1024 tokens a split: {gl == rule}")
 print(f"B*L <= 4096 (16-head tl tiles at any H): "
       f"{sum(s['B'] * s['L'] <= 4096 for s in results['shapes'])} shapes")
 
@@ -188,13 +196,13 @@ $$\text{floor} = \max\left(\frac{\text{KV bytes}}{\text{copy bandwidth}},\;
 \frac{\text{flops}}{\text{matmul rate}}\right)$$
 
 The copy bandwidth is a device copy in JAX (bytes read + written per second), the matmul
-rate a large square bf16 matmul in JAX: 3.34 TB/s and 661–688 TFLOP/s in the three parts.
+rate a large square bf16 matmul in JAX: 3.34 TB/s and 661–688 TFLOP/s in the five parts.
 A step does 1.89·H flops per byte, so the ridge point (matmul rate / copy bandwidth:
 198–206 flop/byte) sits near H ≈ 105–109: **with 16, 32 and 64 heads a step is
 memory-bound, with 128 heads compute-bound.** The floor is an ideal: no kernel reaches
 both ceilings, and attention's small dot products are not the large GEMM that set the
 matmul rate. The copy counts bytes read and written, a pessimistic ceiling for a kernel
-that only reads, so large H=16 and H=64 shapes show more than 100 % of the floor
+that only reads, so large H=16, H=32 and H=64 shapes show more than 100 % of the floor
 ([`docs/performance.md`, "Hardware floors"](../docs/performance.md#hardware-floors)).
 The percentages below are the floor over the kernel time (`device_pct_of_floor`).
 """,
@@ -254,11 +262,17 @@ In kernel time:
   4.22 TB/s reference copy rate; Nsight Compute puts its stage 1 at 91.5 % of the DRAM
   peak ([`docs/performance.md`, "Hardware
   floors"](../docs/performance.md#hardware-floors)).
-- **H=32 runs the tl kernel** (a seesaw tile is 64 heads): 47–67 % of the floor at B ≥ 16,
-  L ≥ 4k with occupancy splits (1.57–2.23 TB/s), 32–55 % at L = 1k; vLLM's split rule
-  47–56 % and vLLM's kernels 25–28 % at B ≥ 16, L ≥ 4k. Its 32-head tiles take the wide
-  tiles' configuration, one program an SM ([`docs/performance.md`, "Head tiles and
-  stage-1 configurations"](../docs/performance.md#head-tiles-and-stage-1-configurations)).
+- **H=32, B ≥ 16: 78–120 % of the floor with occupancy splits where stage 1 is the Gluon
+  seesaw kernel** (the 6 shapes with splits of ≥ 1024 tokens, 2.60–4.00 TB/s), on one
+  64-head tile with half its rows masked: 0.604 ms at 128/32/16384 (120 %, 4.00 TB/s;
+  vLLM's kernels 2.629 ms), 116 % at 64/32/16384, 108 % at 128/32/4096, 95–96 % at
+  16/32/16384 and 64/32/4096, 78 % at 128/32/1024 (one 1024-token split a row). At
+  16/32/1024, 16/32/4096 and 64/32/1024 the occupancy splits hold 128–512 tokens and the
+  tl kernel runs, at 32–47 %; its 32-head tiles take the wide tiles' configuration, one
+  program an SM ([`docs/performance.md`, "Head tiles and stage-1
+  configurations"](../docs/performance.md#head-tiles-and-stage-1-configurations)).
+  vLLM's split rule (the tl kernel) gives 47–56 % and vLLM's kernels 25–28 % at B ≥ 16,
+  L ≥ 4k. At B = 4 the seesaw runs at 4/32/65536 (2048-token splits), 95 %.
 - **H=64, B ≥ 64, L ≥ 4k: 80–115 % with occupancy splits, where stage 1 is the Gluon
   kernel** (0.632 ms at 128/64/16384, 3.82 TB/s); 42–43 % with vLLM's rule (the tl
   kernel at 512-token splits), 14–15 % for vLLM's kernels. At 16/64/4096 the occupancy
@@ -285,7 +299,7 @@ In kernel time:
   default path takes 16.8 µs: 32 splits of 128 tokens on 16-head tiles, stage 1 13.3 µs
   and stage 2 3.3 µs under a CUDA graph
   ([`docs/gpu/stage-times-kernel-time-check.log`](../docs/gpu/stage-times-kernel-time-check.log)).
-  With the 64-head tiles it ran before, both stages took 23.2 µs
+  With 64-head tiles both stages take 23.2 µs
   ([`docs/performance.md`, "Head tiles and stage-1
   configurations"](../docs/performance.md#head-tiles-and-stage-1-configurations)). The
   Gluon kernel does not run there: below 1024 tokens a split it loses to the tl kernel
@@ -300,10 +314,12 @@ In kernel time:
         r"""
 groups = [("H=16, B>=64, L>=4k", "TB/s",
            lambda s: s["H"] == 16 and s["B"] >= 64 and s["L"] >= 4096),
+          ("H=32, B>=16, seesaw stage 1", "TB/s",
+           lambda s: s["H"] == 32 and s["B"] >= 16 and gluon_stage1(s)),
+          ("H=32, B>=16, tl stage 1", "TB/s",
+           lambda s: s["H"] == 32 and s["B"] >= 16 and not gluon_stage1(s)),
           ("H=32, B>=16, L>=4k", "TB/s",
            lambda s: s["H"] == 32 and s["B"] >= 16 and s["L"] >= 4096),
-          ("H=32, B>=16, L=1k", "TB/s",
-           lambda s: s["H"] == 32 and s["B"] >= 16 and s["L"] == 1024),
           ("H=64, B>=64, L>=4k", "TB/s",
            lambda s: s["H"] == 64 and s["B"] >= 64 and s["L"] >= 4096),
           ("H=128", "TFLOP/s", lambda s: s["H"] == 128),
@@ -318,9 +334,14 @@ big = [s for s in results["shapes"] if s["H"] == 128 and s["B"] * s["L"] >= 2**1
 print(f"H=128, B*L>=256k: seesaw stage 1 at {sum(map(gluon_stage1, big))} of {len(big)}; "
       "matmul "
       + span([part_ceilings(s)["matmul_tflops"] for s in big], ".0f") + " TFLOP/s")
+print(f"H=32, {DEFAULT} % of the floor (stage 1, tokens a split): " + ", ".join(
+    f"{name(s)} {metric(s, DEFAULT, 'device_pct_of_floor'):.0f} "
+    f"({'seesaw' if gluon_stage1(s) else 'tl'}, "
+    f"{-(-s['L'] // metric(s, DEFAULT, 'num_kv_splits'))})"
+    for s in results["shapes"] if s["H"] == 32 and (s["B"] >= 16 or gluon_stage1(s))))
 print()
-for B, H, L in [(128, 16, 16384), (128, 64, 16384), (16, 64, 4096), (64, 128, 16384),
-                (128, 128, 16384), (1, 128, 4096)]:
+for B, H, L in [(128, 16, 16384), (128, 32, 16384), (128, 64, 16384), (16, 64, 4096),
+                (64, 128, 16384), (128, 128, 16384), (1, 128, 4096)]:
     s = at(B, H, L)
     print(f"{name(s)}: " + "; ".join(
         f"{p} {fmt(metric(s, p, 'device_ms'), '.4f')} ms, {fmt(rate(s, p, 'TB/s'), '.2f')} "
@@ -348,18 +369,18 @@ Speed-up = vLLM's kernel time / ours, at the same shape in the same sweep (> 1: 
 faster); vLLM's includes the two small torch fills around its kernels.
 
 - **Occupancy splits (the default) are faster than vLLM's kernels at all 68 shapes,
-  1.84–8.46×:** 4.35–8.46× at the 18 shapes where stage 1 is the Gluon kernel,
-  1.84–6.76× where it is the tl kernel. By head count: 1.95–6.76× at H=16, 1.84–6.66× at
+  1.83–8.46×:** 3.00–8.46× at the 25 shapes where stage 1 is the Gluon kernel,
+  1.83–6.76× where it is the tl kernel. By head count: 1.95–6.76× at H=16, 1.83–6.72× at
   H=32, 1.93–7.92× at H=64, 2.08–8.46× at H=128.
 - **The largest: 128/128/16384, 1.162 ms against vLLM's 9.823 ms (8.46×);**
   64/128/16384 is 0.586 against 4.698 ms (8.02×).
-- **The closest: 64/32/1024, 0.0487 against 0.0897 ms (1.84×),** then 16/32/4096
-  (0.0482 against 0.0909 ms, 1.89×): H=32 shapes where both split rules pick the same
-  count.
+- **The closest: 64/32/1024, 0.0488 against 0.0896 ms (1.83×),** then 16/32/4096
+  (0.0482 against 0.0905 ms, 1.88×): H=32 shapes where both split rules pick the same
+  count, splits of 512 tokens on the tl kernel.
 - At the small shapes (B ≤ 4, L ≤ 4k) the default path is 1.97–6.76× faster in kernel
-  time (1/16/1024: 7.5 against 50.6 µs) and 1.40–2.32× in wall time, where the host
+  time (1/16/1024: 7.5 against 50.6 µs) and 1.45–2.32× in wall time, where the host
   sets our time but not that of vLLM's CUDA graph. Over all 68 shapes the wall-time range
-  is 1.35–8.36×; its closest, 16/32/1024, runs 17.6 µs of kernels in 40.1 µs of wall
+  is 1.43–8.36×; its closest, 16/16/1024, runs 12.9 µs of kernels in 37.2 µs of wall
   time.
 - With vLLM's split rule our kernels (the tl stage 1 at every shape) are faster than
   vLLM's at all 68 shapes, 1.30–3.57×; the closest are 16/64/1024 and 4/64/4096
@@ -434,20 +455,20 @@ and the head tiles: enough (row, head tile, split) programs for one wave (two pe
 16-head tiles, one with 32- or 64-head tiles), about 64 tokens per split at least, 128
 splits at most. At B ≤ 4 that gives 8–128 splits where vLLM's rule gives 2–128, to fill the
 GPU; at B ≥ 64 it gives 1–4, which saves writing and merging partial outputs and, at
-H ≥ 64, makes the splits long enough (≥ 1024 tokens) for the Gluon stage 1.
+H ≥ 32, makes the splits long enough (≥ 1024 tokens) for the Gluon stage 1.
 
-**In kernel time occupancy splits are faster at 60 of the 68 shapes.** The rules pick the
+**In kernel time occupancy splits are faster at 57 of the 68 shapes.** The rules pick the
 same split count at 10 shapes (all with 512-token splits, the tl kernel): the same kernels
 on the same work, so their 0.98–1.01× is the spread from one traced run to another. Where the
-counts differ, occupancy splits are faster at 55 of 58 shapes, by 1.09–3.36×: the most at
+counts differ, occupancy splits are faster at 55 of 58 shapes, by 1.13–3.36×: the most at
 L = 1k and B ≤ 4, where 16 splits a row keep more SMs busy than vLLM's 2 (1/16/1024 3.36×,
-1/32/1024 3.29×, 1/64/1024 3.18×), and 1.46–2.78× at the 18 shapes where fewer, longer
+1/32/1024 3.32×, 1/64/1024 3.18×), and 1.46–2.78× at the 25 shapes where fewer, longer
 splits let the Gluon kernel run (64/128/16384, one split a row: 0.586 against 1.627 ms,
 2.78×). They are slower at 4/16/16384 (30.7 against 30.1 µs), 16/16/4096 (30.2 against
 30.0 µs) and 64/16/1024 (30.7 against 30.1 µs), 0.98–0.99×, within the same-count spread:
 H=16 shapes where the occupancy rule takes twice vLLM's split count.
 
-In wall time the occupancy rule is faster at 57 shapes. Of the 11 others, 7 take under
+In wall time the occupancy rule is faster at 56 shapes. Of the 12 others, 8 take under
 40 µs a call, where the host sets the wall time (at 1/16/1024 the wall clock reads 0.88×
 where the kernels are 3.36× faster), and 4 are shapes where the two rules pick the same
 split count.
@@ -513,11 +534,11 @@ display(heatmap_figure(results, [occ], over_vllm_rule,
 The wall clock is what a caller that dispatches ten chained runs per sync sees; the kernel
 time is what the GPU spends in the path's kernels. Where the kernels take 40 µs a call or
 more, the two agree: the default path's wall time is 0.96–1.16× its kernel time there (40
-shapes), 0.96–1.07× at the 22 shapes of 100 µs or more, and vLLM's CUDA graph reads
+shapes), 0.96–1.07× at the 19 shapes of 100 µs or more, and vLLM's CUDA graph reads
 1.00–1.04× at all 68. Below that the host's dispatch sets the JAX paths' wall time: the
-default path reads 23.3–38.3 µs at its 24 shapes under 40 µs of wall time, whose kernels
-take 7.5–32.2 µs (up to 4.89× apart, at 1/32/1024); the wall time of our kernels on
-vLLM's rule never reads below 30.3 µs, that of `dense` never below 27.9 µs. Those wall
+default path reads 23.3–38.3 µs at its 25 shapes under 40 µs of wall time, whose kernels
+take 7.5–32.2 µs (up to 4.72× apart, at 1/16/1024); the wall time of our kernels on
+vLLM's rule never reads below 29.7 µs, that of `dense` never below 27.9 µs. Those wall
 times move from run to run (see the top of the notebook), and their three repeats within
 this sweep spread by up to 41 %.
 
