@@ -29,6 +29,11 @@ GLUON_MIN_SPLIT_TOKENS = 1024
 # tokens a split (4/16/16384), 2.2-2.3x at 1024-8192 (docs/performance.md, "The fp8
 # cache"); the tl fp8 kernel widens in registers, so it loses from short splits on.
 FP8_SMALL_HEADS_MIN_SPLIT_TOKENS = 256
+# Under 64 heads (a 16-bit cache: the seesaw's tile half masked or more) the tl kernel
+# is slower for the same head count than at 64, and the seesaw already wins at 512
+# tokens a split, both stages 1.07-1.17x at H=32 and 48 (docs/performance.md, "32-63
+# heads on the seesaw"); at 128 tokens it loses.
+PARTIAL_TILE_MIN_SPLIT_TOKENS = 512
 
 
 def _strides(x: jax.Array) -> tuple[int, ...]:
@@ -51,13 +56,19 @@ def use_gluon(
 ) -> bool:
     """Whether stage 1 runs as a Gluon kernel: an sm_90 build, a problem one supports
     (``_gluon_kernels.supports``), and splits of at least ``GLUON_MIN_SPLIT_TOKENS``
-    tokens (``FP8_SMALL_HEADS_MIN_SPLIT_TOKENS`` for the 16-head fp8 kernel) when a row
-    holds ``max_tokens``."""
+    tokens (``FP8_SMALL_HEADS_MIN_SPLIT_TOKENS`` for the 16-head fp8 kernel,
+    ``PARTIAL_TILE_MIN_SPLIT_TOKENS`` for a 16-bit cache under ``BLOCK_H`` heads) when a
+    row holds ``max_tokens``."""
     kv_page_stride, kv_row_stride = _strides(kv_cache)[:2]
     num_heads = q_nope.shape[1]
     kv_dtype = jnp.dtype(kv_cache.dtype).name
     small_fp8 = _gluon_kernels.small_heads(kv_dtype, num_heads)
-    min_tokens = FP8_SMALL_HEADS_MIN_SPLIT_TOKENS if small_fp8 else GLUON_MIN_SPLIT_TOKENS
+    if small_fp8:
+        min_tokens = FP8_SMALL_HEADS_MIN_SPLIT_TOKENS
+    elif num_heads < _gluon_kernels.BLOCK_H:
+        min_tokens = PARTIAL_TILE_MIN_SPLIT_TOKENS
+    else:
+        min_tokens = GLUON_MIN_SPLIT_TOKENS
     return (
         compute_capability == 90
         and -(-max_tokens // grid_splits) >= min_tokens

@@ -3,6 +3,8 @@
     scripts/dev python -m mla_jax bench --report-only docs/benchmarks/parts/small.json \\
         docs/benchmarks/parts/large.json docs/benchmarks/parts/large-h128.json \\
         docs/benchmarks/parts/h32.json docs/benchmarks/parts/h32-b.json \\
+        docs/benchmarks/parts/h32-c-1-65536.json docs/benchmarks/parts/h32-c-4-16384.json \\
+        docs/benchmarks/parts/h32-c-16-4096.json docs/benchmarks/parts/h32-c-64-1024.json \\
         --out docs/benchmarks                                     # results.json, page, plots
     scripts/dev python scripts/make_notebook_03.py                # then the notebook
 
@@ -36,16 +38,19 @@ for B ≤ 4; bf16, latent 512 + rope 64, pages of 64 tokens, shuffled block tabl
 paths, timed in the same process on the same inputs:
 
 - **`triton-occupancy`**: our kernels with the occupancy split rule, the library's default
-  policy. Stage 1 is the Triton (`tl`) kernel, except on sm_90 with a 16-bit cache at
-  H ≥ 32 where each split holds at least 1024 tokens: there it is a Gluon kernel with
-  FlashMLA's "seesaw" schedule on 64-head tiles (25 of the 68 shapes: 7 at H=32, whose
-  one tile masks its other 32 rows, 7 at H=64, 11 at H=128; [`docs/performance.md`,
+  policy. Stage 1 is the Triton (`tl`) kernel, except on sm_90 with a 16-bit cache
+  where each split holds at least 1024 tokens at H ≥ 64, or at least 512 tokens at
+  32–63 heads: there it is a Gluon kernel with FlashMLA's "seesaw" schedule on 64-head
+  tiles (29 of the 68 shapes: 11 at H=32, whose one tile masks its other 32 rows, 7 at
+  H=64, 11 at H=128; [`docs/performance.md`,
   "Gluon stage 1 (sm_90)"](../docs/performance.md#gluon-stage-1-sm_90) and ["32–63 heads
   on the seesaw"](../docs/performance.md#3263-heads-on-the-seesaw)). A step with a
   static `max_seq_len` and at most 4096 tokens in its batch runs the tl kernel on 16-head
   tiles at any H (the 12 shapes with B·L ≤ 4096 here);
 - **`triton`**: the same kernels with vLLM's split rule, whose splits hold 512 tokens, so
-  stage 1 is the tl kernel at every shape;
+  stage 1 is the tl kernel at H=16 and H ≥ 64; at H=32, where 512 tokens meet the
+  seesaw's threshold, the sweep has it on the seesaw at 4 shapes and on the tl kernel at
+  13 (see the sweep's parts below);
 - **`xla`**: the same two-stage algorithm in plain jnp; **`dense`**: plain JAX
   gather + einsum;
 - **`vllm`**: vLLM's own `decode_attention_fwd` kernels (see `docs/vllm_kernel.md`).
@@ -79,14 +84,20 @@ paths, timed in the same process on the same inputs:
   its runs with and without `--kernel-time` show that the traced run does not change the
   wall time). The last section but one compares the two instruments.
 
-The sweep ran in five parts on one machine on the same day, each measuring its own
+The sweep ran in nine parts on one machine on the same day, each measuring its own
 ceilings. The shapes with H ∈ {16, 64, 128} come from a small half (B ≤ 4, 24 shapes) and
 a large half (B ≥ 16, 27 shapes), whose time budget ran out before 128/128/4096's `vllm`
 path and all of 128/128/16384; a third call measured those two shapes minutes later. The
-17 H=32 shapes come from a fourth call, whose budget ran out before 128/32/16384's `xla`,
-`dense` and `vllm` paths, and a fifth that measured that shape alone. The merge keeps, for
-each shape, the part that timed more of its paths, so 128/128/4096 is taken whole from the
-third part and 128/32/16384 from the fifth.
+17 H=32 shapes come from a fourth call (13 shapes), whose budget ran out before
+128/32/16384's `xla`, `dense` and `vllm` paths, a fifth that measured that shape alone,
+and four calls that each measured one shape alone: 1/32/65536, 4/32/16384, 16/32/4096 and
+64/32/1024 (parts `h32-c-*`), where both split rules give 512-token splits and stage 1 is
+the seesaw on both of our paths. The fourth and fifth calls ran with the seesaw's
+threshold at 1024 tokens at every head count: at their 13 shapes the default path's
+stage 1 is the one the current rule picks (the first cell checks it), but our kernels on
+vLLM's split rule ran the tl stage 1 where the current rule, at 512 tokens a split, runs
+the seesaw. The merge keeps, for each shape, the part that timed more of its paths, so
+128/128/4096 is taken whole from the third part and 128/32/16384 from the fifth.
 
 Every cell but the last only reads JSON and draws, so the notebook runs anywhere; the last
 re-measures a few shapes when a CUDA GPU is present. The figures are drawn by
@@ -144,6 +155,11 @@ def gluon_stage1(s):
     return SEESAW in (metric(s, DEFAULT, "kernels_per_call") or {})
 
 
+def split_tokens(s, p=DEFAULT):
+    # Tokens in each of a row's splits on path p.
+    return -(-s["L"] // metric(s, p, "num_kv_splits"))
+
+
 versions = ", ".join(f"{k} {machine[k]}" for k in MACHINE_VERSIONS if machine.get(k))
 print(f"{machine['device']} ({machine['sm_count']} SMs), {versions}, {machine['date']}")
 print(f"{len(results['shapes'])} shapes, {config['calls_rule']}, {config['repeats']} repeats")
@@ -165,12 +181,16 @@ for p in (*OURS, "vllm"):
     for kernels, n in seen.items():
         print(f"{p}: {kernels} at {n} shapes")
 gl = [s for s in results["shapes"] if gluon_stage1(s)]
-rule = [s for s in results["shapes"] if s["H"] >= 32 and -(
-    -s["L"] // metric(s, DEFAULT, "num_kv_splits")) >= 1024]
+rule = [s for s in results["shapes"] if (s["H"] >= 64 and split_tokens(s) >= 1024)
+        or (32 <= s["H"] < 64 and split_tokens(s) >= 512)]
 print(f"{DEFAULT} ran the seesaw stage 1 at {len(gl)} shapes ("
       + ", ".join(f"H={h}: {n}" for h, n in sorted(collections.Counter(
           s["H"] for s in gl).items()))
-      + f"), those with H >= 32 and >= 1024 tokens a split: {gl == rule}")
+      + f"), those with H >= 64 and >= 1024 tokens a split or 32 <= H < 64 and >= 512: "
+      f"{gl == rule}")
+print("triton (vLLM's split rule) ran the seesaw stage 1 at: " + ", ".join(
+    name(s) for s in results["shapes"] if "triton" in OURS
+    and SEESAW in (metric(s, "triton", "kernels_per_call") or {})))
 print(f"B*L <= 4096 (16-head tl tiles at any H): "
       f"{sum(s['B'] * s['L'] <= 4096 for s in results['shapes'])} shapes")
 
@@ -196,7 +216,8 @@ $$\text{floor} = \max\left(\frac{\text{KV bytes}}{\text{copy bandwidth}},\;
 \frac{\text{flops}}{\text{matmul rate}}\right)$$
 
 The copy bandwidth is a device copy in JAX (bytes read + written per second), the matmul
-rate a large square bf16 matmul in JAX: 3.34 TB/s and 661–688 TFLOP/s in the five parts.
+rate a large square bf16 matmul in JAX: 3.34–3.35 TB/s and 661–688 TFLOP/s in the nine
+parts.
 A step does 1.89·H flops per byte, so the ridge point (matmul rate / copy bandwidth:
 198–206 flop/byte) sits near H ≈ 105–109: **with 16, 32 and 64 heads a step is
 memory-bound, with 128 heads compute-bound.** The floor is an ideal: no kernel reaches
@@ -262,17 +283,19 @@ In kernel time:
   4.22 TB/s reference copy rate; Nsight Compute puts its stage 1 at 91.5 % of the DRAM
   peak ([`docs/performance.md`, "Hardware
   floors"](../docs/performance.md#hardware-floors)).
-- **H=32, B ≥ 16: 78–120 % of the floor with occupancy splits where stage 1 is the Gluon
-  seesaw kernel** (the 6 shapes with splits of ≥ 1024 tokens, 2.60–4.00 TB/s), on one
-  64-head tile with half its rows masked: 0.604 ms at 128/32/16384 (120 %, 4.00 TB/s;
-  vLLM's kernels 2.629 ms), 116 % at 64/32/16384, 108 % at 128/32/4096, 95–96 % at
-  16/32/16384 and 64/32/4096, 78 % at 128/32/1024 (one 1024-token split a row). At
-  16/32/1024, 16/32/4096 and 64/32/1024 the occupancy splits hold 128–512 tokens and the
-  tl kernel runs, at 32–47 %; its 32-head tiles take the wide tiles' configuration, one
+- **H=32, B ≥ 16: 52–120 % of the floor with occupancy splits where stage 1 is the Gluon
+  seesaw kernel** (8 of the 9 shapes, 1.74–4.00 TB/s), on one 64-head tile with half its
+  rows masked. With splits of ≥ 1024 tokens it reaches 78–120 % (6 shapes, 2.60–4.00
+  TB/s): 0.604 ms at 128/32/16384 (120 %, 4.00 TB/s; vLLM's kernels 2.629 ms), 116 % at
+  64/32/16384, 108 % at 128/32/4096, 95–96 % at 16/32/16384 and 64/32/4096, 78 % at
+  128/32/1024 (one 1024-token split a row); with 512-token splits 52 % at 16/32/4096
+  and 55 % at 64/32/1024. At 16/32/1024 the occupancy splits hold 128 tokens and the tl
+  kernel runs, at 32 %; its 32-head tiles take the wide tiles' configuration, one
   program an SM ([`docs/performance.md`, "Head tiles and stage-1
   configurations"](../docs/performance.md#head-tiles-and-stage-1-configurations)).
-  vLLM's split rule (the tl kernel) gives 47–56 % and vLLM's kernels 25–28 % at B ≥ 16,
-  L ≥ 4k. At B = 4 the seesaw runs at 4/32/65536 (2048-token splits), 95 %.
+  vLLM's split rule gives 53–56 % and vLLM's kernels 25–28 % at B ≥ 16, L ≥ 4k. At
+  B ≤ 4 the seesaw runs at 4/32/65536 (2048-token splits, 95 %), 1/32/65536 and
+  4/32/16384 (512-token splits, 51 and 52 %).
 - **H=64, B ≥ 64, L ≥ 4k: 80–115 % with occupancy splits, where stage 1 is the Gluon
   kernel** (0.632 ms at 128/64/16384, 3.82 TB/s); 42–43 % with vLLM's rule (the tl
   kernel at 512-token splits), 14–15 % for vLLM's kernels. At 16/64/4096 the occupancy
@@ -302,9 +325,10 @@ In kernel time:
   With 64-head tiles both stages take 23.2 µs
   ([`docs/performance.md`, "Head tiles and stage-1
   configurations"](../docs/performance.md#head-tiles-and-stage-1-configurations)). The
-  Gluon kernel does not run there: below 1024 tokens a split it loses to the tl kernel
-  ([`docs/performance.md`, "Gluon stage 1
-  (sm_90)"](../docs/performance.md#gluon-stage-1-sm_90)).
+  Gluon kernel does not run there: the occupancy splits hold 64–256 tokens (64–128 at
+  H=32), where it loses to the tl kernel ([`docs/performance.md`, "Gluon stage 1
+  (sm_90)"](../docs/performance.md#gluon-stage-1-sm_90) and ["32–63 heads on the
+  seesaw"](../docs/performance.md#3263-heads-on-the-seesaw)).
 - The XLA paths (`xla`, `dense`) gather the rows into a dense copy before their einsums;
   at H=16, B ≥ 64, L ≥ 4k they reach 17–21 % of the floor.
 """,
@@ -316,8 +340,9 @@ groups = [("H=16, B>=64, L>=4k", "TB/s",
            lambda s: s["H"] == 16 and s["B"] >= 64 and s["L"] >= 4096),
           ("H=32, B>=16, seesaw stage 1", "TB/s",
            lambda s: s["H"] == 32 and s["B"] >= 16 and gluon_stage1(s)),
-          ("H=32, B>=16, tl stage 1", "TB/s",
-           lambda s: s["H"] == 32 and s["B"] >= 16 and not gluon_stage1(s)),
+          ("H=32, B>=16, seesaw stage 1, >= 1024 tokens a split", "TB/s",
+           lambda s: s["H"] == 32 and s["B"] >= 16 and gluon_stage1(s)
+           and split_tokens(s) >= 1024),
           ("H=32, B>=16, L>=4k", "TB/s",
            lambda s: s["H"] == 32 and s["B"] >= 16 and s["L"] >= 4096),
           ("H=64, B>=64, L>=4k", "TB/s",
@@ -337,7 +362,7 @@ print(f"H=128, B*L>=256k: seesaw stage 1 at {sum(map(gluon_stage1, big))} of {le
 print(f"H=32, {DEFAULT} % of the floor (stage 1, tokens a split): " + ", ".join(
     f"{name(s)} {metric(s, DEFAULT, 'device_pct_of_floor'):.0f} "
     f"({'seesaw' if gluon_stage1(s) else 'tl'}, "
-    f"{-(-s['L'] // metric(s, DEFAULT, 'num_kv_splits'))})"
+    f"{split_tokens(s)})"
     for s in results["shapes"] if s["H"] == 32 and (s["B"] >= 16 or gluon_stage1(s))))
 print()
 for B, H, L in [(128, 16, 16384), (128, 32, 16384), (128, 64, 16384), (16, 64, 4096),
@@ -353,7 +378,10 @@ print(f"\nB<=4, L<=4k: floor {span([s['floor_ms'] * 1e3 for s in small], '.1f')}
       + ", ".join(f"{p} {span([metric(s, p, 'device_ms') * 1e3 for s in small], '.1f')} µs"
                   for p in paths))
 print("    splits a row: " + ", ".join(
-    f"{p} {span([metric(s, p, 'num_kv_splits') for s in small], 'd')}" for p in OURS))
+    f"{p} {span([metric(s, p, 'num_kv_splits') for s in small], 'd')}" for p in OURS)
+      + f"; {DEFAULT} tokens a split {span([split_tokens(s) for s in small], 'd')} "
+      f"({span([split_tokens(s) for s in small if s['H'] == 32], 'd')} at H=32), seesaw "
+      f"stage 1 at {sum(map(gluon_stage1, small))} of {len(small)}")
 print()
 display(heatmap_figure(results, paths, "device_pct_of_floor",
                        "% of the roofline floor, kernel time (100 = at the floor)",
@@ -369,21 +397,22 @@ Speed-up = vLLM's kernel time / ours, at the same shape in the same sweep (> 1: 
 faster); vLLM's includes the two small torch fills around its kernels.
 
 - **Occupancy splits (the default) are faster than vLLM's kernels at all 68 shapes,
-  1.83–8.46×:** 3.00–8.46× at the 25 shapes where stage 1 is the Gluon kernel,
-  1.83–6.76× where it is the tl kernel. By head count: 1.95–6.76× at H=16, 1.83–6.72× at
-  H=32, 1.93–7.92× at H=64, 2.08–8.46× at H=128.
+  1.93–8.46×:** 2.06–8.46× at the 29 shapes where stage 1 is the Gluon kernel,
+  1.93–6.76× at the 39 where it is the tl kernel. By head count: 1.95–6.76× at H=16,
+  2.06–6.72× at H=32, 1.93–7.92× at H=64, 2.08–8.46× at H=128.
 - **The largest: 128/128/16384, 1.162 ms against vLLM's 9.823 ms (8.46×);**
   64/128/16384 is 0.586 against 4.698 ms (8.02×).
-- **The closest: 64/32/1024, 0.0488 against 0.0896 ms (1.83×),** then 16/32/4096
-  (0.0482 against 0.0905 ms, 1.88×): H=32 shapes where both split rules pick the same
-  count, splits of 512 tokens on the tl kernel.
+- **The closest: 16/64/1024, 0.0285 against 0.0548 ms (1.93×),** then 128/16/1024
+  (0.0496 against 0.0967 ms, 1.95×) and 4/64/4096 (0.0279 against 0.0550 ms, 1.97×):
+  tl-kernel shapes of 28–50 µs of kernel time, the H=64 ones with splits of 128 tokens,
+  128/16/1024 with the 2 splits a row that vLLM's rule also picks.
 - At the small shapes (B ≤ 4, L ≤ 4k) the default path is 1.97–6.76× faster in kernel
   time (1/16/1024: 7.5 against 50.6 µs) and 1.45–2.32× in wall time, where the host
   sets our time but not that of vLLM's CUDA graph. Over all 68 shapes the wall-time range
   is 1.43–8.36×; its closest, 16/16/1024, runs 12.9 µs of kernels in 37.2 µs of wall
   time.
-- With vLLM's split rule our kernels (the tl stage 1 at every shape) are faster than
-  vLLM's at all 68 shapes, 1.30–3.57×; the closest are 16/64/1024 and 4/64/4096
+- With vLLM's split rule our kernels (the tl stage 1 but at 4 H=32 shapes) are faster
+  than vLLM's at all 68 shapes, 1.30–3.57×; the closest are 16/64/1024 and 4/64/4096
   (1.30×), the largest are at L = 64k (1/64/65536 3.57×, 1/128/65536 3.50×).
 - At H=128 with B ≥ 16, vLLM's kernels are at 8–9 % of the floor; even plain JAX
   gather + einsum is 1.71–2.17× faster there, and it beats vLLM's kernels at 46 of the
@@ -449,28 +478,31 @@ else:
 
 Both paths run our kernels at their own split counts. vLLM's rule picks the count from the
 length alone: next_pow2(L / 512), at most 2 per SM, so 2 splits at 1k, 32 at 16k and 128 at
-64k whatever the batch; its splits hold 512 tokens, so its stage 1 is always the tl
-kernel. The occupancy rule (`mla_jax.splits.occupancy_kv_splits`) also looks at the batch
-and the head tiles: enough (row, head tile, split) programs for one wave (two per SM with
-16-head tiles, one with 32- or 64-head tiles), about 64 tokens per split at least, 128
-splits at most. At B ≤ 4 that gives 8–128 splits where vLLM's rule gives 2–128, to fill the
-GPU; at B ≥ 64 it gives 1–4, which saves writing and merging partial outputs and, at
-H ≥ 32, makes the splits long enough (≥ 1024 tokens) for the Gluon stage 1.
+64k whatever the batch; its splits hold 512 tokens, so its stage 1 is the tl kernel, except
+at H=32, where 512 tokens a split meet the seesaw's threshold (the sweep has the seesaw
+at 4 of its 17 H=32 shapes; see the top of the notebook). The occupancy rule
+(`mla_jax.splits.occupancy_kv_splits`) also looks at the batch and the head tiles: enough
+(row, head tile, split) programs for one wave (two per SM with 16-head tiles, one with
+32- or 64-head tiles), about 64 tokens per split at least, 128 splits at most. At B ≤ 4
+that gives 8–128 splits where vLLM's rule gives 2–128, to fill the GPU; at B ≥ 64 it
+gives 1–4, which saves writing and merging partial outputs and, at H ≥ 32, makes the
+splits long enough for the Gluon stage 1 (≥ 1024 tokens at H ≥ 64, ≥ 512 at H=32).
 
 **In kernel time occupancy splits are faster at 57 of the 68 shapes.** The rules pick the
-same split count at 10 shapes (all with 512-token splits, the tl kernel): the same kernels
-on the same work, so their 0.98–1.01× is the spread from one traced run to another. Where the
-counts differ, occupancy splits are faster at 55 of 58 shapes, by 1.13–3.36×: the most at
-L = 1k and B ≤ 4, where 16 splits a row keep more SMs busy than vLLM's 2 (1/16/1024 3.36×,
+same split count at 10 shapes (all with 512-token splits: the seesaw stage 1 at the four
+H=32 ones, the tl kernel at the six others): the same kernels on the same work, so their
+0.96–1.02× is the spread from one traced run to another. Where the counts differ,
+occupancy splits are faster at 55 of 58 shapes, by 1.13–3.36×: the most at L = 1k and
+B ≤ 4, where 16 splits a row keep more SMs busy than vLLM's 2 (1/16/1024 3.36×,
 1/32/1024 3.32×, 1/64/1024 3.18×), and 1.46–2.78× at the 25 shapes where fewer, longer
 splits let the Gluon kernel run (64/128/16384, one split a row: 0.586 against 1.627 ms,
 2.78×). They are slower at 4/16/16384 (30.7 against 30.1 µs), 16/16/4096 (30.2 against
 30.0 µs) and 64/16/1024 (30.7 against 30.1 µs), 0.98–0.99×, within the same-count spread:
 H=16 shapes where the occupancy rule takes twice vLLM's split count.
 
-In wall time the occupancy rule is faster at 56 shapes. Of the 12 others, 8 take under
+In wall time the occupancy rule is faster at 55 shapes. Of the 13 others, 8 take under
 40 µs a call, where the host sets the wall time (at 1/16/1024 the wall clock reads 0.88×
-where the kernels are 3.36× faster), and 4 are shapes where the two rules pick the same
+where the kernels are 3.36× faster), and 5 are shapes where the two rules pick the same
 split count.
 """,
     ),
@@ -513,8 +545,13 @@ print(f"\n\noccupancy faster at {sum(up > 1 for _, _, up in rows)} of {len(rows)
                   for s, up in diff if up <= 1))
 print("largest: " + ", ".join(f"{name(s)} {up:.2f}×"
                               for s, up in sorted(diff, key=lambda su: su[1])[-4:]))
+gluon_diff = [up for s, up in diff if gluon_stage1(s)]
 print(f"where stage 1 is the Gluon kernel: "
-      f"{span([up for s, _, up in rows if gluon_stage1(s)])}×")
+      f"{span([up for s, _, up in rows if gluon_stage1(s)])}×; where it is and the counts "
+      f"differ: {span(gluon_diff)}× ({len(gluon_diff)} shapes)")
+print("same split count, stage 1: " + ", ".join(
+    f"{name(s)} {'seesaw' if gluon_stage1(s) else 'tl'}"
+    for s, n, _ in rows if n == s["num_kv_splits"]))
 walls = [(s, n, over_vllm_rule(s, occ, "ms")) for s, n, _ in rows]
 print(f"wall time: faster at {sum(up > 1 for _, _, up in walls)}; slower at "
       + ", ".join(f"{name(s)} ({up:.2f}×, {metric(s, occ, 'ms') * 1e3:.1f} µs"

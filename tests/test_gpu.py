@@ -345,6 +345,7 @@ def test_fp8_cache_matches_reference_on_dequantised_values(heads, rng):
         (8, 64, 16384, jnp.float16, "same"),
         (4, 96, 16384, jnp.bfloat16, "same"),  # a full 64-head tile and a half-masked one
         (16, 32, 16384, jnp.bfloat16, "same"),  # one half-masked tile: 8 splits of 2048
+        (4, 32, 16384, jnp.bfloat16, "same"),  # 32 splits of 512
         (8, 48, 16384, jnp.float16, "same"),
         (16, 128, 4096, jnp.bfloat16, "fp8"),
         (4, 96, 16384, jnp.float16, "fp8"),
@@ -355,10 +356,10 @@ def test_fp8_cache_matches_reference_on_dequantised_values(heads, rng):
 )
 @pytest.mark.parametrize("max_seq_len", ["static", "runtime"])
 def test_gluon_stage1_through_mla_decode(batch, heads, length, dtype, cache, max_seq_len, rng):
-    """On sm_90, ``mla_decode`` at shapes whose splits hold >= 1024 tokens (256 for an fp8
-    cache under 64 heads) lowers stage 1 to a Gluon kernel (the seesaw one for a 16-bit
-    cache from 32 heads, an fp8 one for an fp8 cache);
-    it matches the float64 reference (on the dequantised cache for fp8) on ragged rows:
+    """On sm_90, ``mla_decode`` at shapes whose splits hold >= 1024 tokens (under 64
+    heads: 256 for an fp8 cache, 512 for a 16-bit one) lowers stage 1 to a Gluon kernel
+    (the seesaw one for a 16-bit cache from 32 heads, an fp8 one for an fp8 cache); it
+    matches the float64 reference (on the dequantised cache for fp8) on ragged rows:
     an empty row, page edges, a full row. ``runtime`` leaves ``max_seq_len`` out: the
     block table's capacity, ``length``, plans the splits."""
     from mla_jax import _launch
