@@ -29,10 +29,10 @@ GLUON_MIN_SPLIT_TOKENS = 1024
 # tokens a split (4/16/16384), 2.2-2.3x at 1024-8192 (docs/performance.md, "The fp8
 # cache"); the tl fp8 kernel widens in registers, so it loses from short splits on.
 FP8_SMALL_HEADS_MIN_SPLIT_TOKENS = 256
-# Under 64 heads (a 16-bit cache: the seesaw's tile half masked or more) the tl kernel
-# is slower for the same head count than at 64, and the seesaw already wins at 512
-# tokens a split, both stages 1.07-1.17x at H=32 and 48 (docs/performance.md, "32-63
-# heads on the seesaw"); at 128 tokens it loses.
+# Under 64 heads (a 16-bit cache; the seesaw's tile partly masked) the seesaw already
+# wins at 512 tokens a split, both stages 1.07-1.17x at H=32 and 48, where at 64 heads
+# it does not (docs/performance.md, "32-63 heads on the seesaw"); at 128 tokens it
+# loses.
 PARTIAL_TILE_MIN_SPLIT_TOKENS = 512
 
 
