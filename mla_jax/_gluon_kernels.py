@@ -268,7 +268,7 @@ def supports(
     start 16-byte aligned (``cp.async`` and the fp8 loads move 16 bytes); the last
     dimension is assumed contiguous. At least ``BLOCK_H // 2`` heads for a 16-bit cache
     (a tile of 32-63 heads masks the rest of the seesaw's 64 rows: it still does the
-    same work 1.5-1.6x faster than the tl kernel's tile, ``docs/gpu/gluon-heads-32-48.log``),
+    same work 1.4-1.6x faster than the tl kernel's tile, ``docs/gpu/gluon-heads-32-48.log``),
     or for an fp8 cache at least ``SMALL_BLOCK_H`` (the 16-head kernel,
     ``mla_decode_stage1_gluon_fp8_h16``, under ``BLOCK_H``).
     """
@@ -871,28 +871,25 @@ def _load_block_words(
     BLOCK_N: gl.constexpr,
     stride_kv_page: gl.constexpr,
     stride_kv_row: gl.constexpr,
-    nope_layout: gl.constexpr,
-    rope_layout: gl.constexpr,
+    layout: gl.constexpr,
 ):
     """The fp8 block at token ``n0`` (raw page index ``page``) into registers as 32-bit
-    words of 4 values (``kv_words``: the cache as int32; strides in fp8 elements): its
-    first ``LORA`` columns in ``nope_layout``, the ``ROPE`` after them in
-    ``rope_layout``. Rows outside ``[start, end)`` are zeros and read nothing (a block
-    past ``end`` reads nothing at all)."""
+    words of 4 values (``kv_words``: the cache as int32; strides in fp8 elements), in
+    ``layout``: its first ``LORA`` columns, then the ``ROPE`` after them. Rows outside
+    ``[start, end)`` are zeros and read nothing (a block past ``end`` reads nothing at
+    all)."""
     block = (
         kv_words
         + _safe_page(page, NUM_PAGES).to(gl.int64) * (stride_kv_page // 4)
         + (n0 % PAGE_SIZE) * (stride_kv_row // 4)
     )
-    rows = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, nope_layout))
+    rows = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, layout))
     ok = (n0 + rows >= start) & (n0 + rows < end)
-    cols = gl.arange(0, LORA // 4, layout=gl.SliceLayout(0, nope_layout))
+    cols = gl.arange(0, LORA // 4, layout=gl.SliceLayout(0, layout))
     nope = gl.load(
         block + rows[:, None] * (stride_kv_row // 4) + cols[None, :], mask=ok[:, None], other=0
     )
-    rows = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, rope_layout))
-    ok = (n0 + rows >= start) & (n0 + rows < end)
-    cols = gl.arange(0, ROPE // 4, layout=gl.SliceLayout(0, rope_layout))
+    cols = gl.arange(0, ROPE // 4, layout=gl.SliceLayout(0, layout))
     rope = gl.load(
         block + LORA // 4 + rows[:, None] * (stride_kv_row // 4) + cols[None, :],
         mask=ok[:, None],
@@ -1002,8 +999,8 @@ def mla_decode_stage1_gluon_fp8_h16(
     if end <= start:
         return  # stage 2 skips empty splits; nothing to write.
 
-    # Register layouts. fp8 loads, as int32 words of 4 values (``words_layout``, the
-    # latent and the rope part): 16 bytes a thread, a warp 8 rows x 64 fp8 columns
+    # Register layouts. fp8 loads, as int32 words of 4 values (``words_layout``, for the
+    # latent and the rope part alike): 16 bytes a thread, a warp 8 rows x 64 fp8 columns
     # (whole 32-byte sectors). The words widen from it into the swizzled tile, where a
     # quarter-warp's eight 16-byte stores cover two rows whose swizzle phases spread
     # them over all 32 banks (with 16 lanes a row, lanes t and t + 4 would hit the same
@@ -1070,7 +1067,6 @@ def mla_decode_stage1_gluon_fp8_h16(
         stride_kv_page,
         stride_kv_row,
         words_layout,
-        words_layout,
     )
     page = gl.load(bt_row + (first + BLOCK_N) // PAGE_SIZE, mask=first + BLOCK_N < end, other=0)
     async_copy.wait_group(0)
@@ -1114,7 +1110,6 @@ def mla_decode_stage1_gluon_fp8_h16(
             BLOCK_N,
             stride_kv_page,
             stride_kv_row,
-            words_layout,
             words_layout,
         )
         page = gl.load(bt_row + (nxt + BLOCK_N) // PAGE_SIZE, mask=nxt + BLOCK_N < end, other=0)
