@@ -318,7 +318,7 @@ def launch_params(kv_dtype: str | None = None, **problem: Any) -> dict:
         "BLOCK_H": block_h,
         "BLOCK_N": BLOCK_N,
     }
-    if kv_dtype == FP8:
+    if kv_dtype == FP8 and not small:
         constexprs["WIDEN"] = FP8_WIDEN
     if small:
         num_warps = SMALL_NUM_WARPS
@@ -857,8 +857,24 @@ def mla_decode_stage1_gluon_fp8(
 # The fp8 kernel for 16-head tiles: tokens on the MMA's M (see the module docstring).
 
 
+# The fp8 latent of a block goes to registers in 64-column chunks of int32 words (4
+# values each): a thread holds 16 consecutive bytes of rows r and r + 8, a warp's lanes
+# 4 pieces x 8 rows, the warps 16 rows apart, which is where wgmma's register A operand
+# puts them (``_qk_operand``).
+_CHUNK = gl.constexpr(64)
+_CHUNK_WORDS_LAYOUT = gl.constexpr(
+    gl.DistributedLinearLayout(
+        reg_bases=[[0, 1], [0, 2], [8, 0]],
+        lane_bases=[[0, 4], [0, 8], [1, 0], [2, 0], [4, 0]],
+        warp_bases=[[16, 0], [32, 0]],
+        block_bases=[],
+        shape=[64, 16],
+    )
+)
+
+
 @gluon.jit
-def _load_block_words(
+def _block_rows(
     kv_words,
     page,
     n0,
@@ -866,88 +882,170 @@ def _load_block_words(
     end,
     PAGE_SIZE: gl.constexpr,
     NUM_PAGES: gl.constexpr,
-    LORA: gl.constexpr,
-    ROPE: gl.constexpr,
-    BLOCK_N: gl.constexpr,
     stride_kv_page: gl.constexpr,
     stride_kv_row: gl.constexpr,
-    layout: gl.constexpr,
 ):
-    """The fp8 block at token ``n0`` (raw page index ``page``) into registers as 32-bit
-    words of 4 values (``kv_words``: the cache as int32; strides in fp8 elements), in
-    ``layout``: its first ``LORA`` columns, then the ``ROPE`` after them. Rows outside
-    ``[start, end)`` are zeros and read nothing (a block past ``end`` reads nothing at
-    all)."""
+    """The 64-token block at token ``n0`` (raw page index ``page``) of the cache seen as
+    int32 words (strides in fp8 elements): each row's address, and which rows lie in
+    ``[start, end)`` (the others read nothing)."""
     block = (
         kv_words
         + _safe_page(page, NUM_PAGES).to(gl.int64) * (stride_kv_page // 4)
         + (n0 % PAGE_SIZE) * (stride_kv_row // 4)
     )
-    rows = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, layout))
+    rows = gl.arange(0, _CHUNK, layout=gl.SliceLayout(1, _CHUNK_WORDS_LAYOUT))
     ok = (n0 + rows >= start) & (n0 + rows < end)
-    cols = gl.arange(0, LORA // 4, layout=gl.SliceLayout(0, layout))
-    nope = gl.load(
-        block + rows[:, None] * (stride_kv_row // 4) + cols[None, :], mask=ok[:, None], other=0
-    )
-    cols = gl.arange(0, ROPE // 4, layout=gl.SliceLayout(0, layout))
-    rope = gl.load(
-        block + LORA // 4 + rows[:, None] * (stride_kv_row // 4) + cols[None, :],
-        mask=ok[:, None],
-        other=0,
-    )
-    return nope, rope
+    return block + rows * (stride_kv_row // 4), ok
 
 
-# e4m3 -> fp16 / bf16 by the e4m3 cvt, 4 values (one 32-bit word) at a time: two
-# cvt.rn.f16x2.e4m3x2; for bf16 each f16 then goes through float32 (exact) and two are
-# packed by one cvt.rn.bf16x2.f32.
+@gluon.jit
+def _load_chunk(row_ptrs, ok, COL: gl.constexpr):
+    """Columns ``[COL, COL + 64)`` of a block's rows (``_block_rows``) as ``[64, 16]``
+    int32 words in ``_CHUNK_WORDS_LAYOUT``; rows not ``ok`` are zeros."""
+    words = gl.arange(0, _CHUNK // 4, layout=gl.SliceLayout(0, _CHUNK_WORDS_LAYOUT))
+    return gl.load(row_ptrs[:, None] + COL // 4 + words[None, :], mask=ok[:, None], other=0)
+
+
+# e4m3 -> fp16 by the e4m3 cvt, 4 values (one 32-bit word) at a time: two
+# cvt.rn.f16x2.e4m3x2 (exact: every e4m3 value is an fp16 value).
 _E4M3_TO_F16_CVT_ASM = gl.constexpr("""{
 .reg .b16 lo, hi;
 mov.b32 {lo, hi}, $2;
 cvt.rn.f16x2.e4m3x2 $0, lo;
 cvt.rn.f16x2.e4m3x2 $1, hi;
 }""")
-_E4M3_TO_BF16_CVT_ASM = gl.constexpr("""{
-.reg .b16 lo, hi, a, b;
-.reg .b32 h;
-.reg .f32 x, y;
-mov.b32 {lo, hi}, $2;
-cvt.rn.f16x2.e4m3x2 h, lo;
-mov.b32 {a, b}, h;
-cvt.f32.f16 x, a;
-cvt.f32.f16 y, b;
-cvt.rn.bf16x2.f32 $0, y, x;
-cvt.rn.f16x2.e4m3x2 h, hi;
-mov.b32 {a, b}, h;
-cvt.f32.f16 x, a;
-cvt.f32.f16 y, b;
-cvt.rn.bf16x2.f32 $1, y, x;
-}""")
 
 
 @gluon.jit
-def _store_widened_words(dst, words, WIDEN: gl.constexpr):
-    """``words`` (int32, each 4 e4m3 values of consecutive columns) widened into ``dst``
-    (16-bit, an NVMMA-swizzled tile of 4x the columns); ``WIDEN`` as in ``_widen``.
-    Each word becomes two words of two 16-bit values, stored through an int32 view of
-    ``dst`` (the swizzle moves 16-byte chunks, whatever the element type)."""
-    bits: gl.constexpr = WIDEN == "bits" or (WIDEN == "auto" and dst.dtype == gl.bfloat16)
-    bf16: gl.constexpr = dst.dtype == gl.bfloat16
-    asm: gl.constexpr = (
-        (_E4M3_TO_BF16_ASM if bf16 else _E4M3_TO_F16_ASM)
-        if bits
-        else (_E4M3_TO_BF16_CVT_ASM if bf16 else _E4M3_TO_F16_CVT_ASM)
-    )
+def _widen_f16(words):
+    """``words`` (``[R, C]`` int32, each 4 e4m3 values of consecutive columns) as
+    ``[R, 4C]`` fp16 values in column order: two cvt a word, then register moves."""
     lo, hi = gl.inline_asm_elementwise(
-        asm, "=r,=r,r", [words], dtype=(gl.int32, gl.int32), is_pure=True, pack=1
+        _E4M3_TO_F16_CVT_ASM, "=r,=r,r", [words], dtype=(gl.int32, gl.int32), is_pure=True, pack=1
     )
-    rows: gl.constexpr = words.shape[0]
-    cols: gl.constexpr = 2 * words.shape[1]
-    wide = gl.reshape(gl.join(lo, hi), [rows, cols])
-    layout: gl.constexpr = gl.NVMMASharedLayout(
-        swizzle_byte_width=dst.layout.swizzle_byte_width, element_bitwidth=32, rank=2
-    )
-    dst._reinterpret(gl.int32, [rows, cols], layout).store(wide)
+    halves: gl.constexpr = "mov.b32 {$0, $1}, $2;"
+    f16x2: gl.constexpr = (gl.float16, gl.float16)
+    v0, v1 = gl.inline_asm_elementwise(halves, "=h,=h,r", [lo], dtype=f16x2, is_pure=True, pack=1)
+    v2, v3 = gl.inline_asm_elementwise(halves, "=h,=h,r", [hi], dtype=f16x2, is_pure=True, pack=1)
+    wide = gl.join(gl.join(v0, v2), gl.join(v1, v3))  # [R, C, j, i]: value 2j + i
+    return gl.reshape(wide, [words.shape[0], 4 * words.shape[1]])
+
+
+@gluon.jit
+def _qk_operand(chunk, layout: gl.constexpr):
+    """A widened chunk (``[64, 64]``, from ``_CHUNK_WORDS_LAYOUT``) as wgmma's register A
+    operand (``layout``) with its columns permuted: column ``16c + 4t + 2h + e`` goes to
+    ``16t + 8h + 2c + e`` (c, t < 4; h, e < 2). The operand layout gives lane c of a
+    quad columns ``2c, 2c + 1, 2c + 8, 2c + 9`` of each 16-column k-step; the loads give
+    it 16 consecutive columns; the permutation maps one onto the other inside each
+    thread, so the conversion moves no data (asserted at compile time). The sum over
+    columns does not care about their order as long as Q's are permuted alike
+    (``_permuted_cols``)."""
+    x = gl.reshape(chunk, [_CHUNK, 4, 4, 2, 2])  # r, c, t, h, e
+    x = gl.permute(x, [0, 2, 3, 1, 4])  # r, t, h, c, e
+    return gl.convert_layout(gl.reshape(x, [_CHUNK, _CHUNK]), layout, assert_trivial=True)
+
+
+@gluon.jit
+def _permuted_cols(COLS: gl.constexpr, layout: gl.constexpr):
+    """For each column ``k`` of ``COLS`` columns in ``_qk_operand``'s order, the column
+    it came from: inside each 64, ``16c + 4t + 2h + e`` for ``k = 16t + 8h + 2c + e``."""
+    k = gl.arange(0, COLS, layout=layout)
+    t = (k >> 4) & 3
+    h = (k >> 3) & 1
+    c = (k >> 1) & 3
+    return (k & ~63) + 16 * c + 4 * t + 2 * h + (k & 1)
+
+
+@gluon.jit
+def _copy_query_f16(
+    q_nope_dst,
+    q_pe_dst,
+    q_nope_ptr,
+    q_pe_ptr,
+    tile,
+    row,
+    NUM_HEADS: gl.constexpr,
+    BLOCK_H: gl.constexpr,
+    LORA: gl.constexpr,
+    ROPE: gl.constexpr,
+    QP_OFFSET: gl.constexpr,
+    stride_qn_b: gl.constexpr,
+    stride_qn_h: gl.constexpr,
+    stride_qp_b: gl.constexpr,
+    stride_qp_h: gl.constexpr,
+    layout: gl.constexpr,
+):
+    """The row's query tile (heads past ``NUM_HEADS`` zero) into shared memory as fp16,
+    its columns in ``_qk_operand``'s order, through registers. Returns the factor the
+    logits then need: 1 for fp16 q. A bf16 tile is scaled by the power of two that puts
+    its largest magnitude in ``[2^14, 2^15)``, and the factor is its inverse; every
+    element within a factor 2^29 of that largest is then an fp16 normal, hence exact
+    (bf16's 8 significant bits fit in fp16's 11), smaller ones round to fp16's spacing
+    there, 2^-39 of the largest."""
+    heads = tile * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, layout))
+    head_ok = heads < NUM_HEADS
+    cols = _permuted_cols(LORA, gl.SliceLayout(0, layout))
+    q_nope = gl.load(
+        q_nope_ptr + row * stride_qn_b + heads[:, None] * stride_qn_h + cols[None, :],
+        mask=head_ok[:, None],
+        other=0.0,
+    ).to(gl.float32)
+    cols = _permuted_cols(ROPE, gl.SliceLayout(0, layout))
+    q_pe = gl.load(
+        q_pe_ptr + row * stride_qp_b + QP_OFFSET + heads[:, None] * stride_qp_h + cols[None, :],
+        mask=head_ok[:, None],
+        other=0.0,
+    ).to(gl.float32)
+    if q_nope_ptr.dtype.element_ty == gl.bfloat16:
+        amax = gl.maximum(gl.max(gl.max(gl.abs(q_nope), 1), 0), gl.max(gl.max(gl.abs(q_pe), 1), 0))
+        # amax < 2^(e - 126) for its biased exponent e, so 2^(141 - e) takes it into
+        # [2^14, 2^15); the clamp keeps both powers normal float32s (zero q: any scale).
+        e = (amax.to(gl.int32, bitcast=True) >> 23) & 0xFF
+        k = gl.minimum(gl.maximum(141 - e, -120), 120)
+        scale = ((k + 127) << 23).to(gl.float32, bitcast=True)
+        logit_factor = ((127 - k) << 23).to(gl.float32, bitcast=True)
+    else:
+        scale = 1.0
+        logit_factor = 1.0
+    q_nope_dst.store((q_nope * scale).to(gl.float16))
+    q_pe_dst.store((q_pe * scale).to(gl.float16))
+    return logit_factor
+
+
+@gluon.jit
+def _qk_chunk(
+    words,
+    s,
+    q_chunk,
+    v_chunk,
+    next_rows,
+    next_ok,
+    COL: gl.constexpr,
+    FIRST: gl.constexpr,
+    LATENT: gl.constexpr,
+    a_layout: gl.constexpr,
+):
+    """One 64-column chunk of ``S^T``: widen ``words``; for a ``LATENT`` chunk store them
+    into ``v_chunk`` too (the PV operand; the rope chunk passes any); issue
+    ``S^T += K_c Q_c^T`` with them as the register A operand (``FIRST``: ``S^T =``);
+    wait for the previous chunk's MMA (its operand registers are then free); load the
+    next block's chunk at ``COL`` into the registers ``words`` had."""
+    wide = _widen_f16(words)
+    if LATENT:
+        v_chunk.store(wide)
+    a = _qk_operand(wide, a_layout)
+    s = warpgroup_mma(a, q_chunk.permute((1, 0)), s, use_acc=not FIRST, is_async=True)
+    s = warpgroup_mma_wait(num_outstanding=1, deps=(s,))
+    return s, _load_chunk(next_rows, next_ok, COL)
+
+
+@gluon.jit
+def _store_rows(buf_ptr, out_off, out_ok, acc, norm, ROW0: gl.constexpr, rows_layout: gl.constexpr):
+    """Latent dims ``[ROW0, ROW0 + 64)`` of the normalised partial (``acc``: that M-tile
+    of ``O^T``; ``norm``: a head's ``kv_scale / l``) into the buffer."""
+    d = ROW0 + gl.arange(0, _CHUNK, layout=rows_layout)
+    gl.store(buf_ptr + out_off[None, :] + d[:, None], acc * norm[None, :], mask=out_ok[None, :])
 
 
 @gluon.jit
@@ -981,13 +1079,13 @@ def mla_decode_stage1_gluon_fp8_h16(
     stride_buf_s: gl.constexpr,
     BLOCK_H: gl.constexpr,
     BLOCK_N: gl.constexpr,
-    WIDEN: gl.constexpr,
 ):
     gl.static_assert(PAGE_SIZE % BLOCK_N == 0, "blocks must lie inside one page")
     gl.static_assert(gl.num_warps() == 4, "one warpgroup")
-    gl.static_assert(BLOCK_N == 64, "a block is one warpgroup MMA's M")
+    gl.static_assert(BLOCK_N == _CHUNK, "a block is one warpgroup MMA's M")
+    gl.static_assert(LORA == 8 * _CHUNK and ROPE == _CHUNK, "DeepSeek's 512 + 64 columns")
     gl.static_assert(kv_ptr.dtype.element_ty == gl.float8e4nv, "a float8_e4m3fn cache")
-    dtype: gl.constexpr = q_nope_ptr.dtype.element_ty  # the MMAs' (the tile is widened)
+    dtype: gl.constexpr = gl.float16  # the MMAs', whatever q's (see _copy_query_f16)
 
     tile = gl.program_id(0)
     row = gl.program_id(1)
@@ -999,37 +1097,57 @@ def mla_decode_stage1_gluon_fp8_h16(
     if end <= start:
         return  # stage 2 skips empty splits; nothing to write.
 
-    # Register layouts. fp8 loads, as int32 words of 4 values (``words_layout``, for the
-    # latent and the rope part alike): 16 bytes a thread, a warp 8 rows x 64 fp8 columns
-    # (whole 32-byte sectors). The words widen from it into the swizzled tile, where a
-    # quarter-warp's eight 16-byte stores cover two rows whose swizzle phases spread
-    # them over all 32 banks (with 16 lanes a row, lanes t and t + 4 would hit the same
-    # banks 8 KB apart). The MMAs' accumulators: S^T (tokens x heads) and O^T (latent
-    # dims x heads), one warpgroup, N = BLOCK_H.
-    copy_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
-    words_layout: gl.constexpr = gl.BlockedLayout([1, 4], [8, 4], [4, 1], [1, 0])
+    # The MMAs' accumulators, one warpgroup, N = BLOCK_H: S^T (tokens x heads) and O^T
+    # (latent dims x heads) as 8 M-tiles of 64 dims. S^T's A operand from registers.
     mma_layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_H, 16]
     )
+    a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma_layout, k_width=2)
     cols_layout: gl.constexpr = gl.SliceLayout(0, mma_layout)  # per head
     rows_layout: gl.constexpr = gl.SliceLayout(1, mma_layout)
+    q_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
 
-    # Shared memory, all in the swizzled layouts warpgroup MMA reads: Q, the widened
-    # block, P^T.
+    # Shared memory, in the swizzled layouts warpgroup MMA reads: Q (columns permuted),
+    # the block's widened latent (V) and P^T. V is 8 allocations of 64 columns, one a
+    # chunk: stores into one buffer would each wait for the last at a CTA barrier (the
+    # compiler orders writes to the same allocation).
     q_nope_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_H, LORA], dtype)
     q_pe_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_H, ROPE], dtype)
-    nope_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, LORA], dtype)
-    rope_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, ROPE], dtype)
+    v_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, _CHUNK], dtype)
     p_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, BLOCK_H], dtype)
     # (A leading axis of 1: the loop indexes each by an opaque 0, see there.)
     q_nope_smem = gl.allocate_shared_memory(dtype, [1, BLOCK_H, LORA], q_nope_layout)
     q_pe_smem = gl.allocate_shared_memory(dtype, [1, BLOCK_H, ROPE], q_pe_layout)
-    kv_c_smem = gl.allocate_shared_memory(dtype, [1, BLOCK_N, LORA], nope_layout)
-    k_pe_smem = gl.allocate_shared_memory(dtype, [1, BLOCK_N, ROPE], rope_layout)
+    v0_smem = gl.allocate_shared_memory(dtype, [1, BLOCK_N, _CHUNK], v_layout)
+    v1_smem = gl.allocate_shared_memory(dtype, [1, BLOCK_N, _CHUNK], v_layout)
+    v2_smem = gl.allocate_shared_memory(dtype, [1, BLOCK_N, _CHUNK], v_layout)
+    v3_smem = gl.allocate_shared_memory(dtype, [1, BLOCK_N, _CHUNK], v_layout)
+    v4_smem = gl.allocate_shared_memory(dtype, [1, BLOCK_N, _CHUNK], v_layout)
+    v5_smem = gl.allocate_shared_memory(dtype, [1, BLOCK_N, _CHUNK], v_layout)
+    v6_smem = gl.allocate_shared_memory(dtype, [1, BLOCK_N, _CHUNK], v_layout)
+    v7_smem = gl.allocate_shared_memory(dtype, [1, BLOCK_N, _CHUNK], v_layout)
     pt_smem = gl.allocate_shared_memory(dtype, [1, BLOCK_N, BLOCK_H], p_layout)
 
-    # Q by cp.async (published before the first MMA by the first block's barrier).
-    _copy_query(
+    # The first block's chunks, then Q (published to the MMAs by the first block's
+    # fence and barrier).
+    kv_words = kv_ptr.to(gl.pointer_type(gl.int32), bitcast=True)
+    bt_row = block_table_ptr + row * stride_bt_b
+    first = start - start % BLOCK_N
+    page = gl.load(bt_row + first // PAGE_SIZE)
+    rows, ok = _block_rows(
+        kv_words, page, first, start, end, PAGE_SIZE, NUM_PAGES, stride_kv_page, stride_kv_row
+    )
+    w0 = _load_chunk(rows, ok, 0)
+    w1 = _load_chunk(rows, ok, 64)
+    w2 = _load_chunk(rows, ok, 128)
+    w3 = _load_chunk(rows, ok, 192)
+    w4 = _load_chunk(rows, ok, 256)
+    w5 = _load_chunk(rows, ok, 320)
+    w6 = _load_chunk(rows, ok, 384)
+    w7 = _load_chunk(rows, ok, 448)
+    w8 = _load_chunk(rows, ok, 512)
+    page = gl.load(bt_row + (first + BLOCK_N) // PAGE_SIZE, mask=first + BLOCK_N < end, other=0)
+    logit_factor = _copy_query_f16(
         q_nope_smem.index(0),
         q_pe_smem.index(0),
         q_nope_ptr,
@@ -1045,79 +1163,62 @@ def mla_decode_stage1_gluon_fp8_h16(
         stride_qn_h,
         stride_qp_b,
         stride_qp_h,
-        copy_layout,
+        q_layout,
     )
-    async_copy.commit_group()
-
-    kv_words = kv_ptr.to(gl.pointer_type(gl.int32), bitcast=True)
-    bt_row = block_table_ptr + row * stride_bt_b
-    first = start - start % BLOCK_N
-    page = gl.load(bt_row + first // PAGE_SIZE)
-    c8, pe8 = _load_block_words(
-        kv_words,
-        page,
-        first,
-        start,
-        end,
-        PAGE_SIZE,
-        NUM_PAGES,
-        LORA,
-        ROPE,
-        BLOCK_N,
-        stride_kv_page,
-        stride_kv_row,
-        words_layout,
-    )
-    page = gl.load(bt_row + (first + BLOCK_N) // PAGE_SIZE, mask=first + BLOCK_N < end, other=0)
-    async_copy.wait_group(0)
 
     kv_scale = gl.load(kv_scale_ptr)
-    qk_scale = SM_SCALE * _LOG2E * kv_scale
+    qk_scale = SM_SCALE * _LOG2E * kv_scale * logit_factor
     m_i = gl.full([BLOCK_H], float("-inf"), gl.float32, layout=cols_layout)
     l_acc = gl.zeros([BLOCK_N, BLOCK_H], gl.float32, layout=mma_layout)
-    acc = gl.zeros([LORA, BLOCK_H], gl.float32, layout=mma_layout)
-    s_init = gl.zeros([BLOCK_N, BLOCK_H], gl.float32, layout=mma_layout)
+    o0 = gl.zeros([_CHUNK, BLOCK_H], gl.float32, layout=mma_layout)
+    o1 = gl.zeros([_CHUNK, BLOCK_H], gl.float32, layout=mma_layout)
+    o2 = gl.zeros([_CHUNK, BLOCK_H], gl.float32, layout=mma_layout)
+    o3 = gl.zeros([_CHUNK, BLOCK_H], gl.float32, layout=mma_layout)
+    o4 = gl.zeros([_CHUNK, BLOCK_H], gl.float32, layout=mma_layout)
+    o5 = gl.zeros([_CHUNK, BLOCK_H], gl.float32, layout=mma_layout)
+    o6 = gl.zeros([_CHUNK, BLOCK_H], gl.float32, layout=mma_layout)
+    o7 = gl.zeros([_CHUNK, BLOCK_H], gl.float32, layout=mma_layout)
+    s = gl.zeros([BLOCK_N, BLOCK_H], gl.float32, layout=mma_layout)
     s_rows = gl.arange(0, BLOCK_N, layout=rows_layout)
 
     for n0 in range(first, end, BLOCK_N):
         # The views are indexed by an opaque 0 so that the MMAs' descriptors are rebuilt
-        # each block: hoisted out of the loop, the 68 MMAs' would pin the registers.
+        # each block: hoisted out of the loop, they would pin registers.
         z = _opaque_zero(n0)
         q_nope = q_nope_smem.index(z)
-        q_pe = q_pe_smem.index(z)
-        kv_c = kv_c_smem.index(z)
-        k_pe = k_pe_smem.index(z)
+        v0 = v0_smem.index(z)
+        v1 = v1_smem.index(z)
+        v2 = v2_smem.index(z)
+        v3 = v3_smem.index(z)
+        v4 = v4_smem.index(z)
+        v5 = v5_smem.index(z)
+        v6 = v6_smem.index(z)
+        v7 = v7_smem.index(z)
         pt = pt_smem.index(z)
-        # Every warp is past the last block's PV MMA (each waited for it): the tile may
-        # be overwritten. Widen this block from registers, then publish it.
-        gl.thread_barrier()
-        _store_widened_words(kv_c, c8, WIDEN)
-        _store_widened_words(k_pe, pe8, WIDEN)
-        fence_async_shared()
-        gl.thread_barrier()
-        # The next block's loads, in flight while this block's MMAs run.
+        # The next block's rows (masked past ``end``: its loads read nothing).
         nxt = n0 + BLOCK_N
-        c8, pe8 = _load_block_words(
-            kv_words,
-            page,
-            nxt,
-            start,
-            end,
-            PAGE_SIZE,
-            NUM_PAGES,
-            LORA,
-            ROPE,
-            BLOCK_N,
-            stride_kv_page,
-            stride_kv_row,
-            words_layout,
+        rows, ok = _block_rows(
+            kv_words, page, nxt, start, end, PAGE_SIZE, NUM_PAGES, stride_kv_page, stride_kv_row
         )
         page = gl.load(bt_row + (nxt + BLOCK_N) // PAGE_SIZE, mask=nxt + BLOCK_N < end, other=0)
-        # S^T = K Q^T: the block (64 x 576) is A, Q^T (576 x BLOCK_H) is B.
-        s = warpgroup_mma(kv_c, q_nope.permute((1, 0)), s_init, use_acc=False, is_async=True)
-        s = warpgroup_mma(k_pe, q_pe.permute((1, 0)), s, is_async=True)
+        # Every warp is past the last block's PV MMAs (each waited for them): V may be
+        # overwritten. S^T = K Q^T chunk by chunk, A from registers, each latent chunk
+        # also stored as V; each chunk's registers then take the next block's loads, in
+        # flight until the next block.
+        gl.thread_barrier()
+        s, w0 = _qk_chunk(w0, s, q_nope.slice(0, 64, 1), v0, rows, ok, 0, True, True, a_layout)
+        s, w1 = _qk_chunk(w1, s, q_nope.slice(64, 64, 1), v1, rows, ok, 64, False, True, a_layout)
+        s, w2 = _qk_chunk(w2, s, q_nope.slice(128, 64, 1), v2, rows, ok, 128, False, True, a_layout)
+        s, w3 = _qk_chunk(w3, s, q_nope.slice(192, 64, 1), v3, rows, ok, 192, False, True, a_layout)
+        s, w4 = _qk_chunk(w4, s, q_nope.slice(256, 64, 1), v4, rows, ok, 256, False, True, a_layout)
+        s, w5 = _qk_chunk(w5, s, q_nope.slice(320, 64, 1), v5, rows, ok, 320, False, True, a_layout)
+        s, w6 = _qk_chunk(w6, s, q_nope.slice(384, 64, 1), v6, rows, ok, 384, False, True, a_layout)
+        s, w7 = _qk_chunk(w7, s, q_nope.slice(448, 64, 1), v7, rows, ok, 448, False, True, a_layout)
+        q_pe = q_pe_smem.index(z)
+        s, w8 = _qk_chunk(w8, s, q_pe, v0, rows, ok, 512, False, False, a_layout)
         s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
-        # Softmax down the columns (one a head), lazy rescaling as kernels._attend.
+        # Softmax down the columns (one a head), lazy rescaling as kernels._attend (P at
+        # most 2^RESCALE_THRESHOLD, well inside fp16).
         tokens = n0 + s_rows
         live = (tokens >= start) & (tokens < end)
         s = gl.where(live[:, None], s * qk_scale, float("-inf"))
@@ -1128,12 +1229,21 @@ def mla_decode_stage1_gluon_fp8_h16(
         p = gl.exp2(s - m_i[None, :])
         l_acc = l_acc * alpha[None, :] + p
         pt.store(p.to(dtype))
+        # Publishes P^T and V (and, at the first block, Q) to the MMAs.
         fence_async_shared()
         gl.thread_barrier()
-        # O^T += V^T P^T: V^T is the block's first LORA columns seen transposed.
-        acc = acc * alpha[None, :]
-        acc = warpgroup_mma(kv_c.permute((1, 0)), pt, acc, is_async=True)
-        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+        # O^T += V^T P^T, an M-tile a chunk: V^T is the chunk seen transposed.
+        o0 = warpgroup_mma(v0.permute((1, 0)), pt, o0 * alpha[None, :], is_async=True)
+        o1 = warpgroup_mma(v1.permute((1, 0)), pt, o1 * alpha[None, :], is_async=True)
+        o2 = warpgroup_mma(v2.permute((1, 0)), pt, o2 * alpha[None, :], is_async=True)
+        o3 = warpgroup_mma(v3.permute((1, 0)), pt, o3 * alpha[None, :], is_async=True)
+        o4 = warpgroup_mma(v4.permute((1, 0)), pt, o4 * alpha[None, :], is_async=True)
+        o5 = warpgroup_mma(v5.permute((1, 0)), pt, o5 * alpha[None, :], is_async=True)
+        o6 = warpgroup_mma(v6.permute((1, 0)), pt, o6 * alpha[None, :], is_async=True)
+        o7 = warpgroup_mma(v7.permute((1, 0)), pt, o7 * alpha[None, :], is_async=True)
+        o0, o1, o2, o3, o4, o5, o6, o7 = warpgroup_mma_wait(
+            num_outstanding=0, deps=(o0, o1, o2, o3, o4, o5, o6, o7)
+        )
 
     l_i = gl.sum(l_acc, 0)
     out_heads = tile * BLOCK_H + gl.arange(0, BLOCK_H, layout=cols_layout)
@@ -1143,12 +1253,15 @@ def mla_decode_stage1_gluon_fp8_h16(
         + split * stride_buf_s
     )
     out_ok = out_heads < NUM_HEADS
-    d_lora = gl.arange(0, LORA, layout=rows_layout)
-    gl.store(
-        buf_ptr + out_off[None, :] + d_lora[:, None],
-        acc * (kv_scale / l_i)[None, :],
-        mask=out_ok[None, :],
-    )
+    norm = kv_scale / l_i
+    _store_rows(buf_ptr, out_off, out_ok, o0, norm, 0, rows_layout)
+    _store_rows(buf_ptr, out_off, out_ok, o1, norm, 64, rows_layout)
+    _store_rows(buf_ptr, out_off, out_ok, o2, norm, 128, rows_layout)
+    _store_rows(buf_ptr, out_off, out_ok, o3, norm, 192, rows_layout)
+    _store_rows(buf_ptr, out_off, out_ok, o4, norm, 256, rows_layout)
+    _store_rows(buf_ptr, out_off, out_ok, o5, norm, 320, rows_layout)
+    _store_rows(buf_ptr, out_off, out_ok, o6, norm, 384, rows_layout)
+    _store_rows(buf_ptr, out_off, out_ok, o7, norm, 448, rows_layout)
     lse = (m_i + gl.log2(l_i)) * _LN2
     gl.store(buf_ptr + out_off + LORA, lse, mask=out_ok)
 

@@ -24,8 +24,8 @@ from, tl and Gluon bf16 (``FP8_TIMING``). Exits 1 on any mismatch.
 
 ``--only-fp8-h16`` alone: the 16-head fp8 kernel (``mla_decode_stage1_gluon_fp8_h16``, the
 one ``kernel_for`` picks for an fp8 cache under 64 heads): the same checks on an fp8
-pool (H 16, 20, 32; bf16 and fp16 q; B 1/4/16/128, L 1024/4096/16384; both widenings
-at a few shapes; the ragged cases), then its timing against the tl kernel on the fp8
+pool (H 16, 20, 32; bf16 and fp16 q; B 1/4/16/128, L 1024/4096/16384; the ragged
+cases; it has one widening), then its timing against the tl kernel on the fp8
 pool and on the bf16 pool it was quantised from (``H16_TIMING``; there is no Gluon
 16-bit kernel under 64 heads).
 
@@ -464,24 +464,22 @@ def run_timing(pool, gen, sm, shapes=TIMING, routed=True):
 
 
 def time_fp8_paths(pool16, pool8, scale, q, table, lens, splits, gluon16, both):
-    """Stage 1 µs of tl on the bf16 pool (and Gluon where ``gluon16``), and of tl and
-    Gluon (``FP8_WIDEN``'s widening, then each) on the fp8 pool quantised from it, same
-    q, table and lengths; both stages too for the keys in ``both`` (``"<key> s1+s2"``)."""
+    """Stage 1 µs of tl on the bf16 pool (and Gluon where ``gluon16``: the 64-head
+    kernels), and of tl and Gluon on the fp8 pool quantised from it (the 64-head
+    kernel with ``FP8_WIDEN``'s widening, then each), same q, table and lengths; both
+    stages too for the keys in ``both`` (``"<key> s1+s2"``)."""
     runs = {
         "bf16": Launch(q, pool16, table, lens, splits, gluon=gluon16),
         "fp8": Launch(q, pool8, table, lens, splits, scale),
-        "fp8 bits": Launch(q, pool8, table, lens, splits, scale, "bits"),
-        "fp8 cvt": Launch(q, pool8, table, lens, splits, scale, "cvt"),
     }
     paths = [("tl bf16", "bf16", "tl")]
     if gluon16:
         paths.append(("gluon bf16", "bf16", "gluon"))
-    paths += [
-        ("tl fp8", "fp8", "tl"),
-        ("gluon fp8", "fp8", "gluon"),
-        ("gluon fp8 bits", "fp8 bits", "gluon"),
-        ("gluon fp8 cvt", "fp8 cvt", "gluon"),
-    ]
+    paths += [("tl fp8", "fp8", "tl"), ("gluon fp8", "fp8", "gluon")]
+    if gluon16:
+        for widen in ("bits", "cvt"):
+            runs["fp8 " + widen] = Launch(q, pool8, table, lens, splits, scale, widen)
+            paths.append(("gluon fp8 " + widen, "fp8 " + widen, "gluon"))
     us = {}
     for key, run_key, path in paths:
         run = runs[run_key]
@@ -547,24 +545,11 @@ def run_fp8(args, sm):
 
 def run_fp8_h16_checks(pool8, scale, gen, sm):
     """The 16-head fp8 kernel: the uniform grid with bf16 and fp16 q at H 16, 20 (a
-    partial second tile) and 32 (two tiles), each widening at a few shapes, then the
-    ragged cases (they poison the pool: last)."""
+    partial second tile) and 32 (two tiles), then the ragged cases (they poison the
+    pool: last)."""
     ok = True
     for q_name, q_dtype in DTYPES.items():
         ok &= run_checks(f"fp8-h16/{q_name}", pool8, gen, sm, q_dtype, scale, heads_list=H16_HEADS)
-        for widen in ("bits", "cvt"):
-            ok &= run_checks(
-                f"fp8-h16/{q_name} {widen}",
-                pool8,
-                gen,
-                sm,
-                q_dtype,
-                scale,
-                widen,
-                heads_list=(16, 20),
-                batches=(4,),
-                lengths=(1024, 16384),
-            )
     for q_name, q_dtype in DTYPES.items():
         ok &= run_ragged(f"fp8-h16/{q_name}", pool8, gen, sm, q_dtype, scale, H16_HEADS)
     return ok
