@@ -92,55 +92,74 @@ memory-bound (B=128, L=16384 is 1.2 GB of fp8 latent), but a warpgroup MMA has M
 rows, so a 16-head tile in the 64-head kernels' formulation (heads on M) would pad 3/4
 of every MMA and be compute-bound. So the products are transposed, tokens on M:
 
-* ``S^T [64 tokens, 16 heads] = K [64, 576] Q^T [576, 16]``: A is the widened block in
-  shared memory, B is Q^T (Q, ``[16, 576]`` in shared memory, seen transposed: K-major);
-  36 ``m64n16k16`` MMAs a block. ``O^T [512, 16] += V^T [512, 64] P^T [64, 16]``: A is
-  the block's first 512 columns seen transposed (an MN-major A, which wgmma takes from
-  shared memory for 16-bit types and Gluon accepts as a permuted view), B is P^T,
-  stored by the softmax; 8 M-tiles x 4 k-steps = 32 MMAs. No padding: 73 GFLOP at
-  B=128, L=16384, against 292 padded.
-* One warpgroup (4 warps): the whole ``O^T`` is 64 registers a thread, ``S^T`` 8. The
-  softmax is per head, i.e. per column of ``S^T``: the column max is a reduction over
-  the warpgroup's rows (within a thread, across the 8 lane groups by shuffles, across
-  the 4 warps through shared memory); the column sum is kept as a per-thread
-  ``[64, 16]`` partial and reduced once at the end. Lazy rescaling and base 2 as in
-  the tl kernel; ``kv_scale`` folds into the softmax scale and the output.
-* The fp8 block goes from global memory to registers, not through shared memory:
-  each thread loads its 16-byte pieces (18 a block: 16 latent, 2 rope) as int32 words
-  (4 values each; carried as fp8 elements across the loop they took one 16-bit
-  register each and spilled), the next block's loads issued right after this block is
-  widened, so they are in flight during its 68 MMAs and softmax. Widening
-  (``_store_widened_words``: the same integer sequence or e4m3 cvt as ``_widen``, per
-  32-bit word) writes two words a word through an int32 view of the swizzled 16-bit
-  tile (the 128-byte swizzle moves 16-byte chunks whatever the element type), 16-byte
-  stores; 8 rows x 4 lanes a warp, so that a quarter-warp's stores cover two rows
-  whose swizzle phases put them on all 32 banks.
-* Why registers and not ``cp.async`` staging: at 16 heads the MMAs are bound by shared
-  memory, not by the tensor cores (every ``m64n16k16`` reads a 2 KB A tile for 16K
-  FMAs), so the shared-memory bytes a block decide the speed: staging would add the
-  fp8 copy's write and the widening's read (72 KB a block, over 250 KB otherwise,
-  about 7 shared bytes a latent byte against 9), and three 36 KB fp8 stages next to the
-  72 KB tile would leave one CTA an SM. Without them a CTA takes 94464 bytes of shared
-  memory (Q 18 KB, the 16-bit tile 72 KB, P^T 2 KB, the column-max scratch), so two
-  CTAs share an SM (the occupancy split rule already assumes two 16-head programs an
-  SM: B=128 at L=16384 is 256 CTAs, one wave), each with a block (36 KB) of loads in
-  flight while the other widens or multiplies.
-* Per block: a CTA barrier (every warp waited for its PV MMA: the tile is free); widen
-  the registers into the tile; fence + barrier; issue the next block's loads (masked
-  past ``end``: they read nothing) and its page index; ``S^T`` (async MMAs, waited);
-  column softmax; P^T stored, fence + barrier; ``O^T`` rescaled, PV MMAs, waited. Q
-  comes once by ``cp.async`` (9 16-byte copies a thread), waited before the loop.
+* ``S^T [64 tokens, 16 heads] = K [64, 576] Q^T [576, 16]``: 36 ``m64n16k16`` MMAs a
+  block, A (K) from registers, B (Q^T: Q ``[16, 576]`` in shared memory seen
+  transposed, K-major). ``O^T [512, 16] += V^T [512, 64] P^T [64, 16]``: 8 M-tiles of
+  64 latent dims, each A the block's widened chunk in shared memory seen transposed (an
+  MN-major A, which wgmma takes from shared memory for 16-bit types), B is P^T, stored
+  by the softmax; 32 MMAs. No padding: 73 GFLOP at B=128, L=16384, against 292 padded.
+* One warpgroup (4 warps): ``O^T`` is 64 registers a thread, ``S^T`` 8. The softmax is
+  per head, i.e. per column of ``S^T``: the column max is a reduction over the
+  warpgroup's rows (within a thread, across the 8 lane groups by shuffles, across the
+  4 warps through shared memory); the column sum is kept as a per-thread ``[64, 16]``
+  partial and reduced once at the end. Lazy rescaling and base 2 as in the tl kernel;
+  ``kv_scale`` folds into the softmax scale and the output.
+* fp16 MMAs whatever q's dtype. e4m3 widens to fp16 exactly in one ``cvt`` for two
+  values; to bf16 it takes an integer sequence (4 instructions for two values) or a
+  slow scalar conversion, and with bf16 MMAs stage 1 takes 510 µs at 128/16/16384
+  against 466 (``docs/gpu/gluon-fp8-h16-variants-2.log``). Each head of bf16 q is scaled by a
+  power of two that puts its largest finite magnitude in ``[2^14, 2^15)``
+  (``_copy_query_f16``: exact for every element within 2^29 of it; NaN or inf in one
+  head leaves the others alone) and its logits by the inverse; P (at most
+  ``2^RESCALE_THRESHOLD``) is rounded to fp16's 11 significant bits instead of bf16's
+  8, so the partials are at least as close to float64 as with bf16 MMAs
+  (``docs/gpu/gluon-fp8-h16-check.log``).
+* The fp8 block goes from global memory to registers, not through shared memory, in 9
+  chunks of 64 columns (8 latent, 1 rope): 16-byte loads as int32 words (4 values
+  each; carried as fp8 elements across the loop they took one 16-bit register each
+  and spilled), a thread holding 16 consecutive bytes of two rows 8 apart
+  (``_CHUNK_WORDS_LAYOUT``), as wgmma's register operand places rows. Per chunk
+  (``_qk_chunk``): widen; store the latent chunk (16-byte stores) as V; issue its
+  S^T MMAs with the widened registers as A; wait for the previous chunk's MMAs (so
+  only two chunks' operands are pinned); load the next block's chunk into the freed
+  registers, in flight until the next block.
+* Why A from registers needs no data movement: the register operand gives lane c of
+  a quad columns ``2c, 2c + 1, 2c + 8, 2c + 9`` of each 16-column k-step, the loads 16
+  consecutive columns. The sum over columns is order-free, so the chunk's columns are
+  taken in a permuted order (``_qk_operand``: ``16c + 4t + 2h + e`` to ``16t + 8h +
+  2c + e``) that maps one layout onto the other inside each thread, and Q is stored
+  with its columns in the same order (``_permuted_cols``). The conversion is a
+  relabelling (``convert_layout(..., assert_trivial=True)`` fails the build otherwise).
+  So K never goes through shared memory: a block writes 66 KB there (V, P^T) and its
+  MMAs read 98 KB (V, P^T, Q), against 74 and 170 KB with K widened into a shared
+  tile.
+* V is 8 allocations of 64 columns, one a chunk, and O^T 8 accumulators: the compiler
+  orders stores into one allocation with a CTA barrier between them (8 more barriers a
+  block), not stores into different ones.
+* Why registers and not ``cp.async`` staging: staging would add the fp8 copy's write
+  and the widening's read (72 KB a block) to shared memory, and three 36 KB fp8 stages
+  next to V would leave one CTA an SM. Without them a CTA takes 86272 bytes of shared
+  memory (Q 18 KB, V 64 KB, P^T 2 KB, the column-max scratch), so two CTAs share an SM
+  (the occupancy split rule already assumes two 16-head programs an SM: B=128 at
+  L=16384 is 256 CTAs, one wave), each with a block (36 KB) of loads in flight while
+  the other widens or multiplies.
+* Per block: the next block's row addresses and page index; a CTA barrier (every
+  warp waited for its PV MMAs: V is free); the 9 chunks; S^T waited; column softmax;
+  P^T stored, fence + barrier (publishing V, P^T and, at the first block, Q); the 8
+  PV MMAs with each tile rescaled, waited. Q comes once, through registers (its columns
+  permuted, in fp16).
 * The views are indexed by an opaque 0 (``_opaque_zero``), as in the seesaw kernel:
   hoisted, the 68 MMAs' descriptors would take the register file.
-* The sm_90 build (``tests/test_gluon_build.py``): 250 registers (bf16 q, integer
-  widening; 208 for fp16 q), no spills, 68 HGMMA (``64x16x16``), 36 16-byte loads (the
-  first block and one a loop, all 18 of the loop's issued among the QK MMAs), 36
-  16-byte shared stores, 9 ``cp.async`` (Q): two CTAs an SM by registers (2 x 128 x 250
-  < 64K) and by shared memory.
-* Not done: a QK^T with its A operand from registers (the widened words, skipping the
-  16-bit store and reload of K: about a quarter of the shared bytes) needs the fp8
-  loads in the wgmma operand layout (2-byte pieces) or a k-permuted Q; and 32-head
-  tiles (N = 32) would need 128 accumulator registers a thread next to the prefetch.
+* The sm_90 build (``tests/test_gluon_build.py``): 235 registers, no spills, 68 HGMMA
+  (``64x16x16``; S^T's 36 with a register A), 36 16-byte loads (the first block and
+  one a loop, all 18 of the loop's issued among the QK MMAs), 41 16-byte shared
+  stores (V's 32, Q's 9), 144 e4m3 cvt, 3 CTA barriers in the loop: two CTAs an SM by
+  registers (2 x 128 x 235 < 64K) and by shared memory.
+* Not done: V^T as a register operand too (the block read a second time from global
+  memory in that operand's layout, no V tile) built with 148 bytes of spills and ran
+  slower (``docs/gpu/gluon-fp8-h16-variants-2.patch``); S^T over two accumulators did
+  not help; 32-head tiles (N = 32) would need 128 accumulator registers a thread next
+  to the prefetch.
 
 The 16-bit kernel, ``mla_decode_stage1_gluon_seesaw``: FlashMLA's "seesaw" schedule
 (its 2025-04 deep dive) as far as Gluon on triton 3.6 goes. It is launched with
@@ -309,8 +328,8 @@ def launch_params(kv_dtype: str | None = None, **problem: Any) -> dict:
     ``problem`` is ``kernels.launch_params``' keywords but ``float32_inputs`` and
     ``config``. The problem's constexprs are the tl stage 1's (one definition), less
     its tiling; the buffer is the tl kernel's, so stage 2 is launched from
-    ``kernels.launch_params``. The fp8 kernels add ``WIDEN`` (``_widen``:
-    ``FP8_WIDEN``)."""
+    ``kernels.launch_params``. The 64-head fp8 kernel adds ``WIDEN`` (``_widen``:
+    ``FP8_WIDEN``); the 16-head one has one widening."""
     tl_stage1, _ = kernels.launch_params(**problem, float32_inputs=False)
     small = small_heads(kv_dtype, problem["num_heads"])
     block_h = SMALL_BLOCK_H if small else BLOCK_H
@@ -916,6 +935,18 @@ cvt.rn.f16x2.e4m3x2 $1, hi;
 }""")
 
 
+# One 32-bit register's two 16-bit halves as two fp16 elements.
+_HALVES_ASM = gl.constexpr("mov.b32 {$0, $1}, $2;")
+
+
+@gluon.jit
+def _f16_halves(pairs):
+    """``pairs`` (int32, each two fp16 values) as two fp16 tensors: low, high halves."""
+    return gl.inline_asm_elementwise(
+        _HALVES_ASM, "=h,=h,r", [pairs], dtype=(gl.float16, gl.float16), is_pure=True, pack=1
+    )
+
+
 @gluon.jit
 def _widen_f16(words):
     """``words`` (``[R, C]`` int32, each 4 e4m3 values of consecutive columns) as
@@ -923,10 +954,8 @@ def _widen_f16(words):
     lo, hi = gl.inline_asm_elementwise(
         _E4M3_TO_F16_CVT_ASM, "=r,=r,r", [words], dtype=(gl.int32, gl.int32), is_pure=True, pack=1
     )
-    halves: gl.constexpr = "mov.b32 {$0, $1}, $2;"
-    f16x2: gl.constexpr = (gl.float16, gl.float16)
-    v0, v1 = gl.inline_asm_elementwise(halves, "=h,=h,r", [lo], dtype=f16x2, is_pure=True, pack=1)
-    v2, v3 = gl.inline_asm_elementwise(halves, "=h,=h,r", [hi], dtype=f16x2, is_pure=True, pack=1)
+    v0, v1 = _f16_halves(lo)
+    v2, v3 = _f16_halves(hi)
     wide = gl.join(gl.join(v0, v2), gl.join(v1, v3))  # [R, C, j, i]: value 2j + i
     return gl.reshape(wide, [words.shape[0], 4 * words.shape[1]])
 
@@ -977,12 +1006,14 @@ def _copy_query_f16(
     layout: gl.constexpr,
 ):
     """The row's query tile (heads past ``NUM_HEADS`` zero) into shared memory as fp16,
-    its columns in ``_qk_operand``'s order, through registers. Returns the factor the
-    logits then need: 1 for fp16 q. A bf16 tile is scaled by the power of two that puts
-    its largest magnitude in ``[2^14, 2^15)``, and the factor is its inverse; every
-    element within a factor 2^29 of that largest is then an fp16 normal, hence exact
-    (bf16's 8 significant bits fit in fp16's 11), smaller ones round to fp16's spacing
-    there, 2^-39 of the largest."""
+    its columns in ``_qk_operand``'s order, through registers. Returns the factor each
+    head's logits then need (``[BLOCK_H]`` in ``layout``'s rows): 1 for fp16 q. Each
+    head of a bf16 tile is scaled by the power of two that puts its largest finite
+    magnitude in ``[2^14, 2^15)``, and its factor is the inverse; every element within a
+    factor 2^29 of that largest is then an fp16 normal, hence exact (bf16's 8
+    significant bits fit in fp16's 11), smaller ones round to fp16's spacing there,
+    2^-39 of the largest. A head's scale depends on its own values alone, so NaN or inf
+    in one head leaves the others as they are."""
     heads = tile * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, layout))
     head_ok = heads < NUM_HEADS
     cols = _permuted_cols(LORA, gl.SliceLayout(0, layout))
@@ -998,18 +1029,24 @@ def _copy_query_f16(
         other=0.0,
     ).to(gl.float32)
     if q_nope_ptr.dtype.element_ty == gl.bfloat16:
-        amax = gl.maximum(gl.max(gl.max(gl.abs(q_nope), 1), 0), gl.max(gl.max(gl.abs(q_pe), 1), 0))
+        # The largest finite magnitude of each head (NaN fails the comparison).
+        big = float("inf")
+        amax = gl.maximum(
+            gl.max(gl.where(gl.abs(q_nope) < big, gl.abs(q_nope), 0.0), 1),
+            gl.max(gl.where(gl.abs(q_pe) < big, gl.abs(q_pe), 0.0), 1),
+        )
         # amax < 2^(e - 126) for its biased exponent e, so 2^(141 - e) takes it into
-        # [2^14, 2^15); the clamp keeps both powers normal float32s (zero q: any scale).
+        # [2^14, 2^15); the clamp keeps both powers normal float32s (a zero head: any
+        # scale).
         e = (amax.to(gl.int32, bitcast=True) >> 23) & 0xFF
         k = gl.minimum(gl.maximum(141 - e, -120), 120)
         scale = ((k + 127) << 23).to(gl.float32, bitcast=True)
         logit_factor = ((127 - k) << 23).to(gl.float32, bitcast=True)
     else:
-        scale = 1.0
-        logit_factor = 1.0
-    q_nope_dst.store((q_nope * scale).to(gl.float16))
-    q_pe_dst.store((q_pe * scale).to(gl.float16))
+        scale = gl.full([BLOCK_H], 1.0, gl.float32, layout=gl.SliceLayout(1, layout))
+        logit_factor = scale
+    q_nope_dst.store((q_nope * scale[:, None]).to(gl.float16))
+    q_pe_dst.store((q_pe * scale[:, None]).to(gl.float16))
     return logit_factor
 
 
@@ -1167,7 +1204,8 @@ def mla_decode_stage1_gluon_fp8_h16(
     )
 
     kv_scale = gl.load(kv_scale_ptr)
-    qk_scale = SM_SCALE * _LOG2E * kv_scale * logit_factor
+    # Per head: the columns of S^T.
+    qk_scale = gl.convert_layout(logit_factor, cols_layout) * (SM_SCALE * _LOG2E * kv_scale)
     m_i = gl.full([BLOCK_H], float("-inf"), gl.float32, layout=cols_layout)
     l_acc = gl.zeros([BLOCK_N, BLOCK_H], gl.float32, layout=mma_layout)
     o0 = gl.zeros([_CHUNK, BLOCK_H], gl.float32, layout=mma_layout)
@@ -1221,7 +1259,7 @@ def mla_decode_stage1_gluon_fp8_h16(
         # most 2^RESCALE_THRESHOLD, well inside fp16).
         tokens = n0 + s_rows
         live = (tokens >= start) & (tokens < end)
-        s = gl.where(live[:, None], s * qk_scale, float("-inf"))
+        s = gl.where(live[:, None], s * qk_scale[None, :], float("-inf"))
         m_new = gl.maximum(m_i, gl.max(s, 0))
         grow = m_new - m_i > RESCALE_THRESHOLD
         alpha = gl.where(grow, gl.exp2(m_i - m_new), 1.0)

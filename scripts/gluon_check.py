@@ -545,13 +545,57 @@ def run_fp8(args, sm):
 
 def run_fp8_h16_checks(pool8, scale, gen, sm):
     """The 16-head fp8 kernel: the uniform grid with bf16 and fp16 q at H 16, 20 (a
-    partial second tile) and 32 (two tiles), then the ragged cases (they poison the
-    pool: last)."""
+    partial second tile) and 32 (two tiles); heads of q at magnitudes 2^-12 to 2^3 and
+    NaN or inf in two heads (the kernel scales each head of bf16 q on its own); then the
+    ragged cases (they poison the pool: last)."""
     ok = True
     for q_name, q_dtype in DTYPES.items():
         ok &= run_checks(f"fp8-h16/{q_name}", pool8, gen, sm, q_dtype, scale, heads_list=H16_HEADS)
+    ok &= run_head_magnitudes(pool8, scale, gen, sm)
     for q_name, q_dtype in DTYPES.items():
         ok &= run_ragged(f"fp8-h16/{q_name}", pool8, gen, sm, q_dtype, scale, H16_HEADS)
+    return ok
+
+
+def run_head_magnitudes(pool8, scale, gen, sm, batch=4, length=4096):
+    """bf16 q whose head h is scaled by 2^(h % 16 - 12), checked as the uniform grid;
+    then one NaN in head 3 and one inf in head 5 (rope part): the other heads must match
+    float64 as usual, and the two heads' out must be NaN exactly where the tl kernel's
+    is."""
+    ok = True
+    for heads in (16, 20):
+        q, table, lens = uniform_problem(pool8, batch, heads, length, gen, torch.bfloat16)
+        factors = 2.0 ** (torch.arange(heads, device="cuda") % 16 - 12)
+        q = (q.float() * factors[None, :, None]).to(torch.bfloat16)
+        splits = occupancy_kv_splits(batch, heads, length, sm)
+        name = f"magnitudes fp8-h16/bf16 H={heads} B={batch} L={length}"
+        ok &= check(name, q, pool8, table, lens, splits, scale)
+        q[:, 3, 10] = float("nan")
+        q[:, 5, LORA + 7] = float("inf")
+        run = Launch(q, pool8, table, lens, splits, scale)
+        ref_out, ref_lse = reference(q, pool8, table, lens, SCALE, scale)
+        bad = torch.zeros(heads, dtype=torch.bool, device="cuda")
+        bad[[3, 5]] = True
+        outs = {}
+        for path in ("tl", "gluon"):
+            run.out.fill_(0.0)
+            run.both(path)
+            torch.cuda.synchronize()
+            outs[path] = run.out.clone()
+        errs = (
+            out_error(outs["gluon"][:, ~bad], ref_out[:, ~bad]),
+            lse_error(run.lse[:, ~bad], ref_lse[:, ~bad]),
+        )
+        same_nan = torch.equal(outs["gluon"][:, bad].isnan(), outs["tl"][:, bad].isnan())
+        all_nan = bool(outs["gluon"][:, bad].isnan().all())
+        case_ok = errs[0] <= OUT_ATOL and errs[1] <= LSE_ATOL and same_nan
+        ok &= case_ok
+        print(
+            f"{'PASS' if case_ok else 'FAIL'} {'nonfinite ' + name[11:]:<44} splits={splits:3d} "
+            f"gluon out {errs[0]:.1e} lse {errs[1]:.1e} on the finite heads | NaN heads as "
+            f"tl's: {same_nan} (all NaN: {all_nan})",
+            flush=True,
+        )
     return ok
 
 
