@@ -2,9 +2,7 @@
 
     scripts/dev python -m mla_jax bench --report-only docs/benchmarks/parts/small.json \\
         docs/benchmarks/parts/large.json docs/benchmarks/parts/large-h128.json \\
-        docs/benchmarks/parts/h32.json docs/benchmarks/parts/h32-b.json \\
-        docs/benchmarks/parts/h32-c-1-65536.json docs/benchmarks/parts/h32-c-4-16384.json \\
-        docs/benchmarks/parts/h32-c-16-4096.json docs/benchmarks/parts/h32-c-64-1024.json \\
+        docs/benchmarks/parts/h32-small.json docs/benchmarks/parts/h32-large.json \\
         --out docs/benchmarks                                     # results.json, page, plots
     scripts/dev python scripts/make_notebook_03.py                # then the notebook
 
@@ -45,12 +43,13 @@ paths, timed in the same process on the same inputs:
   H=64, 11 at H=128; [`docs/performance.md`,
   "Gluon stage 1 (sm_90)"](../docs/performance.md#gluon-stage-1-sm_90) and ["32–63 heads
   on the seesaw"](../docs/performance.md#3263-heads-on-the-seesaw)). A step with a
-  static `max_seq_len` and at most 4096 tokens in its batch runs the tl kernel on 16-head
-  tiles at any H (the 12 shapes with B·L ≤ 4096 here);
+  static `max_seq_len`, at most 4096 tokens in its batch and splits too short for the
+  seesaw runs the tl kernel on 16-head tiles at any H (the default path at the 12 shapes
+  with B·L ≤ 4096 here);
 - **`triton`**: the same kernels with vLLM's split rule, whose splits hold 512 tokens, so
-  stage 1 is the tl kernel at H=16 and H ≥ 64; at H=32, where 512 tokens meet the
-  seesaw's threshold, the sweep has it on the seesaw at 4 shapes and on the tl kernel at
-  13 (see the sweep's parts below);
+  stage 1 is the tl kernel at H=16 and H ≥ 64 and the seesaw at all 17 H=32 shapes,
+  where 512 tokens meet the seesaw's threshold for 32–63 heads (the three with
+  B·L ≤ 4096 too: the small-batch 16-head tiles are the tl kernel's alone);
 - **`xla`**: the same two-stage algorithm in plain jnp; **`dense`**: plain JAX
   gather + einsum;
 - **`vllm`**: vLLM's own `decode_attention_fwd` kernels (see `docs/vllm_kernel.md`).
@@ -84,20 +83,16 @@ paths, timed in the same process on the same inputs:
   its runs with and without `--kernel-time` show that the traced run does not change the
   wall time). The last section but one compares the two instruments.
 
-The sweep ran in nine parts on one machine on the same day, each measuring its own
-ceilings. The shapes with H ∈ {16, 64, 128} come from a small half (B ≤ 4, 24 shapes) and
-a large half (B ≥ 16, 27 shapes), whose time budget ran out before 128/128/4096's `vllm`
-path and all of 128/128/16384; a third call measured those two shapes minutes later. The
-17 H=32 shapes come from a fourth call (13 shapes), whose budget ran out before
-128/32/16384's `xla`, `dense` and `vllm` paths, a fifth that measured that shape alone,
-and four calls that each measured one shape alone: 1/32/65536, 4/32/16384, 16/32/4096 and
-64/32/1024 (parts `h32-c-*`), where both split rules give 512-token splits and stage 1 is
-the seesaw on both of our paths. The fourth and fifth calls ran with the seesaw's
-threshold at 1024 tokens at every head count: at their 13 shapes the default path's
-stage 1 is the one the current rule picks (the first cell checks it), but our kernels on
-vLLM's split rule ran the tl stage 1 where the current rule, at 512 tokens a split, runs
-the seesaw. The merge keeps, for each shape, the part that timed more of its paths, so
-128/128/4096 is taken whole from the third part and 128/32/16384 from the fifth.
+The sweep ran in five parts on the same day, each measuring its own ceilings. The shapes
+with H ∈ {16, 64, 128} come from a small half (B ≤ 4, 24 shapes) and a large half
+(B ≥ 16, 27 shapes), whose time budget ran out before 128/128/4096's `vllm` path and all
+of 128/128/16384; a third call measured those two shapes minutes later. The 17 H=32
+shapes come from a fourth call (B ≤ 16, 11 shapes) and a fifth (B ≥ 64, 6 shapes), which
+timed all five paths at each of their shapes. The merge keeps, for each shape, the part
+that timed more of its paths, so 128/128/4096 is taken whole from the third part. The
+first cell checks that both of our paths ran the stage 1 the routing picks: the default
+path the seesaw where the rule above says so, our kernels on vLLM's rule the seesaw at
+the H=32 shapes alone.
 
 Every cell but the last only reads JSON and draws, so the notebook runs anywhere; the last
 re-measures a few shapes when a CUDA GPU is present. The figures are drawn by
@@ -216,10 +211,10 @@ $$\text{floor} = \max\left(\frac{\text{KV bytes}}{\text{copy bandwidth}},\;
 \frac{\text{flops}}{\text{matmul rate}}\right)$$
 
 The copy bandwidth is a device copy in JAX (bytes read + written per second), the matmul
-rate a large square bf16 matmul in JAX: 3.34–3.35 TB/s and 661–688 TFLOP/s in the nine
+rate a large square bf16 matmul in JAX: 3.34 TB/s and 650–688 TFLOP/s in the five
 parts.
 A step does 1.89·H flops per byte, so the ridge point (matmul rate / copy bandwidth:
-198–206 flop/byte) sits near H ≈ 105–109: **with 16, 32 and 64 heads a step is
+194–206 flop/byte) sits near H ≈ 103–109: **with 16, 32 and 64 heads a step is
 memory-bound, with 128 heads compute-bound.** The floor is an ideal: no kernel reaches
 both ceilings, and attention's small dot products are not the large GEMM that set the
 matmul rate. The copy counts bytes read and written, a pessimistic ceiling for a kernel
@@ -283,19 +278,20 @@ In kernel time:
   4.22 TB/s reference copy rate; Nsight Compute puts its stage 1 at 91.5 % of the DRAM
   peak ([`docs/performance.md`, "Hardware
   floors"](../docs/performance.md#hardware-floors)).
-- **H=32, B ≥ 16: 52–120 % of the floor with occupancy splits where stage 1 is the Gluon
-  seesaw kernel** (8 of the 9 shapes, 1.74–4.00 TB/s), on one 64-head tile with half its
-  rows masked. With splits of ≥ 1024 tokens it reaches 78–120 % (6 shapes, 2.60–4.00
-  TB/s): 0.604 ms at 128/32/16384 (120 %, 4.00 TB/s; vLLM's kernels 2.629 ms), 116 % at
-  64/32/16384, 108 % at 128/32/4096, 95–96 % at 16/32/16384 and 64/32/4096, 78 % at
+- **H=32, B ≥ 16: 52–116 % of the floor with occupancy splits where stage 1 is the Gluon
+  seesaw kernel** (8 of the 9 shapes, 1.74–3.88 TB/s), on one 64-head tile with half its
+  rows masked. With splits of ≥ 1024 tokens it reaches 77–116 % (6 shapes, 2.58–3.88
+  TB/s): 0.622 ms at 128/32/16384 (116 %, 3.88 TB/s; vLLM's kernels 2.610 ms), 109 % at
+  64/32/16384, 106 % at 128/32/4096, 94 % at 16/32/16384 and 64/32/4096, 77 % at
   128/32/1024 (one 1024-token split a row); with 512-token splits 52 % at 16/32/4096
-  and 55 % at 64/32/1024. At 16/32/1024 the occupancy splits hold 128 tokens and the tl
+  and 56 % at 64/32/1024. At 16/32/1024 the occupancy splits hold 128 tokens and the tl
   kernel runs, at 32 %; its 32-head tiles take the wide tiles' configuration, one
   program an SM ([`docs/performance.md`, "Head tiles and stage-1
   configurations"](../docs/performance.md#head-tiles-and-stage-1-configurations)).
-  vLLM's split rule gives 53–56 % and vLLM's kernels 25–28 % at B ≥ 16, L ≥ 4k. At
-  B ≤ 4 the seesaw runs at 4/32/65536 (2048-token splits, 95 %), 1/32/65536 and
-  4/32/16384 (512-token splits, 51 and 52 %).
+  At B ≥ 16, L ≥ 4k vLLM's split rule, on the seesaw with 512-token splits, gives
+  54–74 % (0.975 ms at 128/32/16384), and vLLM's kernels 25–28 %. At B ≤ 4 the
+  default path's seesaw runs at 4/32/65536 (2048-token splits, 93 %), 1/32/65536 and
+  4/32/16384 (512-token splits, 50 and 52 %).
 - **H=64, B ≥ 64, L ≥ 4k: 80–115 % with occupancy splits, where stage 1 is the Gluon
   kernel** (0.632 ms at 128/64/16384, 3.82 TB/s); 42–43 % with vLLM's rule (the tl
   kernel at 512-token splits), 14–15 % for vLLM's kernels. At 16/64/4096 the occupancy
@@ -317,7 +313,7 @@ In kernel time:
   (`BLOCK_H = 16`), so at H=128 eight programs each load the same KV tiles.
 - **Small shapes (B ≤ 4, L ≤ 4k): a fixed cost, not the work.** The floor there is
   0.4–6.6 µs. The default path takes 7.5–35.5 µs of kernel time, our kernels on vLLM's
-  rule 25.2–42.3 µs (its 2–8 splits a row, against the occupancy rule's 8–64), `xla`
+  rule 23.1–42.3 µs (its 2–8 splits a row, against the occupancy rule's 8–64), `xla`
   13.5–68.0 µs, `dense` 13.1–50.4 µs, vLLM's kernels 50.6–78.2 µs. At 1/128/4096 the
   default path takes 16.8 µs: 32 splits of 128 tokens on 16-head tiles, stage 1 13.3 µs
   and stage 2 3.3 µs under a CUDA graph
@@ -325,10 +321,11 @@ In kernel time:
   With 64-head tiles both stages take 23.2 µs
   ([`docs/performance.md`, "Head tiles and stage-1
   configurations"](../docs/performance.md#head-tiles-and-stage-1-configurations)). The
-  Gluon kernel does not run there: the occupancy splits hold 64–256 tokens (64–128 at
-  H=32), where it loses to the tl kernel ([`docs/performance.md`, "Gluon stage 1
-  (sm_90)"](../docs/performance.md#gluon-stage-1-sm_90) and ["32–63 heads on the
-  seesaw"](../docs/performance.md#3263-heads-on-the-seesaw)).
+  default path does not run the Gluon kernel there: the occupancy splits hold 64–256
+  tokens (64–128 at H=32), where it loses to the tl kernel ([`docs/performance.md`,
+  "Gluon stage 1 (sm_90)"](../docs/performance.md#gluon-stage-1-sm_90) and ["32–63 heads
+  on the seesaw"](../docs/performance.md#3263-heads-on-the-seesaw)); vLLM's rule, at
+  512 tokens a split, runs it at the 4 H=32 shapes.
 - The XLA paths (`xla`, `dense`) gather the rows into a dense copy before their einsums;
   at H=16, B ≥ 64, L ≥ 4k they reach 17–21 % of the floor.
 """,
@@ -381,7 +378,9 @@ print("    splits a row: " + ", ".join(
     f"{p} {span([metric(s, p, 'num_kv_splits') for s in small], 'd')}" for p in OURS)
       + f"; {DEFAULT} tokens a split {span([split_tokens(s) for s in small], 'd')} "
       f"({span([split_tokens(s) for s in small if s['H'] == 32], 'd')} at H=32), seesaw "
-      f"stage 1 at {sum(map(gluon_stage1, small))} of {len(small)}")
+      f"stage 1 at {sum(map(gluon_stage1, small))} of {len(small)}; triton seesaw stage 1 at "
+      + ", ".join(name(s) for s in small if "triton" in OURS
+                  and SEESAW in (metric(s, "triton", "kernels_per_call") or {})))
 print()
 display(heatmap_figure(results, paths, "device_pct_of_floor",
                        "% of the roofline floor, kernel time (100 = at the floor)",
@@ -399,7 +398,7 @@ faster); vLLM's includes the two small torch fills around its kernels.
 - **Occupancy splits (the default) are faster than vLLM's kernels at all 68 shapes,
   1.93–8.46×:** 2.06–8.46× at the 29 shapes where stage 1 is the Gluon kernel,
   1.93–6.76× at the 39 where it is the tl kernel. By head count: 1.95–6.76× at H=16,
-  2.06–6.72× at H=32, 1.93–7.92× at H=64, 2.08–8.46× at H=128.
+  2.06–6.65× at H=32, 1.93–7.92× at H=64, 2.08–8.46× at H=128.
 - **The largest: 128/128/16384, 1.162 ms against vLLM's 9.823 ms (8.46×);**
   64/128/16384 is 0.586 against 4.698 ms (8.02×).
 - **The closest: 16/64/1024, 0.0285 against 0.0548 ms (1.93×),** then 128/16/1024
@@ -407,11 +406,11 @@ faster); vLLM's includes the two small torch fills around its kernels.
   tl-kernel shapes of 28–50 µs of kernel time, the H=64 ones with splits of 128 tokens,
   128/16/1024 with the 2 splits a row that vLLM's rule also picks.
 - At the small shapes (B ≤ 4, L ≤ 4k) the default path is 1.97–6.76× faster in kernel
-  time (1/16/1024: 7.5 against 50.6 µs) and 1.45–2.32× in wall time, where the host
+  time (1/16/1024: 7.5 against 50.6 µs) and 1.45–2.49× in wall time, where the host
   sets our time but not that of vLLM's CUDA graph. Over all 68 shapes the wall-time range
   is 1.43–8.36×; its closest, 16/16/1024, runs 12.9 µs of kernels in 37.2 µs of wall
   time.
-- With vLLM's split rule our kernels (the tl stage 1 but at 4 H=32 shapes) are faster
+- With vLLM's split rule our kernels (the tl stage 1, the seesaw at H=32) are faster
   than vLLM's at all 68 shapes, 1.30–3.57×; the closest are 16/64/1024 and 4/64/4096
   (1.30×), the largest are at L = 64k (1/64/65536 3.57×, 1/128/65536 3.50×).
 - At H=128 with B ≥ 16, vLLM's kernels are at 8–9 % of the floor; even plain JAX
@@ -479,14 +478,14 @@ else:
 Both paths run our kernels at their own split counts. vLLM's rule picks the count from the
 length alone: next_pow2(L / 512), at most 2 per SM, so 2 splits at 1k, 32 at 16k and 128 at
 64k whatever the batch; its splits hold 512 tokens, so its stage 1 is the tl kernel, except
-at H=32, where 512 tokens a split meet the seesaw's threshold (the sweep has the seesaw
-at 4 of its 17 H=32 shapes; see the top of the notebook). The occupancy rule
-(`mla_jax.splits.occupancy_kv_splits`) also looks at the batch and the head tiles: enough
-(row, head tile, split) programs for one wave (two per SM with 16-head tiles, one with
-32- or 64-head tiles), about 64 tokens per split at least, 128 splits at most. At B ≤ 4
-that gives 8–128 splits where vLLM's rule gives 2–128, to fill the GPU; at B ≥ 64 it
-gives 1–4, which saves writing and merging partial outputs and, at H ≥ 32, makes the
-splits long enough for the Gluon stage 1 (≥ 1024 tokens at H ≥ 64, ≥ 512 at H=32).
+at H=32, where 512 tokens a split meet the seesaw's threshold and it is the seesaw at all
+17 shapes. The occupancy rule (`mla_jax.splits.occupancy_kv_splits`) also looks at the
+batch and the head tiles: enough (row, head tile, split) programs for one wave (two per
+SM with 16-head tiles, one with 32- or 64-head tiles), about 64 tokens per split at
+least, 128 splits at most. At B ≤ 4 that gives 8–128 splits where vLLM's rule gives
+2–128, to fill the GPU; at B ≥ 64 it gives 1–4, which saves writing and merging partial
+outputs and makes the splits longer: long enough for the Gluon stage 1 at H ≥ 64
+(≥ 1024 tokens), and at H=32 512–16384 tokens a split against vLLM's 512.
 
 **In kernel time occupancy splits are faster at 57 of the 68 shapes.** The rules pick the
 same split count at 10 shapes (all with 512-token splits: the seesaw stage 1 at the four
@@ -494,15 +493,18 @@ H=32 ones, the tl kernel at the six others): the same kernels on the same work, 
 0.96–1.02× is the spread from one traced run to another. Where the counts differ,
 occupancy splits are faster at 55 of 58 shapes, by 1.13–3.36×: the most at L = 1k and
 B ≤ 4, where 16 splits a row keep more SMs busy than vLLM's 2 (1/16/1024 3.36×,
-1/32/1024 3.32×, 1/64/1024 3.18×), and 1.46–2.78× at the 25 shapes where fewer, longer
-splits let the Gluon kernel run (64/128/16384, one split a row: 0.586 against 1.627 ms,
-2.78×). They are slower at 4/16/16384 (30.7 against 30.1 µs), 16/16/4096 (30.2 against
-30.0 µs) and 64/16/1024 (30.7 against 30.1 µs), 0.98–0.99×, within the same-count spread:
-H=16 shapes where the occupancy rule takes twice vLLM's split count.
+1/64/1024 3.18×, 4/16/1024 3.13×), and 1.46–2.78× at the 18 shapes with H ≥ 64 where
+fewer, longer splits let the Gluon kernel run (64/128/16384, one split a row: 0.586
+against 1.627 ms, 2.78×). At the 7 H=32 shapes where the Gluon kernel runs on both rules
+and the counts differ, the occupancy rule's fewer, longer splits are 1.27–1.57× faster
+(128/32/16384, one split a row against 32: 0.622 against 0.975 ms). They are slower at
+4/16/16384 (30.7 against 30.1 µs), 16/16/4096 (30.2 against 30.0 µs) and 64/16/1024
+(30.7 against 30.1 µs), 0.98–0.99×, within the same-count spread: H=16 shapes where the
+occupancy rule takes twice vLLM's split count.
 
-In wall time the occupancy rule is faster at 55 shapes. Of the 13 others, 8 take under
+In wall time the occupancy rule is faster at 53 shapes. Of the 15 others, 8 take under
 40 µs a call, where the host sets the wall time (at 1/16/1024 the wall clock reads 0.88×
-where the kernels are 3.36× faster), and 5 are shapes where the two rules pick the same
+where the kernels are 3.36× faster), and 7 are shapes where the two rules pick the same
 split count.
 """,
     ),
@@ -548,7 +550,12 @@ print("largest: " + ", ".join(f"{name(s)} {up:.2f}×"
 gluon_diff = [up for s, up in diff if gluon_stage1(s)]
 print(f"where stage 1 is the Gluon kernel: "
       f"{span([up for s, _, up in rows if gluon_stage1(s)])}×; where it is and the counts "
-      f"differ: {span(gluon_diff)}× ({len(gluon_diff)} shapes)")
+      f"differ: {span(gluon_diff)}× ({len(gluon_diff)} shapes; "
+      + ", ".join(f"{label} {span(ups)}× ({len(ups)})" for label, ups in [
+          ("H>=64", [up for s, up in diff if gluon_stage1(s) and s["H"] >= 64]),
+          ("H=32", [up for s, up in diff if gluon_stage1(s) and s["H"] == 32])]) + ")")
+print("H=32, B>=64: occupancy tokens a split " + ", ".join(
+    f"{name(s)} {split_tokens(s)}" for s, _, _ in rows if s["H"] == 32 and s["B"] >= 64))
 print("same split count, stage 1: " + ", ".join(
     f"{name(s)} {'seesaw' if gluon_stage1(s) else 'tl'}"
     for s, n, _ in rows if n == s["num_kv_splits"]))
@@ -570,12 +577,12 @@ display(heatmap_figure(results, [occ], over_vllm_rule,
 
 The wall clock is what a caller that dispatches ten chained runs per sync sees; the kernel
 time is what the GPU spends in the path's kernels. Where the kernels take 40 µs a call or
-more, the two agree: the default path's wall time is 0.96–1.16× its kernel time there (40
+more, the two agree: the default path's wall time is 0.96–1.17× its kernel time there (40
 shapes), 0.96–1.07× at the 19 shapes of 100 µs or more, and vLLM's CUDA graph reads
 1.00–1.04× at all 68. Below that the host's dispatch sets the JAX paths' wall time: the
-default path reads 23.3–38.3 µs at its 25 shapes under 40 µs of wall time, whose kernels
+default path reads 21.8–38.3 µs at its 25 shapes under 40 µs of wall time, whose kernels
 take 7.5–32.2 µs (up to 4.72× apart, at 1/16/1024); the wall time of our kernels on
-vLLM's rule never reads below 29.7 µs, that of `dense` never below 27.9 µs. Those wall
+vLLM's rule never reads below 30.3 µs, that of `dense` never below 27.9 µs. Those wall
 times move from run to run (see the top of the notebook), and their three repeats within
 this sweep spread by up to 41 %.
 
