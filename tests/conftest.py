@@ -1,4 +1,5 @@
-"""Suite-wide settings, GPU and interpreter skips, and the seeded ``rng``.
+"""Suite-wide settings, GPU and interpreter skips, how xdist shares the tests out,
+the interpreter ``pool``, and the seeded ``rng``.
 
 Every random draw in the suite is seeded. A test takes ``rng`` (a numpy
 ``Generator``) or ``seed`` (an int); the seed is a stable hash of the test's node id
@@ -9,10 +10,20 @@ its report: ``seed N (MLA_JAX_SEED=N to rerun)``.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pytest
 
 from tests.cases import SEED_ENV, SEED_KEY, seed_for, seed_from_env
+
+if TYPE_CHECKING:
+    from multiprocessing.pool import Pool
+
+    from xdist.remote import Producer
+    from xdist.scheduler import LoadScopeScheduling
 
 
 def pytest_configure(config):
@@ -43,6 +54,53 @@ def pytest_collection_modifyitems(config, items):
                     reason=f"Triton 3.6's interpreter needs numpy < 2.4 (have {np.__version__})"
                 )
             )
+
+
+# ------------------------------------------------------------------------ xdist
+
+# Modules whose tests share work too costly to do twice: a module-scoped fixture (the
+# process launches of multihost and sharded, deepseek's models and generations, the
+# bench dry run) or compilations (the demo's in-process runs). Each is one xdist work
+# unit, so one worker does that work once.
+WHOLE_MODULES = frozenset(
+    f"tests/{name}.py"
+    for name in ("test_bench", "test_deepseek", "test_demo", "test_multihost", "test_sharded")
+)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Producer) -> LoadScopeScheduling | None:
+    """Under ``-n`` (``--dist load``, the default there), xdist's load balancing test
+    by test, except that each module of ``WHOLE_MODULES`` goes to one worker whole.
+    Work units go out by their number of tests (xdist's ``--loadscope-reorder``):
+    those modules first, then single tests in collection order. An explicit other
+    ``--dist`` is left alone. (Not ``--dist loadgroup`` with ``xdist_group`` marks:
+    under pytest 9.2, xdist 3.8 ignores the marks, pytest-dev/pytest-xdist#1386.)"""
+    if config.getvalue("dist") != "load":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Scheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return module if module in WHOLE_MODULES else nodeid
+
+    return Scheduling(config, log)
+
+
+# ------------------------------------------------------------------ interpreter
+
+
+@pytest.fixture(scope="session")
+def pool() -> Iterator[Pool]:
+    """The Triton-interpreter workers (``tests.interpreted``) every interpreted test
+    submits ``run`` to: started once per test process, as each worker takes seconds
+    to import torch and triton. One worker under xdist, which already runs a test
+    process per core; two otherwise, so that the fuzz's problems run two at a time."""
+    from tests.interpreted import interpreter_pool
+
+    with interpreter_pool(1 if os.environ.get("PYTEST_XDIST_WORKER") else 2) as workers:
+        yield workers
 
 
 # ------------------------------------------------------------------------ seeds

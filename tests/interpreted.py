@@ -2,8 +2,8 @@
 
 ``TRITON_INTERPRET`` must be set before triton defines any kernel, so the
 interpreted runs happen in worker processes started with it set; the test process
-keeps the compiled kernels that ``mla_jax._launch`` lowers. Use ``interpreter_pool()`` and
-submit ``run`` to it.
+keeps the compiled kernels that ``mla_jax._launch`` lowers. Tests submit ``run`` to the
+session's ``pool`` fixture (``tests/conftest.py``), an ``interpreter_pool()``.
 """
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ from hypothesis import strategies as st
 import mla_jax
 from mla_jax.reference import mla_decode_reference_np
 from tests.cases import DEEPSEEK, SEED_KEY, Case, seed_for, seed_from_env, tolerance
-from tests.interpreted import interpreter_pool, run
+from tests.interpreted import run
 
 # Per profile: xla problems, and interpreter examples of CASES_PER_CALL problems each
 # (480 + 20 * 4 = 560 problems a ci run, 5600 a nightly one).
@@ -267,12 +267,6 @@ def test_xla_backend(request, index, xs, examples):
         assert_matches_reference(case, out, lse)
 
     run_seeded(request, index, check)
-
-
-@pytest.fixture(scope="module")
-def pool():
-    with interpreter_pool() as p:
-        yield p
 
 
 @st.composite

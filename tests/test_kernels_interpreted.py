@@ -6,16 +6,10 @@ import pytest
 from mla_jax import kernels
 from mla_jax.reference import mla_decode_reference_np
 from tests.cases import DEEPSEEK, TINY, edge_lengths, random_case, tolerance
-from tests.interpreted import interpreter_pool, run
+from tests.interpreted import run
 
 POISON = np.nan
 pytestmark = pytest.mark.interpreter
-
-
-@pytest.fixture(scope="module")
-def pool():
-    with interpreter_pool() as p:
-        yield p
 
 
 def check(

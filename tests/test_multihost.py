@@ -1,16 +1,24 @@
-"""The sharded decode across processes: ``scripts/multihost_decode.py`` run as 2 and
-as 4 local CPU processes joined by ``jax.distributed`` (gloo collectives).
+"""The sharded decode across processes: ``scripts/multihost_decode.py`` run as local
+CPU processes joined by ``jax.distributed`` (gloo collectives).
 
-Each launch is one 4-device mesh spanning every process: 2 processes of 2 simulated
-CPU devices, then 4 processes of 1. Every process builds its inputs from its own part
-with ``jax.make_array_from_process_local_data``, runs both schemes (one
+Each launch is one 4-device mesh spanning every process, in one of two layouts:
+``2x2`` (2 processes of 2 simulated CPU devices) or ``4x1`` (4 processes of 1).
+Every process builds its inputs from its own part with
+``jax.make_array_from_process_local_data``, runs both schemes (one
 ``sharded_mla_decode`` step with the buffer donated, a jitted ``lax.scan`` with the
 buffer and cache donated through ``sharded_append_latent``), and checks itself:
 its shards bitwise against the unsharded program on each shard's inputs, the
 gathered results (``process_allgather``) against the unsharded run of the whole
-problem, shardings and donation. The tests assert on its JSON, and compare the two
-launches with each other: the same mesh size runs the same per-device programs,
-so the results must be bitwise equal whichever process holds which device.
+problem, shardings and donation. The tests assert on its JSON.
+
+``MLA_JAX_MULTIHOST_LAYOUTS`` (comma-separated) says which layouts are launched.
+The default, as in CI, is ``2x2``: it crosses process boundaries and has several
+devices in a process, so it takes every path of the script and of ``mla_jax.sharded``
+that ``4x1`` takes, in less than half its CPU time (2 processes, not 4).
+``MLA_JAX_MULTIHOST_LAYOUTS=2x2,4x1`` launches both, and the two launches are then
+also compared with each other: the same mesh size runs the same per-device
+programs, so the results must be bitwise equal whichever process holds which
+device. A test of a layout not launched is skipped, saying so.
 
 DeepSeek generation (``scripts/multihost_generate.py``): ``mla_jax.deepseek.generate``
 on a 4-device mesh of 2 processes, parameters replicated and prompts split on the
@@ -41,6 +49,13 @@ LAUNCH_TIMEOUT = 300.0  # seconds for one launch (80 s seen on a shared 2-core m
 INIT_TIMEOUT = 60  # seconds each process waits for the others in initialize
 SCHEMES = ("heads", "batch")
 LAYOUTS = {"2x2": (2, 2), "4x1": (4, 1)}  # name: (processes, CPU devices each)
+LAYOUTS_ENV = "MLA_JAX_MULTIHOST_LAYOUTS"
+LAUNCHED = os.environ.get(LAYOUTS_ENV, "2x2").split(",")
+if set(LAUNCHED) - set(LAYOUTS):
+    raise ValueError(
+        f"{LAYOUTS_ENV} must be a comma-separated subset of {sorted(LAYOUTS)}, "
+        f"got {os.environ[LAYOUTS_ENV]!r}"
+    )
 # Printed by each process once every process has joined: "<script's stem>: joined:".
 JOINED = "multihost_decode: joined:"
 # A collision on the coordinator's port: process 0 cannot serve it. jax raises the
@@ -165,9 +180,10 @@ def _summary(results: list[dict]) -> str:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """Both layouts, one after the other (each keeps both cores busy)."""
+    """The launched layouts, one after the other (each keeps both cores busy)."""
     out = {}
-    for name, (processes, devices) in LAYOUTS.items():
+    for name in LAUNCHED:
+        processes, devices = LAYOUTS[name]
         start = time.monotonic()
         results, port, directory = launch(
             processes,
@@ -184,6 +200,13 @@ def runs(tmp_path_factory):
     return out
 
 
+def _launched(runs: dict, layout: str) -> dict:
+    """The run of ``layout``; the test is skipped if it was not launched."""
+    if layout not in runs:
+        pytest.skip(f"layout {layout} not launched ({LAYOUTS_ENV}={','.join(LAYOUTS)} launches it)")
+    return runs[layout]
+
+
 def _ok(run: dict) -> list[dict]:
     results = run["results"]
     assert all(r["rc"] == 0 and r["json"] for r in results), _summary(results)
@@ -193,7 +216,7 @@ def _ok(run: dict) -> list[dict]:
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_processes_join_one_mesh(runs, layout):
     processes, devices = LAYOUTS[layout]
-    got = _ok(runs[layout])
+    got = _ok(_launched(runs, layout))
     assert [r["process_id"] for r in got] == list(range(processes))
     for r in got:
         assert r["num_processes"] == processes and r["devices"] == processes * devices, r
@@ -207,7 +230,7 @@ def test_processes_join_one_mesh(runs, layout):
 @pytest.mark.parametrize("scheme", SCHEMES)
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_every_process_checks_its_shards_and_the_gathered_result(runs, layout, scheme):
-    for r in _ok(runs[layout]):
+    for r in _ok(_launched(runs, layout)):
         s = r["schemes"][scheme]
         assert all(s["checks"].values()), (r["process_id"], s)
         # Each of this process's devices, against the unsharded program on its inputs.
@@ -222,7 +245,7 @@ def test_every_process_checks_its_shards_and_the_gathered_result(runs, layout, s
 
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_every_process_gathers_the_same_result(runs, layout):
-    got = _ok(runs[layout])
+    got = _ok(_launched(runs, layout))
     for scheme in SCHEMES:
         digests = {json.dumps(r["schemes"][scheme]["digests"]) for r in got}
         assert len(digests) == 1, digests
@@ -230,8 +253,8 @@ def test_every_process_gathers_the_same_result(runs, layout):
 
 def test_two_and_four_processes_agree_bitwise(runs):
     """The same 4-device mesh, split 2 x 2 or 4 x 1 over processes: same results."""
-    for run in runs.values():
-        _ok(run)
+    for layout in LAYOUTS:
+        _ok(_launched(runs, layout))
     a, b = (dict(np.load(runs[layout]["dir"] / "gathered.npz")) for layout in LAYOUTS)
     # step_out, step_lse, outs, lses, kv of each scheme, and of the unsharded run.
     assert set(a) == set(b) and len(a) == 5 * (len(SCHEMES) + 1), sorted(a)

@@ -25,7 +25,7 @@ import pytest
 import mla_jax
 from mla_jax.reference import mla_decode_reference_np
 from tests.cases import TINY, random_case
-from tests.interpreted import interpreter_pool, run
+from tests.interpreted import run
 
 SEED = 20261130
 HEADS, PAGE, PAGES = 4, 16, 4
@@ -117,21 +117,20 @@ def test_backends_keep_the_documented_semantics(backend, max_seq_len, policy):
 
 
 @pytest.mark.interpreter
-def test_interpreted_kernels_stay_inside_their_arrays():
+def test_interpreted_kernels_stay_inside_their_arrays(pool):
     case, (want_out, want_lse) = hazards()
     rows = len(case.seq_lens)
-    with interpreter_pool(2) as pool:
-        runs = {
-            splits: pool.apply_async(
-                run,
-                (*case[:4], np.full((rows, HEADS, splits, TINY[0] + 1), np.nan, np.float32)),
-                dict(scale=case.scale, num_splits=splits, poison=4),
-            )
-            for splits in (1, 3)
-        }
-        for result in runs.values():
-            out, lse, _ = result.get(timeout=600)
-            check(out, lse, want_out, want_lse, atol=2e-5)
+    runs = {
+        splits: pool.apply_async(
+            run,
+            (*case[:4], np.full((rows, HEADS, splits, TINY[0] + 1), np.nan, np.float32)),
+            dict(scale=case.scale, num_splits=splits, poison=4),
+        )
+        for splits in (1, 3)
+    }
+    for result in runs.values():
+        out, lse, _ = result.get(timeout=600)
+        check(out, lse, want_out, want_lse, atol=2e-5)
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ import pytest
 import mla_jax
 from mla_jax.reference import mla_decode_reference_np
 from tests.cases import DEEPSEEK, TINY, edge_lengths, random_case, tolerance
-from tests.interpreted import interpreter_pool, run
+from tests.interpreted import run
 
 SM = 4  # a small SM count makes the cap (2 * SM = 8 splits) reachable at small lengths
 
@@ -68,7 +68,7 @@ def test_deepseek_dims(rng):
 
 
 @pytest.mark.interpreter
-def test_partials_match_interpreted_kernels(rng):
+def test_partials_match_interpreted_kernels(pool, rng):
     """Both backends write the same partial output and LSE into each live split slot."""
     case = random_case(
         rng,
@@ -86,10 +86,9 @@ def test_partials_match_interpreted_kernels(rng):
     )
     poisoned = np.full(buffer.shape, np.nan, np.float32)
     _, _, xla_buf = decode(case, buffer, max_seq_len=2400)
-    with interpreter_pool(1) as pool:
-        _, _, kern_buf = pool.apply(
-            run, (*case[:4], poisoned), dict(scale=case.scale, num_splits=splits)
-        )
+    _, _, kern_buf = pool.apply(
+        run, (*case[:4], poisoned), dict(scale=case.scale, num_splits=splits)
+    )
     xla_buf = np.asarray(xla_buf.data)
     compared = 0
     for b, n in enumerate(case.seq_lens):
