@@ -25,7 +25,10 @@ kernel):
   (no TMA descriptor: JAX passes plain pointers, and no global scratch). A block
   serves as K (all 576 columns, a transposed shared-memory view) and V (its first 512
   columns) without a second copy.
-* Online softmax in base 2 with the tl kernel's lazy per-row rescaling.
+* Online softmax in base 2 with the tl kernel's lazy per-row rescaling. With lazy
+  rescaling most blocks move no row's max, so the kernels ask first (a vote) and
+  rescale only where one moves (``_cta_any``, ``_rescale_rows``): the result is the
+  same bit for bit, without the work that would multiply by 1.
 
 The fp8 kernel, ``mla_decode_stage1_gluon_fp8``, splits every MMA across the two
 warpgroups by columns (``warps_per_cta = [4, 2]``):
@@ -33,7 +36,9 @@ warpgroups by columns (``warps_per_cta = [4, 2]``):
 * ``S = Q K^T`` (64 x 64) is 64 x 32 a warpgroup: splitting S by tokens, not
   computing it twice, halves its tensor-core work (the 576-deep QK^T is more than
   half of all the FLOPs); the price is a cross-warpgroup row max (the compiler's
-  reduction through shared memory) once a block. P is stored to shared memory for
+  reduction through shared memory), taken only in blocks where the CTA vote says
+  some row grew past the running max by more than the threshold (P is stored on the
+  running max first; ``_attend_block``). P is stored to shared memory for
   ``O += P V``; the row sum of P is kept as a 64 x 64 per-thread partial and reduced
   once at the end (``_attend_block``, ``_write_partials``).
 * Synchronisation, per block: ``cp.async.wait_group`` + a CTA barrier + a proxy
@@ -101,7 +106,10 @@ of every MMA and be compute-bound. So the products are transposed, tokens on M:
 * One warpgroup (4 warps): ``O^T`` is 64 registers a thread, ``S^T`` 8. The softmax is
   per head, i.e. per column of ``S^T``: the column max is a reduction over the
   warpgroup's rows (within a thread, across the 8 lane groups by shuffles, across the
-  4 warps through shared memory); the column sum is kept as a per-thread ``[64, 16]``
+  4 warps through shared memory), so P^T is stored on the running max first and a CTA
+  vote (``bar.red.or``, the barrier that publishes P^T) says whether any column grew
+  past it by more than the threshold; only then the exact max, the rescale and P^T
+  again (the first block, and rarely after); the column sum is kept as a per-thread ``[64, 16]``
   partial and reduced once at the end. Lazy rescaling and base 2 as in the tl kernel;
   ``kv_scale`` folds into the softmax scale and the output.
 * fp16 MMAs whatever q's dtype. e4m3 widens to fp16 exactly in one ``cvt`` for two
@@ -183,8 +191,10 @@ worker, 8 warps in all.
   shared memory) -> O_R = O_R scale1 + P1 V1_R (P1 from registers; the refill of slot 0
   is issued while it runs) -> refills slot 1.
   Both warpgroups apply every block in order, so each O half is always relative to
-  the same m; the row sum is kept per warpgroup (its own blocks' P, rescaled the
-  same way) and the two are added once at the end (one more exchange).
+  the same m; a warp multiplies its O rows by a scale only when one of them is not 1
+  (a warp vote, ``_rescale_rows``: 128 multiplies a thread saved in most blocks); the
+  row sum is kept per warpgroup (its own blocks' P, rescaled the same way) and the two
+  are added once at the end (one more exchange).
   Unlike FlashMLA's order, P0 needs no scale1 (WG1 rescales O_R between its two
   MMAs instead), so WG0 publishes P0 before WG1's softmax, not after.
 * P of each block goes over that block's k_pe (64 x 64, the same shape and layout),
@@ -441,20 +451,31 @@ def _attend_block(
     tokens = n0 + s_cols
     live = (tokens >= start) & (tokens < end)
     s = gl.where(live[None, :], s * qk_scale, float("-inf"))
-    m_new = gl.maximum(m_i, gl.max(s, 1))
-    # Lazy rescaling (kernels._attend): a row's max moves only when it grew by
-    # more than 2^RESCALE_THRESHOLD; until then p <= 2^8, harmless in 16 bits.
-    grow = m_new - m_i > RESCALE_THRESHOLD
-    alpha = gl.where(grow, gl.exp2(m_i - m_new), 1.0)
-    m_i = gl.where(grow, m_new, m_i)
+    # Lazy rescaling (kernels._attend): a row's max moves only when it grew by more
+    # than 2^RESCALE_THRESHOLD; until then p <= 2^8, harmless in 16 bits. P goes to
+    # shared memory for the second MMA (its A operand needs all 64 tokens, computed
+    # half by each warpgroup) on the running max at once; one CTA vote (a barrier,
+    # which also publishes P) says whether any row grew past it. Only then the exact
+    # row max (across the warpgroups, through shared memory), the rescale and P
+    # again: the first block, and rarely after. Otherwise alpha = 1 and m_i stands,
+    # as the exact max would have found: the same result bit for bit, without the
+    # exchange or the accumulator's rescale.
     p = gl.exp2(s - m_i[:, None])
-    l_acc = l_acc * alpha[:, None] + p
-    # P to shared memory for the second MMA (its A operand needs all 64 tokens,
-    # computed half by each warpgroup).
     p_smem.store(p.to(p_smem.dtype))
     fence_async_shared()
-    gl.thread_barrier()
-    acc = acc * gl.convert_layout(alpha, o_rows)[:, None]
+    if _cta_any((s - m_i[:, None] > RESCALE_THRESHOLD).to(gl.int32), n0, 16) != 0:
+        m_new = gl.maximum(m_i, gl.max(s, 1))
+        grow = m_new - m_i > RESCALE_THRESHOLD
+        alpha = gl.where(grow, gl.exp2(m_i - m_new), 1.0)
+        m_i = gl.where(grow, m_new, m_i)
+        p = gl.exp2(s - m_i[:, None])
+        l_acc = l_acc * alpha[:, None] + p
+        acc = acc * gl.convert_layout(alpha, o_rows)[:, None]
+        p_smem.store(p.to(p_smem.dtype))
+        fence_async_shared()
+        gl.thread_barrier()
+    else:
+        l_acc = l_acc + p
     # O += P V: V is the block's first LORA columns; each warpgroup owns 256.
     acc = warpgroup_mma(p_smem, kv_c, acc, is_async=True)
     acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
@@ -1077,6 +1098,91 @@ def _qk_chunk(
     return s, _load_chunk(next_rows, next_ok, COL)
 
 
+def _thread_any_asm(n: int) -> str:
+    """PTX setting the predicate %mla_any to "one of this thread's ``n`` values is
+    nonzero", for an ``inline_asm_elementwise`` of ``pack=n`` (one invocation holds all
+    of a thread's values; its outputs are unused). %mla_any is declared outside the
+    braces, at the kernel's scope, so that ``_CTA_OR_ASM`` can read it: Gluon has no op
+    that takes a scalar out of a tensor without a cross-warp reduction, the cost the
+    vote avoids. So a kernel may contain one ``_cta_any`` (ptxas rejects a second
+    declaration; CI builds every kernel)."""
+    ors = "\n".join(f"or.b32 t, t, ${n + k};" for k in range(1, n))
+    zeros = " ".join(f"mov.b32 ${k}, 0;" for k in range(n))
+    return (
+        f".reg .pred %mla_any;\n{{\n.reg .b32 t;\nmov.b32 t, ${n};\n{ors}\n"
+        f"setp.ne.b32 %mla_any, t, 0;\n{zeros}\n}}"
+    )
+
+
+_THREAD_ANY_8_ASM = gl.constexpr(_thread_any_asm(8))
+_THREAD_ANY_16_ASM = gl.constexpr(_thread_any_asm(16))
+_THREAD_ANY_8_CONSTRAINTS = gl.constexpr(",".join(["=r"] * 8 + ["r"] * 8))
+_THREAD_ANY_16_CONSTRAINTS = gl.constexpr(",".join(["=r"] * 16 + ["r"] * 16))
+# A CTA barrier that also ORs %mla_any over the CTA (bar.red): a scalar, 1 or 0.
+_CTA_OR_ASM = gl.constexpr("""{
+.reg .pred p;
+bar.red.or.pred p, 0, %mla_any;
+selp.b32 $0, 1, 0, p;
+}""")
+
+
+@gluon.jit
+def _cta_any(flags, i, PER_THREAD: gl.constexpr):
+    """1 if any element of ``flags`` (int32, ``PER_THREAD`` a thread: 8 or 16) is
+    nonzero anywhere in the CTA, else 0: a scalar, the same in every thread (``i``: any
+    scalar, the asm's required operand). It is a CTA barrier (``bar.red.or``): the
+    softmax's vote on whether a row's running max must move (see its callers)."""
+    gl.static_assert(PER_THREAD == 8 or PER_THREAD == 16)
+    asm: gl.constexpr = _THREAD_ANY_8_ASM if PER_THREAD == 8 else _THREAD_ANY_16_ASM
+    constraints: gl.constexpr = (
+        _THREAD_ANY_8_CONSTRAINTS if PER_THREAD == 8 else _THREAD_ANY_16_CONSTRAINTS
+    )
+    gl.inline_asm_elementwise(
+        asm, constraints, [flags], dtype=gl.int32, is_pure=False, pack=PER_THREAD
+    )
+    return gl.inline_asm_elementwise(
+        _CTA_OR_ASM, "=r,r", [i], dtype=gl.int32, is_pure=False, pack=1
+    )
+
+
+def _warp_any_asm(name: str) -> tuple[str, str]:
+    """The PTX pair of ``_warp_any`` for 2 values a thread, the predicate named
+    ``name`` (one name a call site: ptxas rejects a second declaration, see
+    ``_thread_any_asm``): the first sets it to "one of the warp's values is nonzero"
+    (``vote.sync.any``), the second reads it as a scalar."""
+    set_asm = (
+        f".reg .pred {name};\n{{\n.reg .b32 t;\n.reg .pred q;\nor.b32 t, $2, $3;\n"
+        f"setp.ne.b32 q, t, 0;\nvote.sync.any.pred {name}, q, 0xffffffff;\n"
+        "mov.b32 $0, 0; mov.b32 $1, 0;\n}"
+    )
+    return set_asm, f"selp.b32 $0, 1, 0, {name};"
+
+
+_WG0_SCALE0_ANY = gl.constexpr(_warp_any_asm("%mla_wg0_scale0"))
+_WG0_SCALE1_ANY = gl.constexpr(_warp_any_asm("%mla_wg0_scale1"))
+_WG1_SCALE0_ANY = gl.constexpr(_warp_any_asm("%mla_wg1_scale0"))
+_WG1_SCALE1_ANY = gl.constexpr(_warp_any_asm("%mla_wg1_scale1"))
+
+
+@gluon.jit
+def _warp_any(flags, i, ASM: gl.constexpr):
+    """1 if any element of ``flags`` (int32, 2 a thread) is nonzero in this thread's
+    warp, else 0: a scalar, the same in every thread of the warp (``i``: any scalar,
+    the asm's required operand; ``ASM``: a ``_warp_any_asm`` pair of its own)."""
+    gl.inline_asm_elementwise(ASM[0], "=r,=r,r,r", [flags], dtype=gl.int32, is_pure=False, pack=2)
+    return gl.inline_asm_elementwise(ASM[1], "=r,r", [i], dtype=gl.int32, is_pure=False, pack=1)
+
+
+@gluon.jit
+def _rescale_rows(acc, scale, i, rows_layout: gl.constexpr, ASM: gl.constexpr):
+    """``acc * scale`` by rows, skipped in a warp whose rows all have ``scale == 1``
+    (most blocks, with lazy rescaling: the multiply would change nothing, not even a
+    NaN or an inf, so the result is the same bit for bit; NaN scales differ from 1)."""
+    if _warp_any((scale != 1.0).to(gl.int32), i, ASM) != 0:
+        acc = acc * gl.convert_layout(scale, rows_layout)[:, None]
+    return acc
+
+
 @gluon.jit
 def _store_rows(buf_ptr, out_off, out_ok, acc, norm, ROW0: gl.constexpr, rows_layout: gl.constexpr):
     """Latent dims ``[ROW0, ROW0 + 64)`` of the normalised partial (``acc``: that M-tile
@@ -1260,25 +1366,44 @@ def mla_decode_stage1_gluon_fp8_h16(
         tokens = n0 + s_rows
         live = (tokens >= start) & (tokens < end)
         s = gl.where(live[:, None], s * qk_scale[None, :], float("-inf"))
-        m_new = gl.maximum(m_i, gl.max(s, 0))
-        grow = m_new - m_i > RESCALE_THRESHOLD
-        alpha = gl.where(grow, gl.exp2(m_i - m_new), 1.0)
-        m_i = gl.where(grow, m_new, m_i)
+        # P on the running max, stored at once; then one CTA vote (a barrier, which
+        # publishes P^T and V, and at the first block Q, to the MMAs) on whether any
+        # head's logits grew past it by more than the threshold. Only then the exact
+        # column max (shuffles and a cross-warp exchange), the rescale and P again:
+        # the first block, and rarely after. Otherwise alpha = 1 and m_i stands, which
+        # is what the exact max would have found, so the result is the same bit for
+        # bit, and the O^T and l rescales are skipped.
         p = gl.exp2(s - m_i[None, :])
-        l_acc = l_acc * alpha[None, :] + p
         pt.store(p.to(dtype))
-        # Publishes P^T and V (and, at the first block, Q) to the MMAs.
         fence_async_shared()
-        gl.thread_barrier()
-        # O^T += V^T P^T, an M-tile a chunk: V^T is the chunk seen transposed.
-        o0 = warpgroup_mma(v0.permute((1, 0)), pt, o0 * alpha[None, :], is_async=True)
-        o1 = warpgroup_mma(v1.permute((1, 0)), pt, o1 * alpha[None, :], is_async=True)
-        o2 = warpgroup_mma(v2.permute((1, 0)), pt, o2 * alpha[None, :], is_async=True)
-        o3 = warpgroup_mma(v3.permute((1, 0)), pt, o3 * alpha[None, :], is_async=True)
-        o4 = warpgroup_mma(v4.permute((1, 0)), pt, o4 * alpha[None, :], is_async=True)
-        o5 = warpgroup_mma(v5.permute((1, 0)), pt, o5 * alpha[None, :], is_async=True)
-        o6 = warpgroup_mma(v6.permute((1, 0)), pt, o6 * alpha[None, :], is_async=True)
-        o7 = warpgroup_mma(v7.permute((1, 0)), pt, o7 * alpha[None, :], is_async=True)
+        if _cta_any((s - m_i[None, :] > RESCALE_THRESHOLD).to(gl.int32), n0, 8) != 0:
+            m_new = gl.maximum(m_i, gl.max(s, 0))
+            grow = m_new - m_i > RESCALE_THRESHOLD
+            alpha = gl.where(grow, gl.exp2(m_i - m_new), 1.0)
+            m_i = gl.where(grow, m_new, m_i)
+            p = gl.exp2(s - m_i[None, :])
+            l_acc = l_acc * alpha[None, :] + p
+            o0 = o0 * alpha[None, :]
+            o1 = o1 * alpha[None, :]
+            o2 = o2 * alpha[None, :]
+            o3 = o3 * alpha[None, :]
+            o4 = o4 * alpha[None, :]
+            o5 = o5 * alpha[None, :]
+            o6 = o6 * alpha[None, :]
+            o7 = o7 * alpha[None, :]
+            pt.store(p.to(dtype))
+            fence_async_shared()
+            gl.thread_barrier()
+        else:
+            l_acc = l_acc + p
+        o0 = warpgroup_mma(v0.permute((1, 0)), pt, o0, is_async=True)
+        o1 = warpgroup_mma(v1.permute((1, 0)), pt, o1, is_async=True)
+        o2 = warpgroup_mma(v2.permute((1, 0)), pt, o2, is_async=True)
+        o3 = warpgroup_mma(v3.permute((1, 0)), pt, o3, is_async=True)
+        o4 = warpgroup_mma(v4.permute((1, 0)), pt, o4, is_async=True)
+        o5 = warpgroup_mma(v5.permute((1, 0)), pt, o5, is_async=True)
+        o6 = warpgroup_mma(v6.permute((1, 0)), pt, o6, is_async=True)
+        o7 = warpgroup_mma(v7.permute((1, 0)), pt, o7, is_async=True)
         o0, o1, o2, o3, o4, o5, o6, o7 = warpgroup_mma_wait(
             num_outstanding=0, deps=(o0, o1, o2, o3, o4, o5, o6, o7)
         )
@@ -1445,7 +1570,7 @@ def _seesaw_wg0(
         mbarrier.arrive(p0_bar)
         # (4) O_L = O_L * scale0 + P0 V0_L, P0 from registers; async: runs while
         # warpgroup 1 does its softmax.
-        acc = acc * gl.convert_layout(scale0, o_rows)[:, None]
+        acc = _rescale_rows(acc, scale0, i, o_rows, _WG0_SCALE0_ANY)
         acc = warpgroup_mma(
             gl.convert_layout(pb, p_op_layout), kv_c0.slice(0, HALF, dim=1), acc, is_async=True
         )
@@ -1458,7 +1583,7 @@ def _seesaw_wg0(
         mbarrier.wait(ready1, ph)  # (completed: warpgroup 1 waited it before P1)
         fence_async_shared()
         # (6) O_L = O_L * scale1 + P1 V1_L, P1 from shared memory.
-        acc = acc * gl.convert_layout(scale1, o_rows)[:, None]
+        acc = _rescale_rows(acc, scale1, i, o_rows, _WG0_SCALE1_ANY)
         acc = warpgroup_mma(p1_smem, kv_c1.slice(0, HALF, dim=1), acc, is_async=True)
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
         mbarrier.arrive(free1)  # done with slot 1
@@ -1605,11 +1730,11 @@ def _seesaw_wg1(
         # (4) O_R = O_R * scale0 + P0 V0_R, P0 from shared memory.
         mbarrier.wait(ready0, ph)  # (completed: warpgroup 0 waited it before P0)
         fence_async_shared()
-        acc = acc * gl.convert_layout(scale0, o_rows)[:, None]
+        acc = _rescale_rows(acc, scale0, i, o_rows, _WG1_SCALE0_ANY)
         acc = warpgroup_mma(p0_smem, kv_c0.slice(HALF, HALF, dim=1), acc, is_async=True)
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
         # (5) O_R = O_R * scale1 + P1 V1_R, P1 from registers.
-        acc = acc * gl.convert_layout(scale1, o_rows)[:, None]
+        acc = _rescale_rows(acc, scale1, i, o_rows, _WG1_SCALE1_ANY)
         acc = warpgroup_mma(
             gl.convert_layout(pb, p_op_layout), kv_c1.slice(HALF, HALF, dim=1), acc, is_async=True
         )

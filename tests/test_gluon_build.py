@@ -149,6 +149,7 @@ def build_report(heads=128, dtype="bf16", kv="same"):
         "mbarrier_waits": count(r"mbarrier\.try_wait", ptx),
         "named_barriers_128": count(r"\bbar\.sync\s+\d+,\s*128;", ptx),
         "cta_barriers_in_loops": _cta_barriers_in_loops(ptx),
+        "bar_red_or": count(r"\bbar\.red\.or\.pred\b", ptx),
         "mma_in_flight_across_wait": _mma_in_flight_across_wait(ptx),
     }
 
@@ -240,7 +241,7 @@ def test_gluon_fp8_h16_stage1_sm90_build(heads, dtype, tmp_path):
     block's issued after the first MMA of this one (the prefetch the kernel relies on);
     fp16 MMAs whatever q's dtype, so the widening is the e4m3 cvt alone; the latent
     stored by 16-byte stores, with no CTA barrier between its chunks; no spills; two
-    CTAs an SM by shared memory and registers."""
+    CTAs an SM by shared memory and registers; the softmax's CTA vote."""
     r = child_build_report(tmp_path, heads, dtype, "fp8")
     check_common(r, num_warps=4, cp_async=False)
     assert r["hgmma"] == H16_S_HGMMA + H16_PV_HGMMA, r
@@ -249,7 +250,9 @@ def test_gluon_fp8_h16_stage1_sm90_build(heads, dtype, tmp_path):
     assert r["ldg128"] == 2 * H16_BLOCK_LOADS, r  # the first block, then one a loop
     assert r["ldg128_after_mma"] >= H16_BLOCK_LOADS, r
     assert r["sts128"] == H16_V_STORES + H16_Q_STORES, r
-    assert r["cta_barriers_in_loops"] <= 3, r  # V free, P^T published, the column max
+    # V free; P^T published (the column max and P again only when the vote says so).
+    assert r["cta_barriers_in_loops"] <= 3, r
+    assert r["bar_red_or"] == 1, r  # the softmax's CTA vote (_cta_any)
     assert 2 * (r["shared"] + CTA_RESERVED_SHARED) <= SM90_SHARED_PER_SM, r
     assert 2 * 128 * r["registers"] <= SM90_REGISTERS, r
     assert r["f2fp_e4m3"] >= 144 and r["hmul2"] == 0 and r["f2f_bf16_f16"] == 0, r
