@@ -1396,6 +1396,7 @@ def mla_decode_stage1_gluon_fp8_h16(
             gl.thread_barrier()
         else:
             l_acc = l_acc + p
+        # O^T += V^T P^T, an M-tile a chunk: V^T is the chunk seen transposed.
         o0 = warpgroup_mma(v0.permute((1, 0)), pt, o0, is_async=True)
         o1 = warpgroup_mma(v1.permute((1, 0)), pt, o1, is_async=True)
         o2 = warpgroup_mma(v2.permute((1, 0)), pt, o2, is_async=True)

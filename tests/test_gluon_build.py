@@ -150,6 +150,7 @@ def build_report(heads=128, dtype="bf16", kv="same"):
         "named_barriers_128": count(r"\bbar\.sync\s+\d+,\s*128;", ptx),
         "cta_barriers_in_loops": _cta_barriers_in_loops(ptx),
         "bar_red_or": count(r"\bbar\.red\.or\.pred\b", ptx),
+        "vote_any": count(r"\bvote\.sync\.any\.pred\b", ptx),
         "mma_in_flight_across_wait": _mma_in_flight_across_wait(ptx),
     }
 
@@ -185,13 +186,15 @@ def check_common(r, num_warps=8, cp_async=True):
 @pytest.mark.parametrize("heads, dtype", [(128, "bf16"), (64, "fp16"), (96, "bf16")])
 def test_gluon_seesaw_stage1_sm90_build(heads, dtype, tmp_path):
     """The 16-bit kernel's schedule: warp-specialised (one partition per warpgroup),
-    no CTA-wide barrier in its loops, an MMA in flight across an mbarrier wait."""
+    no CTA-wide barrier in its loops, an MMA in flight across an mbarrier wait, each
+    of the 4 accumulator rescales behind a warp vote (``_rescale_rows``)."""
     r = child_build_report(tmp_path, heads, dtype)
     check_common(r)
     assert r["setmaxnreg"] > 0, r
     assert r["cta_barriers_in_loops"] == 0, r
     assert r["named_barriers_128"] > 0 and r["mbarrier_waits"] > 0, r
     assert r["mma_in_flight_across_wait"], r
+    assert r["vote_any"] == 4 and r["bar_red_or"] == 0, r
 
 
 # cp.async copies of 16 bytes a thread: Q (64 x 576 16-bit) is 18 a thread, an fp8
@@ -205,9 +208,11 @@ def test_gluon_fp8_stage1_sm90_build(heads, dtype, tmp_path):
     """The fp8-cache kernel: its fp8 tile is moved by cp.async
     (the tl kernel's fp8 build loads it with plain loads: 3 cp.async, the block
     table's), two blocks in flight (``wait_group 1``), widened by the integer sequence
-    for bf16 (no scalar f16 -> bf16 conversions) and by the e4m3 cvt for fp16."""
+    for bf16 (no scalar f16 -> bf16 conversions) and by the e4m3 cvt for fp16; the
+    softmax's CTA vote (``_cta_any``)."""
     r = child_build_report(tmp_path, heads, dtype, "fp8")
     check_common(r)
+    assert r["bar_red_or"] == 1, r
     assert r["ldgsts"] >= Q_COPIES + 3 * FP8_BLOCK_COPIES, r
     assert r["ldg"] <= 8, r  # scalars and block-table entries only, never the tile
     assert r["cp_async_waits"] == ["1"], r
