@@ -4,7 +4,8 @@ Same contract as ``kernels.mla_decode_stage1`` (same pointer arguments, grid, sp
 partition, clamps and output: the normalised partial ``acc / l * kv_scale`` in
 columns ``[0, LORA)`` of the float32 buffer and the natural-log lse in column
 ``LORA``; empty splits write nothing), so ``kernels.mla_decode_stage2`` merges its
-partials unchanged. Three kernels (``kernel_for``): for 64-head tiles
+partials unchanged; with one split, the output and lse themselves, as the tl kernel
+writes them. Three kernels (``kernel_for``): for 64-head tiles
 ``mla_decode_stage1_gluon_seesaw`` for a 16-bit cache of q's dtype and
 ``mla_decode_stage1_gluon_fp8`` for a ``float8_e4m3fn`` cache with 16-bit q; under 64
 heads, ``mla_decode_stage1_gluon_fp8_h16`` for an fp8 cache (16-head tiles). What they
@@ -485,6 +486,8 @@ def _attend_block(
 @gluon.jit
 def _write_partials(
     buf_ptr,
+    out_ptr,
+    lse_ptr,
     acc,
     l_i,
     m_i,
@@ -506,30 +509,72 @@ def _write_partials(
     """Columns ``[COL0, COL0 + COLS)`` of the split's normalised partial
     ``acc / l * kv_scale`` (``acc`` holds those columns), and its natural-log lse if
     ``WRITE_LSE``, into the buffer; nothing for heads past ``NUM_HEADS`` or where
-    ``valid`` is false (an empty split)."""
+    ``valid`` is false (an empty split). With one split (``out_ptr`` given) those
+    columns of the output and the lse instead, as stage 2 would write them
+    (``_one_split_result``), an empty row's too."""
     o_layout: gl.constexpr = acc.type.layout
     s_rows: gl.constexpr = l_i.type.layout
     o_rows: gl.constexpr = gl.SliceLayout(1, o_layout)
     out_heads = tile * BLOCK_H + gl.arange(0, BLOCK_H, layout=o_rows)
-    out_off = (
-        row.to(gl.int64) * stride_buf_b
-        + out_heads.to(gl.int64) * stride_buf_h
-        + split * stride_buf_s
-    )
-    out_ok = (out_heads < NUM_HEADS) & valid
-    inv = kv_scale / gl.convert_layout(l_i, o_rows)
     d = COL0 + gl.arange(0, COLS, layout=gl.SliceLayout(0, o_layout))
-    gl.store(buf_ptr + out_off[:, None] + d[None, :], acc * inv[:, None], mask=out_ok[:, None])
-    if WRITE_LSE:
-        lse = (m_i + gl.log2(l_i)) * _LN2
-        lse_heads = tile * BLOCK_H + gl.arange(0, BLOCK_H, layout=s_rows)
-        lse_off = (
+    lse_heads = tile * BLOCK_H + gl.arange(0, BLOCK_H, layout=s_rows)
+    if out_ptr is None:
+        out_off = (
             row.to(gl.int64) * stride_buf_b
-            + lse_heads.to(gl.int64) * stride_buf_h
+            + out_heads.to(gl.int64) * stride_buf_h
             + split * stride_buf_s
-            + LORA
         )
-        gl.store(buf_ptr + lse_off, lse, mask=(lse_heads < NUM_HEADS) & valid)
+        out_ok = (out_heads < NUM_HEADS) & valid
+        inv = kv_scale / gl.convert_layout(l_i, o_rows)
+        gl.store(buf_ptr + out_off[:, None] + d[None, :], acc * inv[:, None], mask=out_ok[:, None])
+        if WRITE_LSE:
+            lse = (m_i + gl.log2(l_i)) * _LN2
+            lse_off = (
+                row.to(gl.int64) * stride_buf_b
+                + lse_heads.to(gl.int64) * stride_buf_h
+                + split * stride_buf_s
+                + LORA
+            )
+            gl.store(buf_ptr + lse_off, lse, mask=(lse_heads < NUM_HEADS) & valid)
+    else:
+        norm, lse = _one_split_result(kv_scale / l_i, (m_i + gl.log2(l_i)) * _LN2, valid)
+        out_off = (row * NUM_HEADS + out_heads).to(gl.int64) * LORA
+        out = acc * gl.convert_layout(norm, o_rows)[:, None]
+        gl.store(
+            out_ptr + out_off[:, None] + d[None, :],
+            out.to(out_ptr.dtype.element_ty),
+            mask=(out_heads < NUM_HEADS)[:, None],
+        )
+        if WRITE_LSE:
+            gl.store(lse_ptr + row * NUM_HEADS + lse_heads, lse, mask=lse_heads < NUM_HEADS)
+
+
+@gluon.jit
+def _one_split_result(norm, lse, nonempty):
+    """``kernels._one_split_result``: what stage 2 makes of a row's one partial, as
+    ``(norm, lse)`` per head: those where the lse is finite, NaN for both where it is
+    not, ``0, -inf`` where the row has no tokens."""
+    finite = gl.abs(lse) < float("inf")
+    norm = gl.where(nonempty, gl.where(finite, norm, float("nan")), 0.0)
+    lse = gl.where(nonempty, gl.where(finite, lse, float("nan")), float("-inf"))
+    return norm, lse
+
+
+@gluon.jit
+def _write_empty_row(
+    out_ptr, lse_ptr, tile, row, NUM_HEADS: gl.constexpr, LORA: gl.constexpr, BLOCK_H: gl.constexpr
+):
+    """With one split, a row without tokens: its heads' output 0 and lse -inf, as stage
+    2 writes them."""
+    layout: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [gl.num_warps(), 1], [1, 0])
+    heads = tile * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, layout))
+    d = gl.arange(0, LORA, layout=gl.SliceLayout(0, layout))
+    ok = heads < NUM_HEADS
+    out_off = (row * NUM_HEADS + heads).to(gl.int64) * LORA
+    zeros = gl.zeros([BLOCK_H, LORA], out_ptr.dtype.element_ty, layout)
+    gl.store(out_ptr + out_off[:, None] + d[None, :], zeros, mask=ok[:, None])
+    empty = gl.full([BLOCK_H], float("-inf"), gl.float32, gl.SliceLayout(1, layout))
+    gl.store(lse_ptr + row * NUM_HEADS + heads, empty, mask=ok)
 
 
 @gluon.jit
@@ -674,6 +719,8 @@ def mla_decode_stage1_gluon_fp8(
     kv_scale_ptr,
     buf_in_ptr,  # noqa: ARG001 (the aliased buffer as an input, never read)
     buf_ptr,
+    out_ptr,
+    lse_ptr,
     SM_SCALE: gl.constexpr,
     NUM_HEADS: gl.constexpr,
     PAGE_SIZE: gl.constexpr,
@@ -705,11 +752,16 @@ def mla_decode_stage1_gluon_fp8(
     tile = gl.program_id(0)
     row = gl.program_id(1)
     split = gl.program_id(2)
-    num_splits = gl.load(num_splits_ptr)
-    if split >= num_splits:
-        return
+    if out_ptr is None:
+        num_splits = gl.load(num_splits_ptr)
+        if split >= num_splits:
+            return
+    else:
+        num_splits = 1  # the one split: the whole row
     start, end = _split_range(seq_lens_ptr, row, num_splits, split, CAPACITY)
     if end <= start:
+        if out_ptr is not None:
+            _write_empty_row(out_ptr, lse_ptr, tile, row, NUM_HEADS, LORA, BLOCK_H)
         return  # stage 2 skips empty splits; nothing to write.
 
     # Register layouts. Q: 16 bytes (8 elements) a thread. fp8 copies: 16 bytes (16
@@ -873,6 +925,8 @@ def mla_decode_stage1_gluon_fp8(
 
     _write_partials(
         buf_ptr,
+        out_ptr,
+        lse_ptr,
         acc,
         gl.sum(l_acc, 1),
         m_i,
@@ -1184,11 +1238,13 @@ def _rescale_rows(acc, scale, i, rows_layout: gl.constexpr, ASM: gl.constexpr):
 
 
 @gluon.jit
-def _store_rows(buf_ptr, out_off, out_ok, acc, norm, ROW0: gl.constexpr, rows_layout: gl.constexpr):
+def _store_rows(dst_ptr, out_off, out_ok, acc, norm, ROW0: gl.constexpr, rows_layout: gl.constexpr):
     """Latent dims ``[ROW0, ROW0 + 64)`` of the normalised partial (``acc``: that M-tile
-    of ``O^T``; ``norm``: a head's ``kv_scale / l``) into the buffer."""
+    of ``O^T``; ``norm``: a head's ``kv_scale / l``) into the buffer, or with one split
+    into the output (in its dtype)."""
     d = ROW0 + gl.arange(0, _CHUNK, layout=rows_layout)
-    gl.store(buf_ptr + out_off[None, :] + d[:, None], acc * norm[None, :], mask=out_ok[None, :])
+    out = (acc * norm[None, :]).to(dst_ptr.dtype.element_ty)
+    gl.store(dst_ptr + out_off[None, :] + d[:, None], out, mask=out_ok[None, :])
 
 
 @gluon.jit
@@ -1202,6 +1258,8 @@ def mla_decode_stage1_gluon_fp8_h16(
     kv_scale_ptr,
     buf_in_ptr,  # noqa: ARG001 (the aliased buffer as an input, never read)
     buf_ptr,
+    out_ptr,
+    lse_ptr,
     SM_SCALE: gl.constexpr,
     NUM_HEADS: gl.constexpr,
     PAGE_SIZE: gl.constexpr,
@@ -1233,11 +1291,16 @@ def mla_decode_stage1_gluon_fp8_h16(
     tile = gl.program_id(0)
     row = gl.program_id(1)
     split = gl.program_id(2)
-    num_splits = gl.load(num_splits_ptr)
-    if split >= num_splits:
-        return
+    if out_ptr is None:
+        num_splits = gl.load(num_splits_ptr)
+        if split >= num_splits:
+            return
+    else:
+        num_splits = 1  # the one split: the whole row
     start, end = _split_range(seq_lens_ptr, row, num_splits, split, CAPACITY)
     if end <= start:
+        if out_ptr is not None:
+            _write_empty_row(out_ptr, lse_ptr, tile, row, NUM_HEADS, LORA, BLOCK_H)
         return  # stage 2 skips empty splits; nothing to write.
 
     # The MMAs' accumulators, one warpgroup, N = BLOCK_H: S^T (tokens x heads) and O^T
@@ -1411,23 +1474,32 @@ def mla_decode_stage1_gluon_fp8_h16(
 
     l_i = gl.sum(l_acc, 0)
     out_heads = tile * BLOCK_H + gl.arange(0, BLOCK_H, layout=cols_layout)
-    out_off = (
-        row.to(gl.int64) * stride_buf_b
-        + out_heads.to(gl.int64) * stride_buf_h
-        + split * stride_buf_s
-    )
     out_ok = out_heads < NUM_HEADS
-    norm = kv_scale / l_i
-    _store_rows(buf_ptr, out_off, out_ok, o0, norm, 0, rows_layout)
-    _store_rows(buf_ptr, out_off, out_ok, o1, norm, 64, rows_layout)
-    _store_rows(buf_ptr, out_off, out_ok, o2, norm, 128, rows_layout)
-    _store_rows(buf_ptr, out_off, out_ok, o3, norm, 192, rows_layout)
-    _store_rows(buf_ptr, out_off, out_ok, o4, norm, 256, rows_layout)
-    _store_rows(buf_ptr, out_off, out_ok, o5, norm, 320, rows_layout)
-    _store_rows(buf_ptr, out_off, out_ok, o6, norm, 384, rows_layout)
-    _store_rows(buf_ptr, out_off, out_ok, o7, norm, 448, rows_layout)
-    lse = (m_i + gl.log2(l_i)) * _LN2
-    gl.store(buf_ptr + out_off + LORA, lse, mask=out_ok)
+    if out_ptr is None:
+        dst_ptr = buf_ptr
+        out_off = (
+            row.to(gl.int64) * stride_buf_b
+            + out_heads.to(gl.int64) * stride_buf_h
+            + split * stride_buf_s
+        )
+        norm = kv_scale / l_i
+    else:
+        dst_ptr = out_ptr
+        out_off = (row * NUM_HEADS + out_heads).to(gl.int64) * LORA
+        norm, lse = _one_split_result(kv_scale / l_i, (m_i + gl.log2(l_i)) * _LN2, True)
+    _store_rows(dst_ptr, out_off, out_ok, o0, norm, 0, rows_layout)
+    _store_rows(dst_ptr, out_off, out_ok, o1, norm, 64, rows_layout)
+    _store_rows(dst_ptr, out_off, out_ok, o2, norm, 128, rows_layout)
+    _store_rows(dst_ptr, out_off, out_ok, o3, norm, 192, rows_layout)
+    _store_rows(dst_ptr, out_off, out_ok, o4, norm, 256, rows_layout)
+    _store_rows(dst_ptr, out_off, out_ok, o5, norm, 320, rows_layout)
+    _store_rows(dst_ptr, out_off, out_ok, o6, norm, 384, rows_layout)
+    _store_rows(dst_ptr, out_off, out_ok, o7, norm, 448, rows_layout)
+    if out_ptr is None:
+        lse = (m_i + gl.log2(l_i)) * _LN2
+        gl.store(buf_ptr + out_off + LORA, lse, mask=out_ok)
+    else:
+        gl.store(lse_ptr + row * NUM_HEADS + out_heads, lse, mask=out_ok)
 
 
 # --------------------------------------------------------------------------------------
@@ -1488,6 +1560,8 @@ def _seesaw_wg0(
     l_smem,
     bars,
     buf_ptr,
+    out_ptr,
+    lse_ptr,
     kv_scale,
     qk_scale,
     tile,
@@ -1598,6 +1672,8 @@ def _seesaw_wg0(
     l_i = l_i + l_smem.index(1).load(s_rows)
     _write_partials(
         buf_ptr,
+        out_ptr,
+        lse_ptr,
         acc,
         l_i,
         m_i,
@@ -1630,6 +1706,8 @@ def _seesaw_wg1(
     kv_ptr,
     bt_row,
     buf_ptr,
+    out_ptr,
+    lse_ptr,
     kv_scale,
     qk_scale,
     tile,
@@ -1789,6 +1867,8 @@ def _seesaw_wg1(
     l_i = l_i + l_smem.index(0).load(s_rows)
     _write_partials(
         buf_ptr,
+        out_ptr,
+        lse_ptr,
         acc,
         l_i,
         m_i,
@@ -1820,6 +1900,8 @@ def mla_decode_stage1_gluon_seesaw(
     kv_scale_ptr,
     buf_in_ptr,  # noqa: ARG001 (the aliased buffer as an input, never read)
     buf_ptr,
+    out_ptr,
+    lse_ptr,
     SM_SCALE: gl.constexpr,
     NUM_HEADS: gl.constexpr,
     PAGE_SIZE: gl.constexpr,
@@ -1849,8 +1931,12 @@ def mla_decode_stage1_gluon_seesaw(
     row = gl.program_id(1)
     split = gl.program_id(2)
     # No early return (the worker warpgroup must still be started and stopped): an
-    # empty or surplus split runs no pair and stores nothing.
-    num_splits = gl.load(num_splits_ptr)
+    # empty or surplus split runs no pair and stores nothing (with one split, an empty
+    # row's output and lse, _write_partials).
+    if out_ptr is None:
+        num_splits = gl.load(num_splits_ptr)
+    else:
+        num_splits = 1  # the one split: the whole row
     start, end = _split_range(seq_lens_ptr, row, num_splits, split, CAPACITY)
     valid = (split < num_splits) & (end > start)
     first = start - start % BLOCK_N
@@ -1952,6 +2038,8 @@ def mla_decode_stage1_gluon_seesaw(
                     l_smem,
                     bars,
                     buf_ptr,
+                    out_ptr,
+                    lse_ptr,
                     kv_scale,
                     qk_scale,
                     tile,
@@ -1984,6 +2072,8 @@ def mla_decode_stage1_gluon_seesaw(
                     kv_ptr,
                     bt_row,
                     buf_ptr,
+                    out_ptr,
+                    lse_ptr,
                     kv_scale,
                     qk_scale,
                     tile,

@@ -14,11 +14,21 @@ Stage 2, one program per (row, block of heads, block of output columns): merges 
 row's non-empty splits into the output and the log-sum-exp; a row with no tokens gets
 ``out = 0, lse = -inf``.
 
+With one split (``grid_splits == 1``) there is nothing to merge: stage 1 writes the
+output and the log-sum-exp itself, as stage 2 would from that one partial (the same
+values wherever the lse is finite; NaN in both where it is not, so a live row never
+reads as empty; ``0, -inf`` for a row with no tokens), and stage 2 is not launched.
+Its launch passes ``out_ptr`` and ``lse_ptr`` and no buffer (``buf_in_ptr`` and
+``buf_ptr`` are None, constexprs); a split launch passes the buffer and None for the
+other two (``stage1_pointers``).
+
 The split count arrives as a one-element int32 array so it can change per step
 without a recompilation; programs whose split index is at or past it exit at once.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import triton
 import triton.language as tl
@@ -54,6 +64,18 @@ def _safe_page(page, NUM_PAGES: tl.constexpr):
     select and the block's base address in uniform registers, where a clamp moved the
     address arithmetic to every thread, 1-3% at 16-head tiles.)"""
     return tl.where(page.to(tl.uint32) < NUM_PAGES, page, 0)
+
+
+@triton.jit
+def _one_split_result(norm, lse, nonempty):
+    """What stage 2 makes of a row's one partial, as ``(norm, lse)`` per head (the
+    output is ``acc * norm``): ``norm`` (``kv_scale / l``) and ``lse`` where the lse is
+    finite; NaN for both where it is not (a live row's infinite lse is NaN after stage
+    2's merge, never the empty row's -inf); ``0, -inf`` where the row has no tokens."""
+    finite = tl.abs(lse) < float("inf")
+    norm = tl.where(nonempty, tl.where(finite, norm, float("nan")), 0.0)
+    lse = tl.where(nonempty, tl.where(finite, lse, float("nan")), float("-inf"))
+    return norm, lse
 
 
 @triton.jit
@@ -124,6 +146,8 @@ def mla_decode_stage1(
     kv_scale_ptr,
     buf_in_ptr,
     buf_ptr,
+    out_ptr,
+    lse_ptr,
     SM_SCALE: tl.constexpr,
     NUM_HEADS: tl.constexpr,
     PAGE_SIZE: tl.constexpr,
@@ -153,14 +177,19 @@ def mla_decode_stage1(
     tile = tl.program_id(0)
     row = tl.program_id(1)
     split = tl.program_id(2)
-    num_splits = tl.load(num_splits_ptr)
-    if split >= num_splits:
-        return
     # Clamped to the block table's row, so no split reads past it.
     seq_len = tl.minimum(tl.maximum(tl.load(seq_lens_ptr + row), 0), CAPACITY)
-    start, end = _split_range(seq_len, num_splits, split)
-    if end <= start:
-        return  # stage 2 skips empty splits; nothing to write.
+    if out_ptr is None:
+        num_splits = tl.load(num_splits_ptr)
+        if split >= num_splits:
+            return
+        start, end = _split_range(seq_len, num_splits, split)
+        if end <= start:
+            return  # stage 2 skips empty splits; nothing to write.
+    else:
+        # The one split: the whole row, an empty one included (its output is written).
+        start = 0
+        end = seq_len
 
     heads = tile * BLOCK_H + tl.arange(0, BLOCK_H)
     head_mask = heads < NUM_HEADS
@@ -281,19 +310,30 @@ def mla_decode_stage1(
                 LORA_CHUNKS,
             )
 
-    out_off = (
-        row.to(tl.int64) * stride_buf_b
-        + heads[:, None].to(tl.int64) * stride_buf_h
-        + split * stride_buf_s
-    )
-    for i in tl.static_range(LORA_CHUNKS):
-        tl.store(
-            buf_ptr + out_off + i * CHUNK + d_lora[None, :],
-            acc[i] * (kv_scale / l_i[:, None]),
-            mask=head_mask[:, None],
-        )
     lse = (m_i + tl.log2(l_i)) * _LN2
-    tl.store(buf_ptr + out_off + LORA, lse[:, None], mask=head_mask[:, None])
+    if out_ptr is None:
+        out_off = (
+            row.to(tl.int64) * stride_buf_b
+            + heads[:, None].to(tl.int64) * stride_buf_h
+            + split * stride_buf_s
+        )
+        for i in tl.static_range(LORA_CHUNKS):
+            tl.store(
+                buf_ptr + out_off + i * CHUNK + d_lora[None, :],
+                acc[i] * (kv_scale / l_i[:, None]),
+                mask=head_mask[:, None],
+            )
+        tl.store(buf_ptr + out_off + LORA, lse[:, None], mask=head_mask[:, None])
+    else:
+        norm, lse = _one_split_result(kv_scale / l_i, lse, end > start)
+        out_off = (row * NUM_HEADS + heads[:, None]).to(tl.int64) * LORA
+        for i in tl.static_range(LORA_CHUNKS):
+            tl.store(
+                out_ptr + out_off + i * CHUNK + d_lora[None, :],
+                (acc[i] * norm[:, None]).to(out_ptr.dtype.element_ty),
+                mask=head_mask[:, None],
+            )
+        tl.store(lse_ptr + row * NUM_HEADS + heads, lse, mask=head_mask)
 
 
 @triton.jit
@@ -456,16 +496,18 @@ def launch_params(
     float32_inputs: bool,
     batch_tokens: int | None = None,
     config: dict[str, int] | None = None,
-) -> tuple[dict, dict]:
+) -> tuple[dict, dict | None]:
     """Grids, options and constexpr arguments of both stages (element strides).
 
     Returns ``(stage1, stage2)``, each ``{"grid", "num_warps", "num_stages",
-    "constexprs"}``; the JAX backend and the interpreter tests both launch
-    from these, so they cannot disagree. ``float32_inputs`` keeps float32 dots
-    exact (no TF32); ``batch_tokens``: ``batch`` times the longest row's length when
-    known at trace time, else None (it picks the head tile, ``stage1_config``; pass
-    what the split count was planned with, ``splits.occupancy_kv_splits``); ``config``
-    overrides entries of ``stage1_config`` (for tuning).
+    "constexprs"}``; with one split (``grid_splits == 1``) stage 1 writes the output
+    itself and ``stage2`` is None (stage 1's pointers: ``stage1_pointers``). The JAX
+    backend and the interpreter tests both launch from these, so they cannot disagree.
+    ``float32_inputs`` keeps float32 dots exact (no TF32); ``batch_tokens``: ``batch``
+    times the longest row's length when known at trace time, else None (it picks the
+    head tile, ``stage1_config``; pass what the split count was planned with,
+    ``splits.occupancy_kv_splits``); ``config`` overrides entries of ``stage1_config``
+    (for tuning).
     """
     cfg = stage1_config(num_heads, float32_inputs, batch_tokens) | (config or {})
     buf = {
@@ -504,6 +546,8 @@ def launch_params(
             DOT_PRECISION="ieee" if float32_inputs else "tf32",
         ),
     }
+    if grid_splits == 1:
+        return stage1, None
     tiles = stage2_tiling(grid_splits, num_heads, kv_lora_rank, batch)
     stage2 = {
         "grid": (
@@ -522,3 +566,23 @@ def launch_params(
         ),
     }
     return stage1, stage2
+
+
+def stage1_absent(one_split: bool) -> dict[str, None]:
+    """Stage 1's pointer parameters a launch does not pass, each None (Triton compiles a
+    None as a constexpr and leaves out the code that would use it): the output and lse
+    where stage 2 runs, the logits buffer with ``one_split`` (``launch_params`` gave no
+    stage 2)."""
+    names = ("buf_in_ptr", "buf_ptr") if one_split else ("out_ptr", "lse_ptr")
+    return dict.fromkeys(names)
+
+
+def stage1_pointers(one_split: bool, buffer: Any, out: Any, lse: Any) -> dict[str, Any]:
+    """Stage 1's pointer arguments after its inputs, by name, for a launch by Triton's
+    own launcher (or its interpreter): the logits buffer as the aliased input and the
+    output, or with ``one_split`` ``out`` and ``lse``; the others None
+    (``stage1_absent``)."""
+    given = (
+        {"out_ptr": out, "lse_ptr": lse} if one_split else {"buf_in_ptr": buffer, "buf_ptr": buffer}
+    )
+    return given | stage1_absent(one_split)

@@ -7,6 +7,8 @@ buffer, then the same tl stage 2 on each buffer, and checks:
   * out / lse after stage 2 against a float64 torch reference (both paths);
   * the Gluon partials against the tl partials, slot by slot (non-empty splits);
   * that the Gluon kernel wrote nothing into empty splits (their slots stay NaN).
+With one split stage 1 writes out / lse itself (no stage 2): the Gluon output is
+compared with the tl one, and the buffer must stay NaN.
 Cases: bf16 and fp16, H in {64, 128}, B in {1, 4, 16, 128}, L in {1024, 4096, 16384};
 ragged batches (zero lengths, lengths off the 64 grid, one past the table's capacity,
 rows past each length NaN, an out-of-range page index in the table) at several split
@@ -166,22 +168,34 @@ class Launch:
         self.compiled = None
 
     def stage1(self, name):
+        """Stage 1 into path ``name``'s buffer, or with one split into ``out``/``lse``."""
         q, pool, table, lens = self.args
-        buf = self.buf[name]
-        args = (q, q, pool, table, lens, self.ns, self.kv_scale, buf, buf)
+        pointers = kernels.stage1_pointers(self.s2 is None, self.buf[name], self.out, self.lse)
+        args = (q, q, pool, table, lens, self.ns, self.kv_scale)
         if name == "tl":
             s1 = self.s1
             kernels.mla_decode_stage1[s1["grid"]](
-                *args, num_warps=s1["num_warps"], num_stages=s1["num_stages"], **s1["constexprs"]
+                *args,
+                **pointers,
+                num_warps=s1["num_warps"],
+                num_stages=s1["num_stages"],
+                **s1["constexprs"],
             )
         else:
             g1 = self.g1
             self.compiled = self.gluon_kernel[g1["grid"]](
-                *args, num_warps=g1["num_warps"], num_stages=g1["num_stages"], **g1["constexprs"]
+                *args,
+                **pointers,
+                num_warps=g1["num_warps"],
+                num_stages=g1["num_stages"],
+                **g1["constexprs"],
             )
 
     def stage2(self, name):
+        """Stage 2 on path ``name``'s buffer; nothing with one split."""
         s2 = self.s2
+        if s2 is None:
+            return
         kernels.mla_decode_stage2[s2["grid"]](
             self.buf[name],
             self.args[3],
@@ -266,18 +280,24 @@ def check(name, q, pool, table, lens, splits, kv_scale=1.0, widen=None, routed=T
     """Runs both paths on one problem; prints one line; returns whether it passed."""
     run = Launch(q, pool, table, lens, splits, kv_scale, widen, routed=routed)
     ref_out, ref_lse = reference(q, pool, table, lens, SCALE, kv_scale)
-    errs = {}
+    errs, outs = {}, {}
     for path in ("tl", "gluon"):
         run.out.fill_(float("nan"))
         run.lse.fill_(float("nan"))
         run.both(path)
         torch.cuda.synchronize()
         errs[path] = (out_error(run.out, ref_out), lse_error(run.lse, ref_lse))
+        outs[path] = run.out.float().clone()
     live = live_splits(lens, splits, table.shape[1] * PAGE)  # [B, S]
     gl_buf, tl_buf = run.buf["gluon"], run.buf["tl"]
-    part = (gl_buf - tl_buf).abs()[live.unsqueeze(1).expand(-1, q.shape[1], -1)]
+    if splits == 1:
+        # Stage 1 wrote the outputs, and no buffer slot: "partials" are the outputs.
+        part = (outs["gluon"] - outs["tl"]).abs()
+        dead = torch.ones_like(gl_buf, dtype=torch.bool)
+    else:
+        part = (gl_buf - tl_buf).abs()[live.unsqueeze(1).expand(-1, q.shape[1], -1)]
+        dead = ~live.unsqueeze(1).expand(-1, q.shape[1], -1)
     part_err = float(part.nan_to_num(float("inf")).max()) if part.numel() else 0.0
-    dead = ~live.unsqueeze(1).expand(-1, q.shape[1], -1)
     wrote_dead = bool((~torch.isnan(gl_buf[dead])).any())
     ok = (
         errs["gluon"][0] <= OUT_ATOL
@@ -403,7 +423,7 @@ def run_ragged(
     for heads in heads_list:
         q = torch.randn(len(lens), heads, D, generator=gen, device="cuda").to(q_dtype)
         occ = occupancy_kv_splits(len(lens), heads, PAGES_PER_SEQ * PAGE, sm)
-        for splits in sorted({occ, 7, MAX_SPLITS}):
+        for splits in sorted({occ, 1, 7, MAX_SPLITS}):  # 1: stage 1 writes the output
             ok &= check(
                 f"ragged {dtype_name} H={heads} B={len(lens)}",
                 q,

@@ -50,7 +50,7 @@ def compile_stage1(heads, page, dtype, kv_dtype, config):
     spec = _launch.kernel_spec(
         kernels.mla_decode_stage1,
         runtime,
-        stage1["constexprs"],
+        stage1["constexprs"] | kernels.stage1_absent(False),
         num_warps=stage1["num_warps"],
         num_stages=stage1["num_stages"],
     )

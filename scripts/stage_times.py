@@ -109,6 +109,15 @@ def launchers(q, kv, table, lens, splits, module=kernels, batch_tokens=None, glu
         s1 = _gluon_kernels.launch_params(kv_dtype=kv_dtype, **problem)
         stage1_kernel = _gluon_kernels.kernel_for(kv_dtype, heads)
 
+    # With one split stage 1 writes out / lse and there is no stage 2 (``stage2`` is a
+    # no-op); versions before that take the buffer only.
+    pointers = (
+        module.stage1_pointers(s2 is None, buf, out, lse)
+        if hasattr(module, "stage1_pointers")
+        else {}
+    )
+    buffers = () if pointers else (buf, buf)
+
     def stage1():
         stage1_kernel[s1["grid"]](
             q,
@@ -118,14 +127,17 @@ def launchers(q, kv, table, lens, splits, module=kernels, batch_tokens=None, glu
             lens,
             ns,
             kv_scale,
-            buf,
-            buf,
+            *buffers,
+            **pointers,
             num_warps=s1["num_warps"],
             num_stages=s1["num_stages"],
             **s1["constexprs"],
         )
 
-    def stage2(num_warps=s2["num_warps"], **tiling):
+    def stage2(num_warps=None, **tiling):
+        if s2 is None:
+            return
+        num_warps = num_warps or s2["num_warps"]
         constexprs = s2["constexprs"] | tiling
         grid = (
             s2["grid"]

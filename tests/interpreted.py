@@ -57,6 +57,8 @@ def run(
     poison: int = 0,
 ):
     """Both stages on numpy inputs (in a pool worker); returns numpy ``(out, lse, buffer)``.
+    With one split (``grid_splits``, else ``num_splits``, of 1) stage 1 alone, which
+    writes the output and leaves the buffer as it was.
 
     ``q`` is ``[B, H, lora + rope]``; ``buffer`` float32 ``[rows, H, splits, lora + 1]``
     keeps its contents where the kernel does not write. Outputs start as NaN.
@@ -112,10 +114,12 @@ def run(
         batch_tokens=batch_tokens,
         config=config,
     )
+    pointers = kernels.stage1_pointers(stage2 is None, buf_t, out_t, lse_t)
     kernels.mla_decode_stage1[stage1["grid"]](
-        q_t, q_t, kv_t, bt_t, sl_t, ns_t, scale_t, buf_t, buf_t, **stage1["constexprs"]
+        q_t, q_t, kv_t, bt_t, sl_t, ns_t, scale_t, **pointers, **stage1["constexprs"]
     )
-    kernels.mla_decode_stage2[stage2["grid"]](
-        buf_t, sl_t, ns_t, out_t, lse_t, **stage2["constexprs"]
-    )
+    if stage2 is not None:
+        kernels.mla_decode_stage2[stage2["grid"]](
+            buf_t, sl_t, ns_t, out_t, lse_t, **stage2["constexprs"]
+        )
     return out_t.float().numpy(), lse_t.numpy(), buf_t.numpy()

@@ -25,12 +25,12 @@ import pytest
 SM90_SHARED_BYTES = 232448  # 227 KB: the most one block may ask for on an H100/H200
 
 
-def compile_sm90(heads=128, dtype="bf16", kv="same"):
+def compile_sm90(heads=128, dtype="bf16", kv="same", splits=4):
     """The sm_90 build of the Gluon stage 1 for a B=128, page-64 problem: q in
     ``dtype``, the cache in ``dtype`` (``kv="same"``) or fp8 (``kv="fp8"``: the fp8
-    kernel)."""
+    kernel); ``splits=1``: the one-split build, which writes the output itself."""
     from mla_jax import _gluon_kernels as gk
-    from mla_jax import _launch
+    from mla_jax import _launch, kernels
 
     pages = 128 * 256
     stage1 = gk.launch_params(
@@ -43,22 +43,24 @@ def compile_sm90(heads=128, dtype="bf16", kv="same"):
         kv_lora_rank=512,
         rope_dim=64,
         scale=0.1,
-        grid_splits=4,
+        grid_splits=splits,
         q_nope_strides=(heads * 576, 576, 1),
         q_pe_strides=(heads * 576, 576, 1),
         qp_offset=512,
         kv_strides=(64 * 576, 576, 1),
         block_table_strides=(256, 1),
-        buffer_strides=(heads * 4 * 513, 4 * 513, 513, 1),
+        buffer_strides=(heads * splits * 513, splits * 513, 513, 1),
     )
     kv_type = "fp8e4nv" if kv == "fp8" else dtype
-    runtime = [f"*{dtype}"] * 2 + [f"*{kv_type}"] + ["*i32"] * 3 + ["*fp32"] * 3
+    runtime = [f"*{dtype}"] * 2 + [f"*{kv_type}"] + ["*i32"] * 3 + ["*fp32"]
+    # Then the buffer in and out, or with one split the output and lse.
+    runtime += [f"*{dtype}", "*fp32"] if splits == 1 else ["*fp32", "*fp32"]
     spec = _launch.kernel_spec(
         gk.kernel_for(
             gk.FP8 if kv == "fp8" else {"bf16": "bfloat16", "fp16": "float16"}[dtype], heads
         ),
         runtime,
-        stage1["constexprs"],
+        stage1["constexprs"] | kernels.stage1_absent(splits == 1),
         num_warps=stage1["num_warps"],
         num_stages=stage1["num_stages"],
     )
@@ -90,11 +92,11 @@ def _cta_barriers_in_loops(ptx):
     return len(re.findall(r"\b(?:bar|barrier)\.sync\s+(?!1;)\d+;", body))
 
 
-def build_report(heads=128, dtype="bf16", kv="same"):
-    """Counts read from the build: registers and spills (ptxas -v), SASS opcodes,
-    shared memory and global scratch from the metadata, and the PTX's barriers and
-    warpgroup MMA waits."""
-    compiled = compile_sm90(heads, dtype, kv)
+def build_report(heads=128, dtype="bf16", kv="same", splits=4):
+    """Counts read from the build (``compile_sm90``'s arguments): registers and spills
+    (ptxas -v), SASS opcodes, shared memory and global scratch from the metadata, and
+    the PTX's barriers and warpgroup MMA waits."""
+    compiled = compile_sm90(heads, dtype, kv, int(splits))
     ptx = compiled.asm["ptx"]
     with tempfile.TemporaryDirectory() as tmp:
         ptx_path = os.path.join(tmp, "k.ptx")
@@ -155,11 +157,11 @@ def build_report(heads=128, dtype="bf16", kv="same"):
     }
 
 
-def child_build_report(tmp_path, heads, dtype, kv="same"):
+def child_build_report(tmp_path, heads, dtype, kv="same", splits=4):
     """``build_report`` in a child process with an empty Triton cache."""
     env = os.environ | {"TRITON_CACHE_DIR": str(tmp_path)}
     proc = subprocess.run(
-        [sys.executable, __file__, str(heads), dtype, kv],
+        [sys.executable, __file__, str(heads), dtype, kv, str(splits)],
         capture_output=True,
         text=True,
         timeout=600,
@@ -183,12 +185,15 @@ def check_common(r, num_warps=8, cp_async=True):
     assert r["num_warps"] == num_warps, r  # the seesaw's 8: 4 (default partition) + 4 (worker)
 
 
-@pytest.mark.parametrize("heads, dtype", [(128, "bf16"), (64, "fp16"), (96, "bf16")])
-def test_gluon_seesaw_stage1_sm90_build(heads, dtype, tmp_path):
+# Each kernel's one-split build (which writes the output itself) at one of its cases.
+@pytest.mark.parametrize(
+    "heads, dtype, splits", [(128, "bf16", 1), (64, "fp16", 4), (96, "bf16", 4)]
+)
+def test_gluon_seesaw_stage1_sm90_build(heads, dtype, splits, tmp_path):
     """The 16-bit kernel's schedule: warp-specialised (one partition per warpgroup),
     no CTA-wide barrier in its loops, an MMA in flight across an mbarrier wait, each
     of the 4 accumulator rescales behind a warp vote (``_rescale_rows``)."""
-    r = child_build_report(tmp_path, heads, dtype)
+    r = child_build_report(tmp_path, heads, dtype, splits=splits)
     check_common(r)
     assert r["setmaxnreg"] > 0, r
     assert r["cta_barriers_in_loops"] == 0, r
@@ -203,14 +208,16 @@ def test_gluon_seesaw_stage1_sm90_build(heads, dtype, tmp_path):
 Q_COPIES, FP8_BLOCK_COPIES = 18, 9
 
 
-@pytest.mark.parametrize("heads, dtype", [(128, "bf16"), (64, "fp16"), (96, "bf16")])
-def test_gluon_fp8_stage1_sm90_build(heads, dtype, tmp_path):
+@pytest.mark.parametrize(
+    "heads, dtype, splits", [(128, "bf16", 1), (64, "fp16", 4), (96, "bf16", 4)]
+)
+def test_gluon_fp8_stage1_sm90_build(heads, dtype, splits, tmp_path):
     """The fp8-cache kernel: its fp8 tile is moved by cp.async
     (the tl kernel's fp8 build loads it with plain loads: 3 cp.async, the block
     table's), two blocks in flight (``wait_group 1``), widened by the integer sequence
     for bf16 (no scalar f16 -> bf16 conversions) and by the e4m3 cvt for fp16; the
     softmax's CTA vote (``_cta_any``)."""
-    r = child_build_report(tmp_path, heads, dtype, "fp8")
+    r = child_build_report(tmp_path, heads, dtype, "fp8", splits)
     check_common(r)
     assert r["bar_red_or"] == 1, r
     assert r["ldgsts"] >= Q_COPIES + 3 * FP8_BLOCK_COPIES, r
@@ -237,8 +244,10 @@ H16_S_HGMMA, H16_PV_HGMMA, H16_BLOCK_LOADS, H16_V_STORES, H16_Q_STORES = 36, 32,
 SM90_SHARED_PER_SM, CTA_RESERVED_SHARED, SM90_REGISTERS = 233472, 1024, 65536
 
 
-@pytest.mark.parametrize("heads, dtype", [(16, "bf16"), (16, "fp16"), (20, "bf16"), (32, "fp16")])
-def test_gluon_fp8_h16_stage1_sm90_build(heads, dtype, tmp_path):
+@pytest.mark.parametrize(
+    "heads, dtype, splits", [(16, "bf16", 4), (16, "fp16", 1), (20, "bf16", 4), (32, "fp16", 4)]
+)
+def test_gluon_fp8_h16_stage1_sm90_build(heads, dtype, splits, tmp_path):
     """The 16-head fp8 kernel: one warpgroup; tokens on the warpgroup MMA's M (68 HGMMA
     a block, none padded), S^T's 36 with their A operand in registers (the widened
     loads, no shared-memory round trip), O^T's 32 from the widened block in shared
@@ -247,7 +256,7 @@ def test_gluon_fp8_h16_stage1_sm90_build(heads, dtype, tmp_path):
     fp16 MMAs whatever q's dtype, so the widening is the e4m3 cvt alone; the latent
     stored by 16-byte stores, with no CTA barrier between its chunks; no spills; two
     CTAs an SM by shared memory and registers; the softmax's CTA vote."""
-    r = child_build_report(tmp_path, heads, dtype, "fp8")
+    r = child_build_report(tmp_path, heads, dtype, "fp8", splits)
     check_common(r, num_warps=4, cp_async=False)
     assert r["hgmma"] == H16_S_HGMMA + H16_PV_HGMMA, r
     assert r["hgmma_register_a"] == H16_S_HGMMA, r
@@ -376,7 +385,7 @@ def test_stage1_is_the_gluon_kernel_where_it_wins(
     for a 16-bit cache under 64 heads;
     ``_triton_backend.use_gluon``): the seesaw one for a 16-bit cache, an fp8 one for an
     fp8 cache (16-head tiles under 64 heads); else to the tl kernel.
-    Stage 2 is the same either way."""
+    Stage 2 is the same either way, and absent where the grid has one split."""
     import mla_jax
     from tests.cases import buffer_spec
     from tests.test_kernel_cache import custom_calls, kernel_call
@@ -405,8 +414,12 @@ def test_stage1_is_the_gluon_kernel_where_it_wins(
         buffer_spec(batch, heads, 64, policy="occupancy"),
     )
     text = jax.jit(step, donate_argnums=4).trace(*args).lower(lowering_platforms=("cuda",))
-    stage1, stage2 = (kernel_call(line) for line in custom_calls(text.as_text()))
-    assert (stage1["kernel_name"], stage2["kernel_name"]) == (kernel, "mla_decode_stage2")
+    calls = [kernel_call(line)["kernel_name"] for line in custom_calls(text.as_text())]
+    splits = mla_jax.kv_splits(
+        "occupancy", batch=batch, num_heads=heads, max_seq_len=length, sm_count=132
+    )
+    # With one split stage 1 writes the output: no stage 2.
+    assert calls == [kernel] + (["mla_decode_stage2"] if splits > 1 else [])
 
 
 if __name__ == "__main__":

@@ -63,8 +63,9 @@ def kernel_call(line: str) -> dict:
 def decode_step(q, kv, bt, sl, buf):
     import mla_jax
 
+    # 1024 tokens: two splits under vLLM's rule, so both stages run.
     return mla_jax.mla_decode(
-        q, kv, bt, sl, buf, scale=0.1, max_seq_len=256, backend="triton", compute_capability=90
+        q, kv, bt, sl, buf, scale=0.1, max_seq_len=1024, backend="triton", compute_capability=90
     )
 
 
@@ -73,8 +74,8 @@ def decode_args():
 
     return (
         S((2, 16, 576), jnp.bfloat16),
-        S((8, 64, 576), jnp.bfloat16),
-        S((2, 4), jnp.int32),
+        S((32, 64, 576), jnp.bfloat16),
+        S((2, 16), jnp.int32),
         S((2,), jnp.int32),
         buffer_spec(2, 16, 2),
     )

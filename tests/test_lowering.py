@@ -140,6 +140,50 @@ def test_both_kernels_compile_for_sm90_and_buffer_is_aliased(dtype, heads, batch
     )
 
 
+@pytest.mark.parametrize("heads", [16, 128])
+def test_one_split_is_stage_1_alone_writing_the_output(heads):
+    """Where the grid has one split (a static length at B=128, H=128 under the
+    occupancy rule; batch-invariant mode at any shape), the step lowers one kernel: stage
+    1 without the logits buffer among its operands, writing out (q's dtype) and lse;
+    the buffer is returned as it came, still donated."""
+    batch_invariant = heads == 16
+    spec = jax.ShapeDtypeStruct
+    batch, pages, page = 128, 4, 64
+
+    def step(q, kv, bt, sl, buf):
+        return mla_jax.mla_decode(
+            q,
+            kv,
+            bt,
+            sl,
+            buf,
+            scale=0.1,
+            max_seq_len=None if batch_invariant else pages * page,
+            batch_invariant=batch_invariant,
+            backend="triton",
+            compute_capability=90,
+        )
+
+    text = export.export(
+        jax.jit(step, donate_argnums=4), platforms=["cuda"], disabled_checks=DISABLED
+    )(
+        spec((batch, heads, 576), jnp.float16),
+        spec((batch * pages, page, 576), jnp.float16),
+        spec((batch, pages), jnp.int32),
+        spec((batch,), jnp.int32),
+        buffer_spec(batch, heads, 4, policy="occupancy"),
+    ).mlir_module()
+    ((operands, aliases, name),) = kernel_calls(text)
+    assert name == "mla_decode_stage1"
+    assert len(operands) == 7 and "%arg4" not in operands and aliases == []
+    call = next(ln for ln in text.splitlines() if "@triton_kernel_call" in ln)
+    assert re.search(
+        rf"-> \(tensor<{batch}x{heads}x512xf16>, tensor<{batch}x{heads}xf32>\)", call
+    ), call
+    main = next(ln for ln in text.splitlines() if "func.func public @main" in ln)
+    assert re.search(rf"tensor<{batch}x{heads}x4x513xf32> \{{[^}}]*tf.aliasing_output = 2", main)
+
+
 def test_runtime_split_count_and_query_pair_lower():
     text = lowered_text(jnp.bfloat16, heads=16, max_seq_len=None, pair=True)
     calls = kernel_calls(text)
@@ -247,11 +291,11 @@ def test_head_tile_is_chosen_at_trace_time(
         buffer_spec(batch, heads, reserved, policy="occupancy"),
     )
     text = jax.jit(step, donate_argnums=4).trace(*args).lower(lowering_platforms=("cuda",))
-    stage1, stage2 = (kernel_call(line) for line in custom_calls(text.as_text()))
-    assert (stage1["kernel_name"], stage2["kernel_name"]) == (
-        "mla_decode_stage1",
-        "mla_decode_stage2",
-    )
+    calls = [kernel_call(line) for line in custom_calls(text.as_text())]
+    # One split: stage 1 writes the output, no stage 2.
+    stages = ["mla_decode_stage1", "mla_decode_stage2"][: 1 if splits == 1 else 2]
+    assert [c["kernel_name"] for c in calls] == stages
+    stage1 = calls[0]
     assert stage1["grid"] == (-(-heads // tile), batch, splits)
     assert splits <= reserved
     assert stage1["num_warps"] == (4 if tile == 16 else 8)

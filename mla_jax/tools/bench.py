@@ -8,8 +8,9 @@ Wall time per call, one host sync per many calls:
 - JAX paths: K chained calls unrolled in one jit (``timed_chain``), timed around
   ``block_until_ready``, divided by K (K makes one run last ~2 ms or more). Every
   call's results are outputs of the jit, so XLA deletes none of their work; on a GPU
-  the compiled chain must hold 2 K Triton custom calls for the Triton paths (stage 1
-  and stage 2 per call), or the sweep stops (``ChainCheckError``).
+  the compiled chain must hold every call's Triton custom calls for the Triton paths
+  (stage 1 and stage 2 per call, stage 1 alone where the grid has one split:
+  ``kernels_per_call``), or the sweep stops (``ChainCheckError``).
 - vLLM: a CUDA graph of K calls, replayed between CUDA events.
 
 On a GPU each timed path is then run once more under ``jax.profiler.trace`` (CUPTI
@@ -27,7 +28,7 @@ platform other than a GPU never replaces a ``results.json`` measured on a GPU.
 
 ``--dry-run`` runs on a CPU with tiny shapes and exercises every code path except
 the GPU timing calls: the Triton path is lowered for CUDA but not run (its lowered
-chain is checked like the compiled one: 2 K custom calls, each reaching the
+chain is checked like the compiled one: every call's custom calls, each reaching the
 outputs), and the vLLM path runs a dense torch stand-in of ``decode_attention_fwd``
 (``vllm_decode``'s plumbing included), timed by the wall clock instead of a CUDA
 graph. Its outputs go to ``build/bench-dry-run`` unless ``--out`` says otherwise.
@@ -340,12 +341,14 @@ def stablehlo_custom_calls(module_text: str, target: str = TRITON_TARGET) -> Cus
     return CustomCalls(len(calls_found), sum(op in live for op in calls_found))
 
 
-def check_chain_calls(path: str, found: int, calls: int, where: str) -> None:
-    """Raises ``ChainCheckError`` unless ``found`` is 2 Triton custom calls per call."""
-    if found != 2 * calls:
+def check_chain_calls(path: str, found: int, calls: int, per_call: int, where: str) -> None:
+    """Raises ``ChainCheckError`` unless ``found`` is ``per_call`` Triton custom calls
+    per call (``kernels_per_call``)."""
+    if found != per_call * calls:
+        kernels = "stage 1 and stage 2" if per_call == 2 else "stage 1 alone, one split"
         raise ChainCheckError(
             f"{path}: the timed chain of {calls} mla_decode calls has {found} live "
-            f"{TRITON_TARGET} custom calls {where}, not {2 * calls} (stage 1 and stage 2 per "
+            f"{TRITON_TARGET} custom calls {where}, not {per_call * calls} ({kernels} per "
             "call), so its time would miss work that XLA deleted. Every call's results must "
             "be outputs of the chain (bench.timed_chain)."
         )
@@ -558,9 +561,17 @@ def path_splits(path: str, batch: int, heads: int, seq_len: int, sm_count: int) 
     )
 
 
+def kernels_per_call(path: str, batch: int, heads: int, seq_len: int, sm_count: int) -> int:
+    """Triton kernels one call of a Triton ``path`` launches at this shape: stage 1 alone
+    where its split grid is one split (stage 1 then writes the output), else stage 1
+    and stage 2."""
+    return 1 if path_splits(path, batch, heads, seq_len, sm_count) == 1 else 2
+
+
 def run_jax_path(settings: Settings, path: str, inputs: tuple, calls: int) -> PathRun:
     """A JAX path timed as ``timed_chain``'s compiled chain, after checking that the
-    chain keeps 2 Triton custom calls per call on the Triton paths; a dry run only
+    chain keeps every call's Triton custom calls (``kernels_per_call``) on the Triton
+    paths; a dry run only
     lowers the Triton paths for CUDA and checks the lowered chain."""
     q, _, _, seq_lens = inputs
     seq_len = int(seq_lens.max())
@@ -598,15 +609,18 @@ def run_jax_path(settings: Settings, path: str, inputs: tuple, calls: int) -> Pa
             q.shape[0], q.shape[1], seq_len, sm_count=settings.sm_count, policy=policy
         )
     chain = timed_chain(decode, calls, perturb_table=not triton, keep_outs=not triton)
+    per_call = kernels_per_call(path, q.shape[0], q.shape[1], seq_len, settings.sm_count)
     if lower_only:
         lowered = stablehlo_custom_calls(
             chain.trace(*inputs, buf).lower(lowering_platforms=("cuda",)).as_text()
         )
-        check_chain_calls(path, lowered.total, calls, "in the module lowered for CUDA")
+        where = "in the module lowered for CUDA"
+        check_chain_calls(path, lowered.total, calls, per_call, where)
         check_chain_calls(
             path,
             lowered.reaching_return,
             calls,
+            per_call,
             "whose results reach the outputs of the module lowered for CUDA",
         )
         return PathRun(
@@ -618,7 +632,7 @@ def run_jax_path(settings: Settings, path: str, inputs: tuple, calls: int) -> Pa
     compiled = chain.lower(*inputs, buf).compile()
     found = compiled_custom_calls(compiled.as_text() or "")
     if triton:
-        check_chain_calls(path, found, calls, "in the compiled executable")
+        check_chain_calls(path, found, calls, per_call, "in the compiled executable")
     # The checked executable itself is timed (donation as the jit declares it).
     step = lambda state: compiled(*inputs, state[2])
     times, state = time_loop(
