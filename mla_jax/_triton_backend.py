@@ -3,8 +3,8 @@ cache, jaxlib's ``triton_kernel_call``).
 
 Stage 1 receives the logits buffer as an input aliased to its only output
 (``input_output_aliases``), so it writes in place and returns the same buffer. With
-one split (``grid_splits == 1``) there is no stage 2: stage 1 writes ``out`` and
-``lse`` and the buffer is returned untouched. On
+one split (``grid_splits == 1``) there is no stage 2: stage 1 also outputs ``out``
+and ``lse`` and leaves the buffer unwritten. On
 sm_90 it is a Gluon kernel (``mla_jax._gluon_kernels``: the seesaw one for a 16-bit
 cache, the fp8 ones for an fp8 cache) where those are measured to win (``use_gluon``:
 long splits), else the ``tl`` kernel; all write the same partials, which the one stage
@@ -125,7 +125,7 @@ def decode(
 
     Returns:
       ``out [B, H, kv_lora_rank]`` in q's dtype, ``lse`` float32 ``[B, H]``, and the
-      logits buffer written in place (as it came, with one split).
+      logits buffer written in place (unwritten with one split).
     """
     batch, num_heads = q_nope.shape[:2]
     problem: dict[str, Any] = dict(
@@ -165,32 +165,25 @@ def decode(
         jax.ShapeDtypeStruct((batch, num_heads, kv_lora_rank), q_nope.dtype),
         jax.ShapeDtypeStruct((batch, num_heads), jnp.float32),
     ]
-    inputs = (q_nope, q_pe, kv_cache, block_table, seq_lens, num_splits, kv_scale)
-    launch1 = dict(
+    one_split = stage2 is None
+    # The buffer is an aliased operand either way: with one split it is not written,
+    # but consecutive calls on it stay ordered (XLA would merge identical calls).
+    buffer, *outputs = _launch.launch(
+        stage1_kernel,
+        (q_nope, q_pe, kv_cache, block_table, seq_lens, num_splits, kv_scale, logits_buffer),
+        out_shapes=[jax.ShapeDtypeStruct(logits_buffer.shape, logits_buffer.dtype)]
+        + (out_shapes if one_split else []),
         grid=stage1["grid"],
+        constexprs=stage1["constexprs"] | kernels.stage1_absent(one_split),
         num_warps=stage1["num_warps"],
         num_stages=stage1["num_stages"],
+        input_output_aliases={7: 0},  # logits_buffer -> the first output
         compute_capability=cc,
         name="mla_decode_stage1",
     )
     if stage2 is None:
-        # One split: stage 1 writes the output itself; the buffer is not touched.
-        out, lse = _launch.launch(
-            stage1_kernel,
-            inputs,
-            out_shapes=out_shapes,
-            constexprs=stage1["constexprs"] | kernels.stage1_absent(True),
-            **launch1,
-        )
-        return out, lse, logits_buffer
-    (buffer,) = _launch.launch(
-        stage1_kernel,
-        (*inputs, logits_buffer),
-        out_shapes=[jax.ShapeDtypeStruct(logits_buffer.shape, logits_buffer.dtype)],
-        constexprs=stage1["constexprs"] | kernels.stage1_absent(False),
-        input_output_aliases={7: 0},  # logits_buffer -> the only output
-        **launch1,
-    )
+        out, lse = outputs
+        return out, lse, buffer
     out, lse = _launch.launch(
         kernels.mla_decode_stage2,
         (buffer, seq_lens, num_splits),

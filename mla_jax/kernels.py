@@ -18,9 +18,9 @@ With one split (``grid_splits == 1``) there is nothing to merge: stage 1 writes 
 output and the log-sum-exp itself, as stage 2 would from that one partial (the same
 values wherever the lse is finite; NaN in both where it is not, so a live row never
 reads as empty; ``0, -inf`` for a row with no tokens), and stage 2 is not launched.
-Its launch passes ``out_ptr`` and ``lse_ptr`` and no buffer (``buf_in_ptr`` and
-``buf_ptr`` are None, constexprs); a split launch passes the buffer and None for the
-other two (``stage1_pointers``).
+Its launch passes ``out_ptr`` and ``lse_ptr`` too; the buffer still passes through it
+(aliased, unwritten), so consecutive calls on one buffer stay ordered and distinct,
+as with two stages. A split launch passes None for those two (``stage1_pointers``).
 
 The split count arrives as a one-element int32 array so it can change per step
 without a recompilation; programs whose split index is at or past it exit at once.
@@ -571,18 +571,14 @@ def launch_params(
 def stage1_absent(one_split: bool) -> dict[str, None]:
     """Stage 1's pointer parameters a launch does not pass, each None (Triton compiles a
     None as a constexpr and leaves out the code that would use it): the output and lse
-    where stage 2 runs, the logits buffer with ``one_split`` (``launch_params`` gave no
-    stage 2)."""
-    names = ("buf_in_ptr", "buf_ptr") if one_split else ("out_ptr", "lse_ptr")
-    return dict.fromkeys(names)
+    where stage 2 runs; none with ``one_split`` (``launch_params`` gave no stage 2)."""
+    return {} if one_split else {"out_ptr": None, "lse_ptr": None}
 
 
 def stage1_pointers(one_split: bool, buffer: Any, out: Any, lse: Any) -> dict[str, Any]:
     """Stage 1's pointer arguments after its inputs, by name, for a launch by Triton's
     own launcher (or its interpreter): the logits buffer as the aliased input and the
-    output, or with ``one_split`` ``out`` and ``lse``; the others None
-    (``stage1_absent``)."""
-    given = (
-        {"out_ptr": out, "lse_ptr": lse} if one_split else {"buf_in_ptr": buffer, "buf_ptr": buffer}
-    )
-    return given | stage1_absent(one_split)
+    output, and with ``one_split`` ``out`` and ``lse`` (the buffer then passes through
+    unwritten); the others None (``stage1_absent``)."""
+    pointers = {"buf_in_ptr": buffer, "buf_ptr": buffer, "out_ptr": out, "lse_ptr": lse}
+    return pointers | stage1_absent(one_split)

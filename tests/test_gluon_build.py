@@ -52,9 +52,9 @@ def compile_sm90(heads=128, dtype="bf16", kv="same", splits=4):
         buffer_strides=(heads * splits * 513, splits * 513, 513, 1),
     )
     kv_type = "fp8e4nv" if kv == "fp8" else dtype
-    runtime = [f"*{dtype}"] * 2 + [f"*{kv_type}"] + ["*i32"] * 3 + ["*fp32"]
-    # Then the buffer in and out, or with one split the output and lse.
-    runtime += [f"*{dtype}", "*fp32"] if splits == 1 else ["*fp32", "*fp32"]
+    runtime = [f"*{dtype}"] * 2 + [f"*{kv_type}"] + ["*i32"] * 3 + ["*fp32"] * 3
+    # Then, with one split, the output and lse.
+    runtime += [f"*{dtype}", "*fp32"] if splits == 1 else []
     spec = _launch.kernel_spec(
         gk.kernel_for(
             gk.FP8 if kv == "fp8" else {"bf16": "bfloat16", "fp16": "float16"}[dtype], heads
