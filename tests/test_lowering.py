@@ -19,7 +19,9 @@ from tests.cases import buffer_spec
 DISABLED = [export.DisabledSafetyCheck.custom_call("triton_kernel_call")]
 
 
-def lowered_text(dtype, *, heads, max_seq_len, pair=False, batch=4, rows=8):
+def lowered_text(
+    dtype, *, heads, max_seq_len, pair=False, batch=4, rows=8, policy="vllm", batch_invariant=False
+):
     lora, rope, page, pages = 512, 64, 64, 32
     spec = jax.ShapeDtypeStruct
     q = (
@@ -32,7 +34,7 @@ def lowered_text(dtype, *, heads, max_seq_len, pair=False, batch=4, rows=8):
         spec((batch * pages, page, lora + rope), dtype),
         spec((batch, pages), jnp.int32),
         spec((batch,), jnp.int32),
-        buffer_spec(rows, heads, 16),
+        buffer_spec(rows, heads, 16, policy=policy),
     )
 
     def step(q, kv, bt, sl, buf):
@@ -44,6 +46,7 @@ def lowered_text(dtype, *, heads, max_seq_len, pair=False, batch=4, rows=8):
             buf,
             scale=0.1,
             max_seq_len=max_seq_len,
+            batch_invariant=batch_invariant,
             backend="triton",
             compute_capability=90,
         )
@@ -146,44 +149,27 @@ def test_one_split_is_stage_1_alone_writing_the_output(heads):
     occupancy rule; batch-invariant mode at any shape), the step lowers one kernel:
     stage 1, its logits buffer operand aliased to its first result as with two stages
     (so consecutive calls stay ordered), and out (q's dtype) and lse its other two."""
-    batch_invariant = heads == 16
-    spec = jax.ShapeDtypeStruct
-    batch, pages, page = 128, 4, 64
-
-    def step(q, kv, bt, sl, buf):
-        return mla_jax.mla_decode(
-            q,
-            kv,
-            bt,
-            sl,
-            buf,
-            scale=0.1,
-            max_seq_len=None if batch_invariant else pages * page,
-            batch_invariant=batch_invariant,
-            backend="triton",
-            compute_capability=90,
-        )
-
-    text = export.export(
-        jax.jit(step, donate_argnums=4), platforms=["cuda"], disabled_checks=DISABLED
-    )(
-        spec((batch, heads, 576), jnp.float16),
-        spec((batch * pages, page, 576), jnp.float16),
-        spec((batch, pages), jnp.int32),
-        spec((batch,), jnp.int32),
-        buffer_spec(batch, heads, 4, policy="occupancy"),
-    ).mlir_module()
+    batch_invariant, batch = heads == 16, 128
+    text = lowered_text(
+        jnp.float16,
+        heads=heads,
+        max_seq_len=None if batch_invariant else 2048,
+        batch=batch,
+        rows=batch,
+        policy="occupancy",
+        batch_invariant=batch_invariant,
+    )
     ((operands, aliases, name),) = kernel_calls(text)
     assert name == "mla_decode_stage1"
     assert len(operands) == 8 and operands[7] == "%arg4" and aliases == [7]
     call = next(ln for ln in text.splitlines() if "@triton_kernel_call" in ln)
     results = (
-        rf"-> \(tensor<{batch}x{heads}x4x513xf32>, tensor<{batch}x{heads}x512xf16>, "
+        rf"-> \(tensor<{batch}x{heads}x16x513xf32>, tensor<{batch}x{heads}x512xf16>, "
         rf"tensor<{batch}x{heads}xf32>\)"
     )
     assert re.search(results, call), call
     main = next(ln for ln in text.splitlines() if "func.func public @main" in ln)
-    assert re.search(rf"tensor<{batch}x{heads}x4x513xf32> \{{[^}}]*tf.aliasing_output = 2", main)
+    assert re.search(rf"tensor<{batch}x{heads}x16x513xf32> \{{[^}}]*tf.aliasing_output = 2", main)
 
 
 def test_runtime_split_count_and_query_pair_lower():
