@@ -3,6 +3,9 @@
     scripts/dev python -m mla_jax bench --report-only docs/benchmarks/parts/small.json \\
         docs/benchmarks/parts/large.json docs/benchmarks/parts/large-h128.json \\
         docs/benchmarks/parts/h32-small.json docs/benchmarks/parts/h32-large.json \\
+        docs/benchmarks/parts/one-split-b64-h128.json \\
+        docs/benchmarks/parts/one-split-b128-h64.json \\
+        docs/benchmarks/parts/one-split-b128-h128-l1024.json \\
         --out docs/benchmarks                                     # results.json, page, plots
     scripts/dev python scripts/make_notebook_03.py                # then the notebook
 
@@ -63,9 +66,13 @@ paths, timed in the same process on the same inputs:
   bench takes the union of the kernels' intervals on the GPU's streams and divides it by
   the calls traced, so the gaps between launches are not in it. It is one instrument for
   our paths and vLLM's, and issue #21 states its targets in it. `kernels_per_call` names
-  the kernels with their launches a call: stage 1 and stage 2 on our Triton paths; vLLM's
-  two kernels plus two small torch `vectorized_elementwise_kernel` launches (fills) from
-  the plumbing around them, which count in vLLM's time. It agrees with CUDA-graph timings
+  the kernels with their launches a call: on our Triton paths stage 1 and stage 2, or
+  stage 1 alone at the 12 shapes whose grid has one split (the default path at
+  64/128, 128/32, 128/64 and 128/128, every L: stage 1 writes the output and lse itself
+  and stage 2 is not launched; [`docs/performance.md`, "One split, one
+  kernel"](../docs/performance.md#one-split-one-kernel)); vLLM's two
+  kernels plus two small torch `vectorized_elementwise_kernel` launches (fills) from the
+  plumbing around them, which count in vLLM's time. It agrees with CUDA-graph timings
   of the same kernels (`scripts/stage_times.py`): 16.66 against 16.8 µs at 1/128/4096,
   82.1 against 82.5 µs at 64/16/4096, 0.557 against 0.572 ms at 128/16/16384
   ([`docs/gpu/bench-kernel-time-check.log`](../docs/gpu/bench-kernel-time-check.log),
@@ -73,26 +80,32 @@ paths, timed in the same process on the same inputs:
 - **Wall time** (`ms`), secondary. The JAX paths run K chained calls in one jitted
   function, every call's outputs kept, ten such runs dispatched back to back per host
   sync, the total divided by 10·K; on a GPU the bench counts the kernel calls in each
-  compiled chain (two a call) and stops if any is missing. vLLM's kernels run as a CUDA
-  graph of K calls replayed between CUDA events. K is 5–20 (about 2 ms a run), median of
-  3 repeats. Below about 40 µs a call the host's dispatch, not the GPU, sets the JAX
-  paths' wall time, and it moves from run to run: three runs in new processes read
-  1/16/1024 at 31.7, 30.4 and 35.8 µs and 1/128/1024 at 40.5, 29.6 and 25.2 µs, whose
-  kernels take 7.5 and 8.8 µs
+  compiled chain (two a call, one where the grid has one split) and stops if any is
+  missing. vLLM's kernels run as a CUDA graph of K calls replayed between CUDA events.
+  K is 5–20 (about 2 ms a run), median of 3 repeats. Below about 40 µs a call the
+  host's dispatch, not the GPU, sets the JAX paths' wall time, and it moves from run to
+  run: three runs in new processes read 1/16/1024 at 31.7, 30.4 and 35.8 µs and
+  1/128/1024 at 40.5, 29.6 and 25.2 µs, whose kernels take 7.5 and 8.8 µs
   ([`docs/gpu/bench-wall-with-and-without-traces.log`](../docs/gpu/bench-wall-with-and-without-traces.log);
   its runs with and without `--kernel-time` show that the traced run does not change the
   wall time). The last section but one compares the two instruments.
 
-The sweep ran in five parts on the same day, each measuring its own ceilings. The shapes
-with H ∈ {16, 64, 128} come from a small half (B ≤ 4, 24 shapes) and a large half
-(B ≥ 16, 27 shapes), whose time budget ran out before 128/128/4096's `vllm` path and all
-of 128/128/16384; a third call measured those two shapes minutes later. The 17 H=32
-shapes come from a fourth call (B ≤ 16, 11 shapes) and a fifth (B ≥ 64, 6 shapes), which
-timed all five paths at each of their shapes. The merge keeps, for each shape, the part
-that timed more of its paths, so 128/128/4096 is taken whole from the third part. The
-first cell checks that both of our paths ran the stage 1 the routing picks: the default
-path the seesaw where the rule above says so, our kernels on vLLM's rule the seesaw at
-the H=32 shapes alone.
+The sweep ran in eight parts on 2026-12-01, each measuring its own ceilings, merged from
+`docs/benchmarks/parts/`. Three come from the sweep earlier that day, before the seesaw's
+warp votes ([`docs/performance.md`, "Lazy rescaling asks
+first"](../docs/performance.md#lazy-rescaling-asks-first)) and the one-split change:
+`small.json` (B ≤ 4 at H ∈ {16, 64, 128}, 24 shapes), `large.json` (B ≥ 16 at those
+heads, 18 shapes taken from it) and `h32-small.json` (H=32 at B ≤ 16, 11 shapes). Five
+were measured on the one-split kernels (commit eab6490, later the same day), the 12
+shapes with one split a row among them: `large-h128.json` (128/128/4096 and 16384, which
+`large.json`'s time budget had left incomplete; the merge keeps the part that timed more
+of a shape's paths), `h32-large.json` (B 64 and 128 at H=32, 6 shapes),
+`one-split-b64-h128.json` (3 shapes), `one-split-b128-h64.json` (3) and
+`one-split-b128-h128-l1024.json` (1), whose rows were dropped from `large.json`. vLLM's
+kernel ran in the same process as ours in every part. The first cell checks that both of
+our paths ran the stage 1 the routing picks (the default path the seesaw where the rule
+above says so, our kernels on vLLM's rule the seesaw at the H=32 shapes alone), and stage
+2 wherever the grid has more than one split.
 
 Every cell but the last only reads JSON and draws, so the notebook runs anywhere; the last
 re-measures a few shapes when a CUDA GPU is present. The figures are drawn by
@@ -155,6 +168,11 @@ def split_tokens(s, p=DEFAULT):
     return -(-s["L"] // metric(s, p, "num_kv_splits"))
 
 
+def per_call(s, p):
+    # Triton kernels a call: stage 1 alone where the grid has one split, else both stages.
+    return 1 if metric(s, p, "num_kv_splits") == 1 else 2
+
+
 versions = ", ".join(f"{k} {machine[k]}" for k in MACHINE_VERSIONS if machine.get(k))
 print(f"{machine['device']} ({machine['sm_count']} SMs), {versions}, {machine['date']}")
 print(f"{len(results['shapes'])} shapes, {config['calls_rule']}, {config['repeats']} repeats")
@@ -162,10 +180,23 @@ for i, part in enumerate(PARTS, 1):
     c = part["ceilings"]
     print(f"part {i}: {part['shapes']} shapes; device copy {c['copy_tbps']:.2f} TB/s, "
           f"bf16 matmul {c['matmul_tflops']:.0f} TFLOP/s, {part.get('elapsed_s') or 0:.0f} s")
-counted = [v["triton_kernel_calls"] == 2 * v["calls"] for s in results["shapes"]
-           for p, v in s["paths"].items() if p in OURS and "triton_kernel_calls" in v]
-print(f"two Triton kernel calls a timed call at {sum(counted)} of {len(counted)} "
-      "(shape, path) pairs")
+
+
+def kernels_as_split(s, p):
+    # The timed chain held per_call(s, p) Triton kernels a call; the trace saw stage 2
+    # where the grid has more than one split and only there.
+    v, traced = s["paths"][p], metric(s, p, "kernels_per_call")
+    return (v["triton_kernel_calls"] == per_call(s, p) * v["calls"]
+            and (not traced or ("mla_decode_stage2" in traced) == (per_call(s, p) == 2)))
+
+
+counted = [kernels_as_split(s, p) for s in results["shapes"] for p in OURS
+           if "triton_kernel_calls" in s["paths"].get(p, {})]
+print(f"Triton kernels a call as the split grid says (stage 1 and stage 2; stage 1 alone "
+      f"with one split) at {sum(counted)} of {len(counted)} (shape, path) pairs")
+for p in OURS:
+    one = [name(s) for s in results["shapes"] if metric(s, p, "ms") and per_call(s, p) == 1]
+    print(f"{p}: one split a row (stage 1 alone) at {len(one)} shapes: {', '.join(one) or '-'}")
 
 # What the trace saw: each path's kernels and their launches a call.
 for p in (*OURS, "vllm"):
@@ -211,10 +242,9 @@ $$\text{floor} = \max\left(\frac{\text{KV bytes}}{\text{copy bandwidth}},\;
 \frac{\text{flops}}{\text{matmul rate}}\right)$$
 
 The copy bandwidth is a device copy in JAX (bytes read + written per second), the matmul
-rate a large square bf16 matmul in JAX: 3.34 TB/s and 650–688 TFLOP/s in the five
-parts.
-A step does 1.89·H flops per byte, so the ridge point (matmul rate / copy bandwidth:
-194–206 flop/byte) sits near H ≈ 103–109: **with 16, 32 and 64 heads a step is
+rate a large square bf16 matmul in JAX: 3.34 TB/s and 650–688 TFLOP/s in the eight
+parts. A step does 1.89·H flops per byte, so the ridge point (matmul rate / copy
+bandwidth: 194–206 flop/byte) sits near H ≈ 103–109: **with 16, 32 and 64 heads a step is
 memory-bound, with 128 heads compute-bound.** The floor is an ideal: no kernel reaches
 both ceilings, and attention's small dot products are not the large GEMM that set the
 matmul rate. The copy counts bytes read and written, a pessimistic ceiling for a kernel
@@ -278,37 +308,40 @@ In kernel time:
   4.22 TB/s reference copy rate; Nsight Compute puts its stage 1 at 91.5 % of the DRAM
   peak ([`docs/performance.md`, "Hardware
   floors"](../docs/performance.md#hardware-floors)).
-- **H=32, B ≥ 16: 52–116 % of the floor with occupancy splits where stage 1 is the Gluon
-  seesaw kernel** (8 of the 9 shapes, 1.74–3.88 TB/s), on one 64-head tile with half its
-  rows masked. With splits of ≥ 1024 tokens it reaches 77–116 % (6 shapes, 2.58–3.88
-  TB/s): 0.622 ms at 128/32/16384 (116 %, 3.88 TB/s; vLLM's kernels 2.610 ms), 109 % at
-  64/32/16384, 106 % at 128/32/4096, 94 % at 16/32/16384 and 64/32/4096, 77 % at
-  128/32/1024 (one 1024-token split a row); with 512-token splits 52 % at 16/32/4096
-  and 56 % at 64/32/1024. At 16/32/1024 the occupancy splits hold 128 tokens and the tl
-  kernel runs, at 32 %; its 32-head tiles take the wide tiles' configuration, one
-  program an SM ([`docs/performance.md`, "Head tiles and stage-1
+- **H=32, B ≥ 16: 52–120 % of the floor with occupancy splits where stage 1 is the Gluon
+  seesaw kernel** (8 of the 9 shapes, 1.74–4.00 TB/s), on one 64-head tile with half its
+  rows masked. With splits of ≥ 1024 tokens it reaches 90–120 % (6 shapes, 3.02–4.00
+  TB/s): 0.604 ms at 128/32/16384 (120 %, 4.00 TB/s; vLLM's kernels 2.627 ms), 117 % at
+  64/32/16384, 112 % at 128/32/4096, 95 % at 64/32/4096, 94 % at 16/32/16384, 90 % at
+  128/32/1024 (one 1024-token split a row); at B=128 the grid has one split a row and
+  stage 1 runs alone. With 512-token splits: 52 % at 16/32/4096 and 55 % at 64/32/1024.
+  At 16/32/1024 the occupancy splits hold 128 tokens and the tl kernel runs, at 32 %;
+  its 32-head tiles take the wide tiles' configuration, one program an SM
+  ([`docs/performance.md`, "Head tiles and stage-1
   configurations"](../docs/performance.md#head-tiles-and-stage-1-configurations)).
   At B ≥ 16, L ≥ 4k vLLM's split rule, on the seesaw with 512-token splits, gives
-  54–74 % (0.975 ms at 128/32/16384), and vLLM's kernels 25–28 %. At B ≤ 4 the
+  54–76 % (0.952 ms at 128/32/16384), and vLLM's kernels 25–28 %. At B ≤ 4 the
   default path's seesaw runs at 4/32/65536 (2048-token splits, 93 %), 1/32/65536 and
   4/32/16384 (512-token splits, 50 and 52 %).
-- **H=64, B ≥ 64, L ≥ 4k: 80–115 % with occupancy splits, where stage 1 is the Gluon
-  kernel** (0.632 ms at 128/64/16384, 3.82 TB/s); 42–43 % with vLLM's rule (the tl
-  kernel at 512-token splits), 14–15 % for vLLM's kernels. At 16/64/4096 the occupancy
-  splits hold 512 tokens, the tl kernel runs, and the two rules sit at 38 and 39 %.
-- **H=128 (compute-bound): at most 75 % with occupancy splits, 27 % with vLLM's rule, 9 %
+- **H=64, B ≥ 64, L ≥ 4k: 80–119 % with occupancy splits, where stage 1 is the Gluon
+  kernel** (0.606 ms at 128/64/16384, one split a row, 3.99 TB/s); 42–43 % with vLLM's
+  rule (the tl kernel at 512-token splits), 14–15 % for vLLM's kernels. At 16/64/4096
+  the occupancy splits hold 512 tokens, the tl kernel runs, and the two rules sit at 38
+  and 39 %.
+- **H=128 (compute-bound): at most 77 % with occupancy splits, 27 % with vLLM's rule, 9 %
   for vLLM's kernels.** At the six H=128 shapes with B·L ≥ 256k tokens the default path
-  runs the Gluon seesaw stage 1 at 62–75 % of the floor (428–503 TFLOP/s, against a
-  661–688 TFLOP/s matmul): 1.162 ms at 128/128/16384 (503 TFLOP/s; vLLM's kernels
-  9.82 ms), 0.586 ms at 64/128/16384 (499 TFLOP/s). vLLM's rule, on the tl kernel, gives
-  26–27 % (177–181 TFLOP/s) there, vLLM's kernels 9 % (59–62 TFLOP/s). In the seesaw
+  runs the Gluon seesaw stage 1 at 62–77 % of the floor (428–533 TFLOP/s, against a
+  661–688 TFLOP/s matmul): 0.548 ms at 64/128/16384 (533 TFLOP/s; vLLM's kernels
+  4.74 ms), 1.130 ms at 128/128/16384 (517 TFLOP/s; vLLM's kernels 9.75 ms), both with
+  one split a row, stage 1 alone. vLLM's rule, on the tl kernel, gives 26–27 %
+  (178–183 TFLOP/s) there, vLLM's kernels 9 % (58–62 TFLOP/s). In the seesaw
   schedule two warp-specialised warpgroups each compute the whole of alternate 64-token
   blocks, so one's softmax runs under the other's MMAs; what it still leaves out of
   FlashMLA's kernel is in [`docs/performance.md`, "Gluon stage 1
   (sm_90)"](../docs/performance.md#gluon-stage-1-sm_90). The tl stage 1 has 64 heads per
   program, one program per SM (its 64 × 512 accumulator takes all the registers), each KV
   block's work in series inside it ([`docs/performance.md`, "Why H=128 is not at
-  FlashMLA's rate"](../docs/performance.md#why-h128-is-not-at-flashmlas-rate)): 3.22 ms
+  FlashMLA's rate"](../docs/performance.md#why-h128-is-not-at-flashmlas-rate)): 3.20 ms
   at 128/128/16384 with vLLM's rule. vLLM's kernel groups 16 heads per program
   (`BLOCK_H = 16`), so at H=128 eight programs each load the same KV tiles.
 - **Small shapes (B ≤ 4, L ≤ 4k): a fixed cost, not the work.** The floor there is
@@ -396,11 +429,13 @@ Speed-up = vLLM's kernel time / ours, at the same shape in the same sweep (> 1: 
 faster); vLLM's includes the two small torch fills around its kernels.
 
 - **Occupancy splits (the default) are faster than vLLM's kernels at all 68 shapes,
-  1.93–8.46×:** 2.06–8.46× at the 29 shapes where stage 1 is the Gluon kernel,
-  1.93–6.76× at the 39 where it is the tl kernel. By head count: 1.95–6.76× at H=16,
-  2.06–6.65× at H=32, 1.93–7.92× at H=64, 2.08–8.46× at H=128.
-- **The largest: 128/128/16384, 1.162 ms against vLLM's 9.823 ms (8.46×);**
-  64/128/16384 is 0.586 against 4.698 ms (8.02×).
+  1.93–8.64×:** 2.06–8.64× at the 29 shapes where stage 1 is the Gluon kernel (3.46–8.64×
+  at the 12 of them with one split a row, where it runs alone), 1.93–6.76× at the 39
+  where it is the tl kernel. By head count: 1.95–6.76× at H=16, 2.06–6.65× at H=32,
+  1.93–8.27× at H=64, 2.08–8.64× at H=128.
+- **The largest: 64/128/16384, 0.548 ms against vLLM's 4.737 ms (8.64×);**
+  128/128/16384 is 1.130 against 9.753 ms (8.63×), 128/128/4096 0.298 against 2.503 ms
+  (8.41×), all three with one split a row.
 - **The closest: 16/64/1024, 0.0285 against 0.0548 ms (1.93×),** then 128/16/1024
   (0.0496 against 0.0967 ms, 1.95×) and 4/64/4096 (0.0279 against 0.0550 ms, 1.97×):
   tl-kernel shapes of 28–50 µs of kernel time, the H=64 ones with splits of 128 tokens,
@@ -408,7 +443,7 @@ faster); vLLM's includes the two small torch fills around its kernels.
 - At the small shapes (B ≤ 4, L ≤ 4k) the default path is 1.97–6.76× faster in kernel
   time (1/16/1024: 7.5 against 50.6 µs) and 1.45–2.49× in wall time, where the host
   sets our time but not that of vLLM's CUDA graph. Over all 68 shapes the wall-time range
-  is 1.43–8.36×; its closest, 16/16/1024, runs 12.9 µs of kernels in 37.2 µs of wall
+  is 1.43–8.91×; its closest, 16/16/1024, runs 12.9 µs of kernels in 37.2 µs of wall
   time.
 - With vLLM's split rule our kernels (the tl stage 1, the seesaw at H=32) are faster
   than vLLM's at all 68 shapes, 1.30–3.57×; the closest are 16/64/1024 and 4/64/4096
@@ -448,8 +483,10 @@ else:
         print("    largest: " + "; ".join(versus(s, p, u) for s, u in ups[-3:]))
     ups = [(s, metric(s, DEFAULT, "device_speedup_vs_vllm")) for s in results["shapes"]]
     print(f"{DEFAULT} where stage 1 is the Gluon kernel: "
-          f"{span([u for s, u in ups if gluon_stage1(s)])}×; the tl kernel: "
-          f"{span([u for s, u in ups if not gluon_stage1(s)])}×")
+          f"{span([u for s, u in ups if gluon_stage1(s)])}× "
+          f"({span([u for s, u in ups if per_call(s, DEFAULT) == 1])}× at the "
+          f"{sum(per_call(s, DEFAULT) == 1 for s, _ in ups)} shapes with one split a row); "
+          f"the tl kernel: {span([u for s, u in ups if not gluon_stage1(s)])}×")
     print(f"{DEFAULT} at B<=4, L<=4k: kernel time "
           f"{span([metric(s, DEFAULT, 'device_speedup_vs_vllm') for s in small])}×, wall time "
           f"{span([metric(s, DEFAULT, 'speedup_vs_vllm') for s in small])}×")
@@ -484,7 +521,8 @@ batch and the head tiles: enough (row, head tile, split) programs for one wave (
 SM with 16-head tiles, one with 32- or 64-head tiles), about 64 tokens per split at
 least, 128 splits at most. At B ≤ 4 that gives 8–128 splits where vLLM's rule gives
 2–128, to fill the GPU; at B ≥ 64 it gives 1–4, which saves writing and merging partial
-outputs and makes the splits longer: long enough for the Gluon stage 1 at H ≥ 64
+outputs (with one split, at 12 shapes, stage 1 writes the output and stage 2 is not
+launched) and makes the splits longer: long enough for the Gluon stage 1 at H ≥ 64
 (≥ 1024 tokens), and at H=32 512–16384 tokens a split against vLLM's 512.
 
 **In kernel time occupancy splits are faster at 57 of the 68 shapes.** The rules pick the
@@ -493,14 +531,14 @@ H=32 ones, the tl kernel at the six others): the same kernels on the same work, 
 0.96–1.02× is the spread from one traced run to another. Where the counts differ,
 occupancy splits are faster at 55 of 58 shapes, by 1.13–3.36×: the most at L = 1k and
 B ≤ 4, where 16 splits a row keep more SMs busy than vLLM's 2 (1/16/1024 3.36×,
-1/64/1024 3.18×, 4/16/1024 3.13×), and 1.46–2.78× at the 18 shapes with H ≥ 64 where
-fewer, longer splits let the Gluon kernel run (64/128/16384, one split a row: 0.586
-against 1.627 ms, 2.78×). At the 7 H=32 shapes where the Gluon kernel runs on both rules
-and the counts differ, the occupancy rule's fewer, longer splits are 1.27–1.57× faster
-(128/32/16384, one split a row against 32: 0.622 against 0.975 ms). They are slower at
-4/16/16384 (30.7 against 30.1 µs), 16/16/4096 (30.2 against 30.0 µs) and 64/16/1024
-(30.7 against 30.1 µs), 0.98–0.99×, within the same-count spread: H=16 shapes where the
-occupancy rule takes twice vLLM's split count.
+1/64/1024 3.18×, 4/16/1024 3.13×), and 1.46–2.96× at the 18 shapes with H ≥ 64 where
+fewer, longer splits let the Gluon kernel run (64/128/16384, one split a row against 32:
+0.548 against 1.623 ms, 2.96×). At the 7 H=32 shapes where the Gluon kernel runs on both
+rules and the counts differ, the occupancy rule's fewer, longer splits are 1.37–1.59×
+faster (128/32/16384, one split a row against 32: 0.604 against 0.952 ms, 1.58×). They
+are slower at 4/16/16384 (30.7 against 30.1 µs), 16/16/4096 (30.2 against 30.0 µs) and
+64/16/1024 (30.7 against 30.1 µs), 0.98–0.99×, within the same-count spread: H=16 shapes
+where the occupancy rule takes twice vLLM's split count.
 
 In wall time the occupancy rule is faster at 53 shapes. Of the 15 others, 8 take under
 40 µs a call, where the host sets the wall time (at 1/16/1024 the wall clock reads 0.88×
@@ -577,8 +615,8 @@ display(heatmap_figure(results, [occ], over_vllm_rule,
 
 The wall clock is what a caller that dispatches ten chained runs per sync sees; the kernel
 time is what the GPU spends in the path's kernels. Where the kernels take 40 µs a call or
-more, the two agree: the default path's wall time is 0.96–1.17× its kernel time there (40
-shapes), 0.96–1.07× at the 19 shapes of 100 µs or more, and vLLM's CUDA graph reads
+more, the two agree: the default path's wall time is 0.97–1.17× its kernel time there (40
+shapes), 0.97–1.07× at the 18 shapes of 100 µs or more, and vLLM's CUDA graph reads
 1.00–1.04× at all 68. Below that the host's dispatch sets the JAX paths' wall time: the
 default path reads 21.8–38.3 µs at its 25 shapes under 40 µs of wall time, whose kernels
 take 7.5–32.2 µs (up to 4.72× apart, at 1/16/1024); the wall time of our kernels on
@@ -587,9 +625,9 @@ times move from run to run (see the top of the notebook), and their three repeat
 this sweep spread by up to 41 %.
 
 The two instruments come from different runs, so at a shape whose clock varies the kernel
-time can read above the wall time: 64/128/16384, 0.586 ms of kernels against 0.562 ms of
-wall time here; a check run the same day read 0.579 and 0.590 ms
-([`docs/gpu/bench-kernel-time-check.log`](../docs/gpu/bench-kernel-time-check.log)).
+time can read above the wall time: at 64/128/16384 0.548 ms of kernels against 0.532 ms
+of wall time here, at 128/128/4096 0.298 against 0.289 ms (both compute-bound, one split
+a row).
 """,
     ),
     (
@@ -625,9 +663,10 @@ for p in paths:
                  f"up to {wall_over_kernel(worst, p):.2f}× at {name(worst)}; repeats spread "
                  f"up to {max(max(r) / min(r) - 1 for r in repeats):.0%}")
     print(line)
-s = at(64, 128, 16384)
-print(f"\n{name(s)}: {DEFAULT} kernel time {metric(s, DEFAULT, 'device_ms'):.4f} ms, "
-      f"wall time {metric(s, DEFAULT, 'ms'):.4f} ms")
+print(f"\n{DEFAULT}, kernel time above wall time (ms): " + ", ".join(
+    f"{name(s)} {metric(s, DEFAULT, 'device_ms'):.4f} against {metric(s, DEFAULT, 'ms'):.4f}"
+    + (" (one split)" if per_call(s, DEFAULT) == 1 else "")
+    for s in results["shapes"] if (wall_over_kernel(s, DEFAULT) or 1) < 1))
 display(heatmap_figure(results, [DEFAULT, "vllm"] if "vllm" in paths else [DEFAULT],
                        lambda s, p: (None if wall_over_kernel(s, p) is None
                                      else 100 / wall_over_kernel(s, p)),
@@ -644,8 +683,8 @@ With a CUDA GPU visible to JAX, this runs a small live sweep through `mla_jax.to
 (B ∈ {1, 64}, H ∈ {16, 128}, L ∈ {4k, 16k}; our two Triton paths, and vLLM's kernels side by
 side when `mla_jax.tools.vllm_kernel.load()` finds its file, see `docs/vllm_kernel.md`) into a
 temporary folder, and draws it like the committed sweep, in kernel time where the run
-traced it. On an sm_90 GPU the default path's stage 1 is the Gluon kernel at B=64, H=128
-(one split a row). Elsewhere it says it skipped.
+traced it. On an sm_90 GPU the default path's stage 1 is the Gluon kernel at B=64, H=128,
+where the grid has one split a row and stage 1 runs alone. Elsewhere it says it skipped.
 """,
     ),
     (

@@ -197,9 +197,10 @@ def timed_chain(
     (``outs[-1]`` is the last call's either way). A result left unused is dead code
     that XLA deletes with the work only it needs; as outputs of their own the results
     cost no op at all, where stacking them would add a concatenate. A custom call is
-    kept whole when any of its results is used, and Triton's stage 2 yields out and
-    lse together, so the lses keep both stages of every call; the XLA paths compute
-    out with ops of their own, so they need ``keep_outs``.
+    kept whole when any of its results is used, and Triton's last kernel (stage 2, or
+    stage 1 alone with one split) yields out and lse together, so the lses keep every
+    call's kernels; the XLA paths compute out with ops of their own, so they need
+    ``keep_outs``.
 
     The XLA paths read only loop-invariant arrays, and XLA would compute identical
     calls once; with ``perturb_table`` each call adds ``lse[0, 0] == inf`` (always 0,
