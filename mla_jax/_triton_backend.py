@@ -165,16 +165,15 @@ def decode(
         jax.ShapeDtypeStruct((batch, num_heads, kv_lora_rank), q_nope.dtype),
         jax.ShapeDtypeStruct((batch, num_heads), jnp.float32),
     ]
-    one_split = stage2 is None
-    # The buffer is an aliased operand either way: with one split it is not written,
-    # but consecutive calls on it stay ordered (XLA would merge identical calls).
+    # The buffer is an aliased operand either way: with one split (no stage 2) it is not
+    # written, but consecutive calls on it stay ordered (XLA would merge identical calls).
     buffer, *outputs = _launch.launch(
         stage1_kernel,
         (q_nope, q_pe, kv_cache, block_table, seq_lens, num_splits, kv_scale, logits_buffer),
         out_shapes=[jax.ShapeDtypeStruct(logits_buffer.shape, logits_buffer.dtype)]
-        + (out_shapes if one_split else []),
+        + (out_shapes if stage2 is None else []),
         grid=stage1["grid"],
-        constexprs=stage1["constexprs"] | kernels.stage1_absent(one_split),
+        constexprs=stage1["constexprs"] | kernels.stage1_absent(stage2 is None),
         num_warps=stage1["num_warps"],
         num_stages=stage1["num_stages"],
         input_output_aliases={7: 0},  # logits_buffer -> the first output

@@ -287,7 +287,8 @@ def check(name, q, pool, table, lens, splits, kv_scale=1.0, widen=None, routed=T
         run.both(path)
         torch.cuda.synchronize()
         errs[path] = (out_error(run.out, ref_out), lse_error(run.lse, ref_lse))
-        outs[path] = run.out.float().clone()
+        if splits == 1:  # the outputs stand in for the partials below
+            outs[path] = run.out.float().clone()
     live = live_splits(lens, splits, table.shape[1] * PAGE)  # [B, S]
     gl_buf, tl_buf = run.buf["gluon"], run.buf["tl"]
     if splits == 1:
