@@ -752,12 +752,9 @@ def mla_decode_stage1_gluon_fp8(
     tile = gl.program_id(0)
     row = gl.program_id(1)
     split = gl.program_id(2)
-    if out_ptr is None:
-        num_splits = gl.load(num_splits_ptr)
-        if split >= num_splits:
-            return
-    else:
-        num_splits = 1  # the one split: the whole row
+    num_splits = gl.load(num_splits_ptr)
+    if split >= num_splits:
+        return
     start, end = _split_range(seq_lens_ptr, row, num_splits, split, CAPACITY)
     if end <= start:
         if out_ptr is not None:
@@ -1291,12 +1288,9 @@ def mla_decode_stage1_gluon_fp8_h16(
     tile = gl.program_id(0)
     row = gl.program_id(1)
     split = gl.program_id(2)
-    if out_ptr is None:
-        num_splits = gl.load(num_splits_ptr)
-        if split >= num_splits:
-            return
-    else:
-        num_splits = 1  # the one split: the whole row
+    num_splits = gl.load(num_splits_ptr)
+    if split >= num_splits:
+        return
     start, end = _split_range(seq_lens_ptr, row, num_splits, split, CAPACITY)
     if end <= start:
         if out_ptr is not None:
