@@ -177,19 +177,14 @@ def mla_decode_stage1(
     tile = tl.program_id(0)
     row = tl.program_id(1)
     split = tl.program_id(2)
+    num_splits = tl.load(num_splits_ptr)  # 1 at one split
+    if split >= num_splits:
+        return
     # Clamped to the block table's row, so no split reads past it.
     seq_len = tl.minimum(tl.maximum(tl.load(seq_lens_ptr + row), 0), CAPACITY)
-    if out_ptr is None:
-        num_splits = tl.load(num_splits_ptr)
-        if split >= num_splits:
-            return
-        start, end = _split_range(seq_len, num_splits, split)
-        if end <= start:
-            return  # stage 2 skips empty splits; nothing to write.
-    else:
-        # The one split: the whole row, an empty one included (its output is written).
-        start = 0
-        end = seq_len
+    start, end = _split_range(seq_len, num_splits, split)
+    if out_ptr is None and end <= start:
+        return  # stage 2 skips empty splits; nothing to write.
 
     heads = tile * BLOCK_H + tl.arange(0, BLOCK_H)
     head_mask = heads < NUM_HEADS
@@ -310,7 +305,6 @@ def mla_decode_stage1(
                 LORA_CHUNKS,
             )
 
-    lse = (m_i + tl.log2(l_i)) * _LN2
     if out_ptr is None:
         out_off = (
             row.to(tl.int64) * stride_buf_b
@@ -323,8 +317,10 @@ def mla_decode_stage1(
                 acc[i] * (kv_scale / l_i[:, None]),
                 mask=head_mask[:, None],
             )
+        lse = (m_i + tl.log2(l_i)) * _LN2
         tl.store(buf_ptr + out_off + LORA, lse[:, None], mask=head_mask[:, None])
     else:
+        lse = (m_i + tl.log2(l_i)) * _LN2
         norm, lse = _one_split_result(kv_scale / l_i, lse, end > start)
         out_off = (row * NUM_HEADS + heads[:, None]).to(tl.int64) * LORA
         for i in tl.static_range(LORA_CHUNKS):
