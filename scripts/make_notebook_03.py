@@ -1,11 +1,9 @@
 """Writes notebooks/03_performance.ipynb (committed without outputs).
 
     scripts/dev python -m mla_jax bench --report-only docs/benchmarks/parts/small.json \\
-        docs/benchmarks/parts/large.json docs/benchmarks/parts/large-h128.json \\
-        docs/benchmarks/parts/h32-small.json docs/benchmarks/parts/h32-large.json \\
-        docs/benchmarks/parts/one-split-b64-h128.json \\
-        docs/benchmarks/parts/one-split-b128-h64.json \\
-        docs/benchmarks/parts/one-split-b128-h128-l1024.json \\
+        docs/benchmarks/parts/large-b16-b64.json docs/benchmarks/parts/large-b128.json \\
+        docs/benchmarks/parts/large-h128.json docs/benchmarks/parts/h32.json \\
+        docs/benchmarks/parts/h32-b128-l16384.json \\
         --out docs/benchmarks                                     # results.json, page, plots
     scripts/dev python scripts/make_notebook_03.py                # then the notebook
 
@@ -90,22 +88,19 @@ paths, timed in the same process on the same inputs:
   its runs with and without `--kernel-time` show that the traced run does not change the
   wall time). The last section but one compares the two instruments.
 
-The sweep ran in eight parts on 2026-12-01, each measuring its own ceilings, merged from
-`docs/benchmarks/parts/`. Three come from the sweep earlier that day, before the seesaw's
-warp votes ([`docs/performance.md`, "Lazy rescaling asks
-first"](../docs/performance.md#lazy-rescaling-asks-first)) and the one-split change:
-`small.json` (B ≤ 4 at H ∈ {16, 64, 128}, 24 shapes), `large.json` (B ≥ 16 at those
-heads, 18 shapes taken from it) and `h32-small.json` (H=32 at B ≤ 16, 11 shapes). Five
-were measured on the one-split kernels (commit eab6490, later the same day), the 12
-shapes with one split a row among them: `large-h128.json` (128/128/4096 and 16384, which
-`large.json`'s time budget had left incomplete; the merge keeps the part that timed more
-of a shape's paths), `h32-large.json` (B 64 and 128 at H=32, 6 shapes),
-`one-split-b64-h128.json` (3 shapes), `one-split-b128-h64.json` (3) and
-`one-split-b128-h128-l1024.json` (1), whose rows were dropped from `large.json`. vLLM's
-kernel ran in the same process as ours in every part. The first cell checks that both of
-our paths ran the stage 1 the routing picks (the default path the seesaw where the rule
-above says so, our kernels on vLLM's rule the seesaw at the H=32 shapes alone), and stage
-2 wherever the grid has more than one split.
+The sweep ran in six parts on 2026-12-01, in one lease of one H200, all on the same
+kernels (revision df8ad0c; the tl stage 1's split builds have since gone back to their
+earlier SASS, [`docs/performance.md`, "Current
+results"](../docs/performance.md#current-results)), each part a separate bench process
+measuring its own ceilings, merged from `docs/benchmarks/parts/`: `small.json` (B ≤ 4 at
+H ∈ {16, 64, 128}, 24 shapes), `large-b16-b64.json` (B 16 and 64 at those heads, 18),
+`large-b128.json` (B 128 at H 16 and 64, 6), `large-h128.json` (128/128/*, 3), `h32.json`
+(H=32 at every B, 17) and `h32-b128-l16384.json` (128/32/16384 alone, which `h32.json`'s
+time budget had left without vLLM's time; the merge keeps the part that timed more of a
+shape's paths). vLLM's kernel ran in the same process as ours in every part. The first
+cell checks that both of our paths ran the stage 1 the routing picks (the default path
+the seesaw where the rule above says so, our kernels on vLLM's rule the seesaw at the
+H=32 shapes alone), and stage 2 wherever the grid has more than one split.
 
 Every cell but the last only reads JSON and draws, so the notebook runs anywhere; the last
 re-measures a few shapes when a CUDA GPU is present. The figures are drawn by
@@ -242,9 +237,9 @@ $$\text{floor} = \max\left(\frac{\text{KV bytes}}{\text{copy bandwidth}},\;
 \frac{\text{flops}}{\text{matmul rate}}\right)$$
 
 The copy bandwidth is a device copy in JAX (bytes read + written per second), the matmul
-rate a large square bf16 matmul in JAX: 3.34 TB/s and 650–688 TFLOP/s in the eight
+rate a large square bf16 matmul in JAX: 3.34–3.35 TB/s and 655–683 TFLOP/s in the six
 parts. A step does 1.89·H flops per byte, so the ridge point (matmul rate / copy
-bandwidth: 194–206 flop/byte) sits near H ≈ 103–109: **with 16, 32 and 64 heads a step is
+bandwidth: 196–204 flop/byte) sits near H ≈ 104–108: **with 16, 32 and 64 heads a step is
 memory-bound, with 128 heads compute-bound.** The floor is an ideal: no kernel reaches
 both ceilings, and attention's small dot products are not the large GEMM that set the
 matmul rate. The copy counts bytes read and written, a pessimistic ceiling for a kernel
@@ -301,54 +296,54 @@ display(time_vs_len_figure(results, paths, key="device_ms",
 
 In kernel time:
 
-- **H=16 (memory-bound), B ≥ 64, L ≥ 4k: 110–130 % of the floor with occupancy splits
-  (3.67–4.35 TB/s of KV reads), 97–108 % with vLLM's split rule, 49–53 % for vLLM's
-  kernels.** The best, 0.555 ms at 128/16/16384 (130 %, 4.35 TB/s; vLLM's kernels
-  1.365 ms), reads faster than the 3.34 TB/s device copy the bench measured and the
-  4.22 TB/s reference copy rate; Nsight Compute puts its stage 1 at 91.5 % of the DRAM
+- **H=16 (memory-bound), B ≥ 64, L ≥ 4k: 108–124 % of the floor with occupancy splits
+  (3.62–4.14 TB/s of KV reads), 96–104 % with vLLM's split rule, 49–53 % for vLLM's
+  kernels.** The best, 0.584 ms at 128/16/16384 (124 %, 4.14 TB/s; vLLM's kernels
+  1.359 ms), reads faster than the 3.34 TB/s device copy the bench measured, close to
+  the 4.22 TB/s reference copy rate; Nsight Compute puts its stage 1 at 91.5 % of the DRAM
   peak ([`docs/performance.md`, "Hardware
   floors"](../docs/performance.md#hardware-floors)).
-- **H=32, B ≥ 16: 52–120 % of the floor with occupancy splits where stage 1 is the Gluon
-  seesaw kernel** (8 of the 9 shapes, 1.74–4.00 TB/s), on one 64-head tile with half its
-  rows masked. With splits of ≥ 1024 tokens it reaches 90–120 % (6 shapes, 3.02–4.00
-  TB/s): 0.604 ms at 128/32/16384 (120 %, 4.00 TB/s; vLLM's kernels 2.627 ms), 117 % at
-  64/32/16384, 112 % at 128/32/4096, 95 % at 64/32/4096, 94 % at 16/32/16384, 90 % at
+- **H=32, B ≥ 16: 52–121 % of the floor with occupancy splits where stage 1 is the Gluon
+  seesaw kernel** (8 of the 9 shapes, 1.75–4.05 TB/s), on one 64-head tile with half its
+  rows masked. With splits of ≥ 1024 tokens it reaches 90–121 % (6 shapes, 3.03–4.05
+  TB/s): 0.596 ms at 128/32/16384 (121 %, 4.05 TB/s; vLLM's kernels 2.608 ms), 116 % at
+  64/32/16384, 114 % at 128/32/4096, 94 % at 64/32/4096, 93 % at 16/32/16384, 90 % at
   128/32/1024 (one 1024-token split a row); at B=128 the grid has one split a row and
   stage 1 runs alone. With 512-token splits: 52 % at 16/32/4096 and 55 % at 64/32/1024.
-  At 16/32/1024 the occupancy splits hold 128 tokens and the tl kernel runs, at 32 %;
+  At 16/32/1024 the occupancy splits hold 128 tokens and the tl kernel runs, at 31 %;
   its 32-head tiles take the wide tiles' configuration, one program an SM
   ([`docs/performance.md`, "Head tiles and stage-1
   configurations"](../docs/performance.md#head-tiles-and-stage-1-configurations)).
   At B ≥ 16, L ≥ 4k vLLM's split rule, on the seesaw with 512-token splits, gives
-  54–76 % (0.952 ms at 128/32/16384), and vLLM's kernels 25–28 %. At B ≤ 4 the
-  default path's seesaw runs at 4/32/65536 (2048-token splits, 93 %), 1/32/65536 and
-  4/32/16384 (512-token splits, 50 and 52 %).
-- **H=64, B ≥ 64, L ≥ 4k: 80–119 % with occupancy splits, where stage 1 is the Gluon
-  kernel** (0.606 ms at 128/64/16384, one split a row, 3.99 TB/s); 42–43 % with vLLM's
+  53–75 % (0.962 ms at 128/32/16384), and vLLM's kernels 25–28 %. At B ≤ 4 the
+  default path's seesaw runs at 4/32/65536 (2048-token splits, 94 %), 1/32/65536 and
+  4/32/16384 (512-token splits, 51 and 52 %).
+- **H=64, B ≥ 64, L ≥ 4k: 79–112 % with occupancy splits, where stage 1 is the Gluon
+  kernel** (0.646 ms at 128/64/16384, one split a row, 3.74 TB/s); 42–43 % with vLLM's
   rule (the tl kernel at 512-token splits), 14–15 % for vLLM's kernels. At 16/64/4096
-  the occupancy splits hold 512 tokens, the tl kernel runs, and the two rules sit at 38
-  and 39 %.
-- **H=128 (compute-bound): at most 77 % with occupancy splits, 27 % with vLLM's rule, 9 %
+  the occupancy splits hold 512 tokens, the tl kernel runs, and both rules sit at
+  39 %.
+- **H=128 (compute-bound): at most 78 % with occupancy splits, 28 % with vLLM's rule, 9 %
   for vLLM's kernels.** At the six H=128 shapes with B·L ≥ 256k tokens the default path
-  runs the Gluon seesaw stage 1 at 62–77 % of the floor (428–533 TFLOP/s, against a
-  661–688 TFLOP/s matmul): 0.548 ms at 64/128/16384 (533 TFLOP/s; vLLM's kernels
-  4.74 ms), 1.130 ms at 128/128/16384 (517 TFLOP/s; vLLM's kernels 9.75 ms), both with
-  one split a row, stage 1 alone. vLLM's rule, on the tl kernel, gives 26–27 %
-  (178–183 TFLOP/s) there, vLLM's kernels 9 % (58–62 TFLOP/s). In the seesaw
+  runs the Gluon seesaw stage 1 at 64–78 % of the floor (437–533 TFLOP/s, against a
+  655–683 TFLOP/s matmul): 0.548 ms at 64/128/16384 (533 TFLOP/s; vLLM's kernels
+  4.74 ms), 1.102 ms at 128/128/16384 (530 TFLOP/s; vLLM's kernels 9.75 ms), both with
+  one split a row, stage 1 alone. vLLM's rule, on the tl kernel, gives 26–28 %
+  (179–183 TFLOP/s) there, vLLM's kernels 9 % (58–62 TFLOP/s). In the seesaw
   schedule two warp-specialised warpgroups each compute the whole of alternate 64-token
   blocks, so one's softmax runs under the other's MMAs; what it still leaves out of
   FlashMLA's kernel is in [`docs/performance.md`, "Gluon stage 1
   (sm_90)"](../docs/performance.md#gluon-stage-1-sm_90). The tl stage 1 has 64 heads per
   program, one program per SM (its 64 × 512 accumulator takes all the registers), each KV
   block's work in series inside it ([`docs/performance.md`, "Why H=128 is not at
-  FlashMLA's rate"](../docs/performance.md#why-h128-is-not-at-flashmlas-rate)): 3.20 ms
+  FlashMLA's rate"](../docs/performance.md#why-h128-is-not-at-flashmlas-rate)): 3.19 ms
   at 128/128/16384 with vLLM's rule. vLLM's kernel groups 16 heads per program
   (`BLOCK_H = 16`), so at H=128 eight programs each load the same KV tiles.
 - **Small shapes (B ≤ 4, L ≤ 4k): a fixed cost, not the work.** The floor there is
-  0.4–6.6 µs. The default path takes 7.5–35.5 µs of kernel time, our kernels on vLLM's
-  rule 23.1–42.3 µs (its 2–8 splits a row, against the occupancy rule's 8–64), `xla`
-  13.5–68.0 µs, `dense` 13.1–50.4 µs, vLLM's kernels 50.6–78.2 µs. At 1/128/4096 the
-  default path takes 16.8 µs: 32 splits of 128 tokens on 16-head tiles, stage 1 13.3 µs
+  0.4–7.0 µs. The default path takes 7.6–34.3 µs of kernel time, our kernels on vLLM's
+  rule 23.1–42.4 µs (its 2–8 splits a row, against the occupancy rule's 8–64), `xla`
+  13.6–67.6 µs, `dense` 12.9–49.1 µs, vLLM's kernels 50.7–78.3 µs. At 1/128/4096 the
+  default path takes 17.0 µs: 32 splits of 128 tokens on 16-head tiles, stage 1 13.3 µs
   and stage 2 3.3 µs under a CUDA graph
   ([`docs/gpu/stage-times-kernel-time-check.log`](../docs/gpu/stage-times-kernel-time-check.log)).
   With 64-head tiles both stages take 23.2 µs
@@ -429,27 +424,27 @@ Speed-up = vLLM's kernel time / ours, at the same shape in the same sweep (> 1: 
 faster); vLLM's includes the two small torch fills around its kernels.
 
 - **Occupancy splits (the default) are faster than vLLM's kernels at all 68 shapes,
-  1.93–8.64×:** 2.06–8.64× at the 29 shapes where stage 1 is the Gluon kernel (3.46–8.64×
-  at the 12 of them with one split a row, where it runs alone), 1.93–6.76× at the 39
-  where it is the tl kernel. By head count: 1.95–6.76× at H=16, 2.06–6.65× at H=32,
-  1.93–8.27× at H=64, 2.08–8.64× at H=128.
-- **The largest: 64/128/16384, 0.548 ms against vLLM's 4.737 ms (8.64×);**
-  128/128/16384 is 1.130 against 9.753 ms (8.63×), 128/128/4096 0.298 against 2.503 ms
-  (8.41×), all three with one split a row.
-- **The closest: 16/64/1024, 0.0285 against 0.0548 ms (1.93×),** then 128/16/1024
-  (0.0496 against 0.0967 ms, 1.95×) and 4/64/4096 (0.0279 against 0.0550 ms, 1.97×):
-  tl-kernel shapes of 28–50 µs of kernel time, the H=64 ones with splits of 128 tokens,
-  128/16/1024 with the 2 splits a row that vLLM's rule also picks.
-- At the small shapes (B ≤ 4, L ≤ 4k) the default path is 1.97–6.76× faster in kernel
-  time (1/16/1024: 7.5 against 50.6 µs) and 1.45–2.49× in wall time, where the host
+  1.92–8.85×:** 2.08–8.85× at the 29 shapes where stage 1 is the Gluon kernel (3.46–8.85×
+  at the 12 of them with one split a row, where it runs alone), 1.92–6.71× at the 39
+  where it is the tl kernel. By head count: 1.92–6.71× at H=16, 2.08–6.67× at H=32,
+  2.01–7.66× at H=64, 2.15–8.85× at H=128.
+- **The largest: 128/128/16384, 1.102 ms against vLLM's 9.752 ms (8.85×);**
+  128/128/4096 is 0.286 against 2.519 ms (8.80×), 64/128/16384 0.548 against 4.740 ms
+  (8.65×), all three with one split a row.
+- **The closest: 128/16/1024, 0.0503 against 0.0966 ms (1.92×),** then 16/64/1024
+  (0.0271 against 0.0546 ms, 2.01×) and 4/64/4096 (0.0265 against 0.0552 ms, 2.08×):
+  tl-kernel shapes of 27–50 µs of kernel time, 128/16/1024 with the 2 splits a row that
+  vLLM's rule also picks, the H=64 ones with splits of 128 tokens.
+- At the small shapes (B ≤ 4, L ≤ 4k) the default path is 2.08–6.71× faster in kernel
+  time (1/16/1024: 7.6 against 50.7 µs) and 1.58–2.47× in wall time, where the host
   sets our time but not that of vLLM's CUDA graph. Over all 68 shapes the wall-time range
-  is 1.43–8.91×; its closest, 16/16/1024, runs 12.9 µs of kernels in 37.2 µs of wall
+  is 1.51–8.78×; its closest, 1/64/16384, runs 27.5 µs of kernels in 40.5 µs of wall
   time.
 - With vLLM's split rule our kernels (the tl stage 1, the seesaw at H=32) are faster
-  than vLLM's at all 68 shapes, 1.30–3.57×; the closest are 16/64/1024 and 4/64/4096
-  (1.30×), the largest are at L = 64k (1/64/65536 3.57×, 1/128/65536 3.50×).
+  than vLLM's at all 68 shapes, 1.30–3.57×; the closest are 16/64/1024 (1.30×) and
+  4/64/4096 (1.32×), the largest are at L = 64k (1/64/65536 3.57×, 1/128/65536 3.53×).
 - At H=128 with B ≥ 16, vLLM's kernels are at 8–9 % of the floor; even plain JAX
-  gather + einsum is 1.71–2.17× faster there, and it beats vLLM's kernels at 46 of the
+  gather + einsum is 1.70–2.19× faster there, and it beats vLLM's kernels at 46 of the
   68 shapes.
 """,
     ),
@@ -528,21 +523,21 @@ launched) and makes the splits longer: long enough for the Gluon stage 1 at H �
 **In kernel time occupancy splits are faster at 57 of the 68 shapes.** The rules pick the
 same split count at 10 shapes (all with 512-token splits: the seesaw stage 1 at the four
 H=32 ones, the tl kernel at the six others): the same kernels on the same work, so their
-0.96–1.02× is the spread from one traced run to another. Where the counts differ,
-occupancy splits are faster at 55 of 58 shapes, by 1.13–3.36×: the most at L = 1k and
-B ≤ 4, where 16 splits a row keep more SMs busy than vLLM's 2 (1/16/1024 3.36×,
-1/64/1024 3.18×, 4/16/1024 3.13×), and 1.46–2.96× at the 18 shapes with H ≥ 64 where
+0.97–1.04× is the spread from one traced run to another. Where the counts differ,
+occupancy splits are faster at 55 of 58 shapes, by 1.13–3.40×: the most at L = 1k and
+B ≤ 4, where 16 splits a row keep more SMs busy than vLLM's 2 (1/16/1024 3.40×,
+1/64/1024 3.19×, 4/16/1024 3.16×), and 1.44–2.93× at the 18 shapes with H ≥ 64 where
 fewer, longer splits let the Gluon kernel run (64/128/16384, one split a row against 32:
-0.548 against 1.623 ms, 2.96×). At the 7 H=32 shapes where the Gluon kernel runs on both
-rules and the counts differ, the occupancy rule's fewer, longer splits are 1.37–1.59×
-faster (128/32/16384, one split a row against 32: 0.604 against 0.952 ms, 1.58×). They
-are slower at 4/16/16384 (30.7 against 30.1 µs), 16/16/4096 (30.2 against 30.0 µs) and
-64/16/1024 (30.7 against 30.1 µs), 0.98–0.99×, within the same-count spread: H=16 shapes
-where the occupancy rule takes twice vLLM's split count.
+0.548 against 1.606 ms, 2.93×). At the 7 H=32 shapes where the Gluon kernel runs on both
+rules and the counts differ, the occupancy rule's fewer, longer splits are 1.38–1.61×
+faster (128/32/16384, one split a row against 32: 0.596 against 0.962 ms, 1.61×). They
+are slower at 4/16/16384 (31.1 against 30.7 µs), 16/16/4096 (30.5 against 30.4 µs) and
+64/16/1024 (31.3 against 30.7 µs), 0.980–0.996×, within the same-count spread: H=16
+shapes where the occupancy rule takes twice vLLM's split count.
 
-In wall time the occupancy rule is faster at 53 shapes. Of the 15 others, 8 take under
-40 µs a call, where the host sets the wall time (at 1/16/1024 the wall clock reads 0.88×
-where the kernels are 3.36× faster), and 7 are shapes where the two rules pick the same
+In wall time the occupancy rule is faster at 58 shapes. Of the 10 others, 4 take under
+40 µs a call, where the host sets the wall time (at 1/64/4096 the wall clock reads 0.96×
+where the kernels are 1.97× faster), and 6 are shapes where the two rules pick the same
 split count.
 """,
     ),
@@ -615,19 +610,19 @@ display(heatmap_figure(results, [occ], over_vllm_rule,
 
 The wall clock is what a caller that dispatches ten chained runs per sync sees; the kernel
 time is what the GPU spends in the path's kernels. Where the kernels take 40 µs a call or
-more, the two agree: the default path's wall time is 0.97–1.17× its kernel time there (40
-shapes), 0.97–1.07× at the 18 shapes of 100 µs or more, and vLLM's CUDA graph reads
+more, the two agree: the default path's wall time is 0.95–1.17× its kernel time there (40
+shapes), 0.95–1.07× at the 18 shapes of 100 µs or more, and vLLM's CUDA graph reads
 1.00–1.04× at all 68. Below that the host's dispatch sets the JAX paths' wall time: the
-default path reads 21.8–38.3 µs at its 25 shapes under 40 µs of wall time, whose kernels
-take 7.5–32.2 µs (up to 4.72× apart, at 1/16/1024); the wall time of our kernels on
-vLLM's rule never reads below 30.3 µs, that of `dense` never below 27.9 µs. Those wall
+default path reads 18.5–39.8 µs at its 25 shapes under 40 µs of wall time, whose kernels
+take 7.6–33.8 µs (up to 3.71× apart, at 4/32/1024); the wall time of our kernels on
+vLLM's rule never reads below 30.3 µs, that of `dense` never below 28.5 µs. Those wall
 times move from run to run (see the top of the notebook), and their three repeats within
-this sweep spread by up to 41 %.
+this sweep spread by up to 72 %.
 
 The two instruments come from different runs, so at a shape whose clock varies the kernel
-time can read above the wall time: at 64/128/16384 0.548 ms of kernels against 0.532 ms
-of wall time here, at 128/128/4096 0.298 against 0.289 ms (both compute-bound, one split
-a row).
+time can read above the wall time: at 128/64/16384 0.646 ms of kernels against 0.617 ms
+of wall time here, at 64/128/16384 0.548 against 0.546 ms (both with one split a row) and
+at 128/16/16384 0.584 against 0.582 ms.
 """,
     ),
     (
