@@ -317,6 +317,9 @@ def mla_decode_stage1(
                 acc[i] * (kv_scale / l_i[:, None]),
                 mask=head_mask[:, None],
             )
+        # The lse after the partial's stores, in each branch: computed once before the
+        # branch, it changed the split build's SASS (see docs/performance.md, "Current
+        # results"); this order keeps the build the sweeps measured.
         lse = (m_i + tl.log2(l_i)) * _LN2
         tl.store(buf_ptr + out_off + LORA, lse[:, None], mask=head_mask[:, None])
     else:
