@@ -1533,11 +1533,12 @@ def _seesaw_copy_block(
 ):
     """The block at token ``n0`` (raw page index ``page``) into a slot, signalling
     ``ready`` (count 1) when it has landed. A block wholly inside ``[start, end)``
-    comes by TMA (two copies issued by one thread, the barrier expecting their
-    bytes). A block with rows outside it (a split's first or last block, or the
-    phantom second block of an odd count, all outside) comes by ``cp.async`` from the
-    warpgroup's 128 threads, those rows zero-filled so that no value outside the row's
-    tokens reaches an MMA: each thread's ``cp.async.mbarrier.arrive`` adds one pending
+    comes by TMA (the latent columns in eight 64-column boxes, the rope ones in one,
+    each issued by one thread of a warp; the barrier expects their bytes). A block
+    with rows outside it (a split's first or last block, or the phantom second block
+    of an odd count, all outside) comes by ``cp.async`` from the warpgroup's 128
+    threads, those rows zero-filled so that no value outside the row's tokens reaches
+    an MMA: each thread's ``cp.async.mbarrier.arrive`` adds one pending
     arrival that its copies complete, and after a warpgroup barrier one plain arrival
     completes the phase once they all have."""
     if (n0 >= start) & (n0 + BLOCK_N <= end):
