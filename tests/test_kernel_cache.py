@@ -25,7 +25,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
 
 from mla_jax import _launch
-from tests.test_lowering import _proto_fields, backend_config
+from tests.test_lowering import _proto_fields, _proto_items, backend_config
 
 ROOT = Path(__file__).parents[1]
 S = jax.ShapeDtypeStruct
@@ -298,31 +298,6 @@ def test_bad_launches_fail_before_compiling(change, message):
         lower(lambda x: _launch.launch(kernel, [x, *inputs[1:]], **kwargs), x)
 
 
-def _repeated(data: bytes, field: int) -> list[bytes]:
-    """Every value of a repeated length-delimited ``field`` of a serialized protobuf."""
-    values, i = [], 0
-
-    def varint(i):
-        value = shift = 0
-        while True:
-            byte = data[i]
-            value, shift, i = value | (byte & 0x7F) << shift, shift + 7, i + 1
-            if byte < 0x80:
-                return value, i
-
-    while i < len(data):
-        key, i = varint(i)
-        if key & 7 == 0:
-            _, i = varint(i)
-            continue
-        assert key & 7 == 2, key
-        size, i = varint(i)
-        if key >> 3 == field:
-            values.append(data[i : i + size])
-        i += size
-    return values
-
-
 @pytest.mark.parametrize("kernel, per_program", [(tma_add_one, 256), (gluon_tma_add_one, 128)])
 def test_global_scratch_is_one_more_result_the_caller_never_sees(kernel, per_program):
     """A kernel that makes TMA descriptors on the device needs global scratch (128
@@ -344,7 +319,8 @@ def test_global_scratch_is_one_more_result_the_caller_never_sees(kernel, per_pro
     assert re.search(rf"-> \(tensor<256x64xf32>, {scratch}\)", line), line
     assert re.search(r"return %\S+#0 : tensor<256x64xf32>", text)
     # TritonAnyKernelCall.kernel_call (1) -> TritonKernelCall.parameters (5, repeated)
-    parameters = _repeated(_proto_fields(backend_config(line))[1], 5)
+    call = _proto_fields(backend_config(line))[1]
+    parameters = [v for f, v in _proto_items(call) if f == 5]
     arrays = [_proto_fields(_proto_fields(p)[1]) for p in parameters]
     # x, y, then the scratch: divisibility 16 for the arrays, 128 for the scratch.
     assert [a.get(2) for a in arrays] == [16, 16, 128]

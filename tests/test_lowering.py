@@ -82,8 +82,9 @@ def kernel_calls(text):
     return calls
 
 
-def _proto_fields(data: bytes) -> dict[int, int | bytes]:
-    """The fields of a serialized protobuf message: varints as ints, others as bytes."""
+def _proto_items(data: bytes) -> list[tuple[int, int | bytes]]:
+    """The fields of a serialized protobuf message in order, as ``(number, value)``:
+    varints as ints, others as bytes (a repeated field appears once per value)."""
 
     def varint(i):
         value = shift = 0
@@ -93,7 +94,7 @@ def _proto_fields(data: bytes) -> dict[int, int | bytes]:
             if byte < 0x80:
                 return value, i
 
-    fields, i = {}, 0
+    items, i = [], 0
     while i < len(data):
         key, i = varint(i)
         wire = key & 7
@@ -105,8 +106,13 @@ def _proto_fields(data: bytes) -> dict[int, int | bytes]:
         else:  # fixed 64 / 32 bits
             size = {1: 8, 5: 4}[wire]
             value, i = data[i : i + size], i + size
-        fields[key >> 3] = value
-    return fields
+        items.append((key >> 3, value))
+    return items
+
+
+def _proto_fields(data: bytes) -> dict[int, int | bytes]:
+    """The fields of a serialized protobuf message (a repeated one: its last value)."""
+    return dict(_proto_items(data))
 
 
 def kernel_grids(text):
