@@ -23,7 +23,10 @@ kernel):
   a warpgroup (128 registers a thread).
 * Q (64 x 512 + 64 x 64) stays in shared memory for the whole split; latent blocks
   (64 x 512 + 64 x 64) are double-buffered in shared memory, filled by ``cp.async``
-  (no TMA descriptor: JAX passes plain pointers, and no global scratch). A block
+  in the fp8 kernel and by TMA in the seesaw wherever a block lies wholly inside
+  the split (its descriptors made on the device, in the global scratch the launch
+  route passes; a split's first and last blocks come by ``cp.async``, which
+  zero-fills the rows outside the split). A block
   serves as K (all 576 columns, a transposed shared-memory view) and V (its first 512
   columns) without a second copy.
 * Online softmax in base 2 with the tl kernel's lazy per-row rescaling. With lazy
@@ -200,11 +203,12 @@ worker, 8 warps in all.
   MMAs instead), so WG0 publishes P0 before WG1's softmax, not after.
 * P of each block goes over that block's k_pe (64 x 64, the same shape and layout),
   dead once its QK^T is done: no P buffers. Shared memory: 72 KB Q + 2 x 72 KB
-  latent + 1.5 KB m/l exchange + mbarriers = 222980 bytes.
+  latent + 1.5 KB m/l exchange + mbarriers = 222996 bytes.
 * Handshakes (mbarriers; an arrive is a 128-thread named barrier then one thread's
-  arrive, so everything the warpgroup did before it is released): ready0/1 (count
-  128: each thread's ``cp.async.mbarrier.arrive.noinc`` fires when its copies have
-  landed), p0 (WG0 -> WG1: m0 and P0), p1 (WG1 -> WG0: m1 and P1), free0/1 (WG0 ->
+  arrive, so everything the warpgroup did before it is released): ready0/1 (a block
+  landed: the TMA copies' bytes, or each thread's ``cp.async.mbarrier.arrive`` then
+  one arrival, ``_seesaw_copy_block``; the first two wait for Q too), p0 (WG0 ->
+  WG1: m0 and P0), p1 (WG1 -> WG0: m1 and P1), free0/1 (WG0 ->
   WG1: WG0's MMAs on that slot are done; WG1, the slot's last user, then refills
   it), l0/l1 (row sums). Every barrier completes once a pair, so pair i waits parity
   i & 1; none can complete twice before its waiter looks (each next completion needs
@@ -217,7 +221,7 @@ worker, 8 warps in all.
   warpgroup syncs itself (named 128-thread barriers) and the other through
   mbarriers. The sm_90 build: 255 registers, no spills, 88 HGMMA; every
   ``wgmma.wait_group`` is 0, the overlap being across warpgroups and, in each,
-  across an mbarrier wait (WG0) or the refill's cp.async issue (WG1).
+  across an mbarrier wait (WG0) or the refill's issue (WG1).
 * The views of Q and the slots are indexed by an opaque 0 (``_opaque_zero``) inside
   the loop: with fixed views every wgmma descriptor is loop-invariant, LLVM hoists
   them all (Q's 36 alone are 72 registers) and ptxas spilled 920 bytes.
@@ -226,8 +230,7 @@ worker, 8 warps in all.
   slot 0's refill, issued after WG1's P0 V0_R, about two 64 x 256 MMAs ahead of use;
   WG1's next S waits for slot 1's, issued at the very end of its pair (FlashMLA eases
   this with 9 per-64-column TMA barriers a block, so S starts on the first column
-  tile; with cp.async that would be 9 commit groups and 18 mbarriers, not tried).
-  (2) No TMA (no global scratch for descriptors). (3) No wgmma kept in flight past a
+  tile; not tried). (2) No wgmma kept in flight past a
   ``wgmma.wait_group N > 0``: each warpgroup's accumulator must be rescaled between
   its two PV MMAs (the other order, FlashMLA's, would make WG0 wait for scale1
   before publishing P0) and at 255 registers there is no room for a second
@@ -245,6 +248,7 @@ from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared,
     mbarrier,
+    tma,
     warpgroup_mma,
     warpgroup_mma_wait,
 )
@@ -295,8 +299,9 @@ def supports(
     ``q_dtype``/``kv_dtype`` are names (``"bfloat16"``, ``"float16"``, ...): q 16-bit,
     and the cache either of q's dtype or ``float8_e4m3fn`` (its scale passed as
     ``kv_scale``). Pages must hold whole 64-token blocks, and each latent row must
-    start 16-byte aligned (``cp.async`` and the fp8 loads move 16 bytes); the last
-    dimension is assumed contiguous. At least ``BLOCK_H // 2`` heads for a 16-bit cache
+    start 16-byte aligned (``cp.async``, TMA and the fp8 loads move 16 bytes); the last
+    dimension is assumed contiguous, and a 16-bit cache's pages back to back. At least
+    ``BLOCK_H // 2`` heads for a 16-bit cache
     (a tile of 32-63 heads masks the rest of the seesaw's 64 rows: it still does the
     same work 1.4-1.6x faster than the tl kernel's tile, ``docs/gpu/gluon-heads-32-48.log``),
     or for an fp8 cache at least ``SMALL_BLOCK_H`` (the 16-head kernel,
@@ -313,6 +318,8 @@ def supports(
         and rope_dim == ROPE
         and kv_row_stride % per_copy == 0
         and kv_page_stride % per_copy == 0
+        # The seesaw's TMA descriptors see the cache as rows of tokens.
+        and (kv_dtype == FP8 or kv_page_stride == page_size * kv_row_stride)
     )
 
 
@@ -1508,6 +1515,8 @@ def mla_decode_stage1_gluon_fp8_h16(
 def _seesaw_copy_block(
     kv_c_dst,
     k_pe_dst,
+    kv_c_desc,
+    k_pe_desc,
     kv_ptr,
     page,
     n0,
@@ -1522,22 +1531,35 @@ def _seesaw_copy_block(
     stride_kv_page: gl.constexpr,
     stride_kv_row: gl.constexpr,
 ):
-    """``cp.async`` of the block at token ``n0`` (raw page index ``page``) by the 128
-    threads of one warpgroup; rows outside ``[start, end)`` are zero-filled (a block
-    wholly past ``end``, the phantom second block of an odd count, is all zeros). Each
-    thread then arrives on ``ready`` (``cp.async.mbarrier.arrive.noinc``) once its own
-    copies have landed, so ``ready`` (count 128) completes when the block has."""
-    copy_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
-    offs = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, copy_layout))
-    page_base = kv_ptr + _safe_page(page, NUM_PAGES).to(gl.int64) * stride_kv_page
-    # The rows as rows of the page (not of the block from a block base): element
-    # offsets that change block to block are not hoisted out of the loop, where 36
-    # 64-bit offsets a thread would spill.
-    rows = n0 % PAGE_SIZE + offs
-    ok = (n0 + offs >= start) & (n0 + offs < end)
-    _copy_rows(kv_c_dst, page_base, rows, ok, stride_kv_row, LORA, copy_layout)
-    _copy_rows(k_pe_dst, page_base + LORA, rows, ok, stride_kv_row, ROPE, copy_layout)
-    async_copy.mbarrier_arrive(ready, increment_count=False)
+    """The block at token ``n0`` (raw page index ``page``) into a slot, signalling
+    ``ready`` (count 1) when it has landed. A block wholly inside ``[start, end)``
+    comes by TMA (the latent columns in eight 64-column boxes, the rope ones in one,
+    each issued by one thread of a warp; the barrier expects their bytes). A block
+    with rows outside it (a split's first or last block, or the phantom second block
+    of an odd count, all outside) comes by ``cp.async`` from the warpgroup's 128
+    threads, those rows zero-filled so that no value outside the row's tokens reaches
+    an MMA: each thread's ``cp.async.mbarrier.arrive`` adds one pending
+    arrival that its copies complete, and after a warpgroup barrier one plain arrival
+    completes the phase once they all have."""
+    if (n0 >= start) & (n0 + BLOCK_N <= end):
+        row0 = _safe_page(page, NUM_PAGES) * PAGE_SIZE + n0 % PAGE_SIZE
+        mbarrier.expect(ready, BLOCK_N * (LORA + ROPE) * kv_c_dst.dtype.primitive_bitwidth // 8)
+        tma.async_copy_global_to_shared(kv_c_desc, [row0, 0], ready, kv_c_dst)
+        tma.async_copy_global_to_shared(k_pe_desc, [row0, 0], ready, k_pe_dst)
+    else:
+        copy_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
+        offs = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, copy_layout))
+        page_base = kv_ptr + _safe_page(page, NUM_PAGES).to(gl.int64) * stride_kv_page
+        # The rows as rows of the page (not of the block from a block base): element
+        # offsets that change block to block are not hoisted out of the loop, where 36
+        # 64-bit offsets a thread would spill.
+        rows = n0 % PAGE_SIZE + offs
+        ok = (n0 + offs >= start) & (n0 + offs < end)
+        _copy_rows(kv_c_dst, page_base, rows, ok, stride_kv_row, LORA, copy_layout)
+        _copy_rows(k_pe_dst, page_base + LORA, rows, ok, stride_kv_row, ROPE, copy_layout)
+        async_copy.mbarrier_arrive(ready, increment_count=True)
+        gl.thread_barrier()
+        mbarrier.arrive(ready)
 
 
 @gluon.jit
@@ -1701,6 +1723,8 @@ def _seesaw_wg1(
     m_smem,
     l_smem,
     bars,
+    kv_c_desc,
+    k_pe_desc,
     kv_ptr,
     bt_row,
     buf_ptr,
@@ -1822,6 +1846,8 @@ def _seesaw_wg1(
             _seesaw_copy_block(
                 kv_c0,
                 p0_smem,
+                kv_c_desc,
+                k_pe_desc,
                 kv_ptr,
                 page0,
                 nxt0,
@@ -1843,6 +1869,8 @@ def _seesaw_wg1(
             _seesaw_copy_block(
                 kv_c1,
                 p1_smem,
+                kv_c_desc,
+                k_pe_desc,
                 kv_ptr,
                 page1,
                 nxt1,
@@ -1951,18 +1979,28 @@ def mla_decode_stage1_gluon_seesaw(
     # m exchange: [0, 1] m0 of even/odd pairs (warpgroup 0 -> 1), [2, 3] m1 (1 -> 0).
     m_smem = gl.allocate_shared_memory(gl.float32, [4, BLOCK_H], vec_layout)
     l_smem = gl.allocate_shared_memory(gl.float32, [2, BLOCK_H], vec_layout)
-    # ready0/1 (cp.async landed, 128 arrivals), p0/p1 (P and m published), free0/1
-    # (warpgroup 0 done with a slot), l0/l1 (row sums published).
+    # ready0/1 (a block landed, _seesaw_copy_block), p0/p1 (P and m published),
+    # free0/1 (warpgroup 0 done with a slot), l0/l1 (row sums published).
     bars = gl.allocate_shared_memory(gl.int64, [8, 1], mbarrier.MBarrierLayout())
-    mbarrier.init(bars.index(0), count=128)
-    mbarrier.init(bars.index(1), count=128)
-    for b in gl.static_range(2, 8):
+    for b in gl.static_range(8):
         mbarrier.init(bars.index(b), count=1)
+    # TMA descriptors of the cache as rows of tokens (pages back to back), made here
+    # in the program's global scratch: the latent and the rope columns of a block.
+    gl.static_assert(stride_kv_page == PAGE_SIZE * stride_kv_row, "pages back to back")
+    tokens: gl.constexpr = NUM_PAGES * PAGE_SIZE
+    kv_c_desc = tma.make_tensor_descriptor(
+        kv_ptr, [tokens, LORA], [stride_kv_row, 1], [BLOCK_N, LORA], nope_layout
+    )
+    k_pe_desc = tma.make_tensor_descriptor(
+        kv_ptr + LORA, [tokens, ROPE], [stride_kv_row, 1], [BLOCK_N, ROPE], rope_layout
+    )
 
     bt_row = block_table_ptr + row * stride_bt_b
     if num_pairs > 0:
         # Q, then the first two blocks (the second may be past the end: zeros), each
-        # block signalling its slot's ready barrier; Q lands before either arrives.
+        # block signalling its slot's ready barrier. Both barriers wait for Q too: each
+        # thread's cp.async.mbarrier.arrive on them adds a pending arrival that its Q
+        # copies complete, all before the blocks' own arrivals (the warpgroup barrier).
         copy_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
         _copy_query(
             q_nope_smem.index(0),
@@ -1982,6 +2020,9 @@ def mla_decode_stage1_gluon_seesaw(
             stride_qp_h,
             copy_layout,
         )
+        async_copy.mbarrier_arrive(bars.index(0), increment_count=True)
+        async_copy.mbarrier_arrive(bars.index(1), increment_count=True)
+        gl.thread_barrier()
         page0 = gl.load(bt_row + first // PAGE_SIZE)
         page1 = gl.load(
             bt_row + (first + BLOCK_N) // PAGE_SIZE, mask=first + BLOCK_N < end, other=0
@@ -1989,6 +2030,8 @@ def mla_decode_stage1_gluon_seesaw(
         _seesaw_copy_block(
             kv_c_smem.index(0),
             k_pe_smem.index(0),
+            kv_c_desc,
+            k_pe_desc,
             kv_ptr,
             page0,
             first,
@@ -2006,6 +2049,8 @@ def mla_decode_stage1_gluon_seesaw(
         _seesaw_copy_block(
             kv_c_smem.index(1),
             k_pe_smem.index(1),
+            kv_c_desc,
+            k_pe_desc,
             kv_ptr,
             page1,
             first + BLOCK_N,
@@ -2067,6 +2112,8 @@ def mla_decode_stage1_gluon_seesaw(
                     m_smem,
                     l_smem,
                     bars,
+                    kv_c_desc,
+                    k_pe_desc,
                     kv_ptr,
                     bt_row,
                     buf_ptr,

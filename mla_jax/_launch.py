@@ -5,8 +5,13 @@ own ``triton.compile`` for an explicit ``GPUTarget("cuda", cc, 32)`` and emits
 jaxlib's ``triton_kernel_call`` custom call (the one jax-triton emits: a serialized
 ``TritonKernelCall`` with the kernel's PTX, zlib-compressed into ``backend_config``,
 custom-call API version 2). jaxlib launches it with the array operands in order,
-each row-major, then the results, then two null pointers for Triton's global and
-profiling scratch (which is why a kernel that needs scratch memory is refused).
+each row-major, then the results, then two null pointers, which Triton's kernels
+take as their global and profiling scratch memory. A kernel that needs global
+scratch (device-side TMA descriptors) gets it as one more result of the custom call,
+a byte array of ``global_scratch_size`` a program, unseen by the caller: its pointer
+follows the kernel's own arguments, where the kernel reads its global scratch (the
+first null then fills the profiling slot, the second goes unread). Profiling scratch
+(Proton instrumentation) is refused.
 
 Why not jax-triton: it compiles in memory only, so every new process paid the
 whole Triton pipeline (5-7 s for the two decode kernels on the H200) while lowering,
@@ -140,6 +145,12 @@ class Build:
     shared_bytes: int
     ptx: str
     folder: str  # the build's sub-folder of Triton's cache dir
+    global_scratch_size: int  # bytes a program (0: none)
+    global_scratch_align: int
+
+    def scratch_bytes(self, grid: tuple[int, int, int]) -> int:
+        """The global scratch of a launch on ``grid``, as Triton's launcher sizes it."""
+        return self.global_scratch_size * grid[0] * grid[1] * grid[2] * self.num_ctas
 
 
 def triton_type(dtype: Any) -> str:
@@ -238,17 +249,15 @@ def compile_kernel(spec: KernelSpec, compute_capability: int) -> Any:
 
 
 def check_resources(metadata: Any, compute_capability: int, name: str) -> None:
-    """Refuses a build jaxlib's call cannot run: it passes no global or profiling
-    scratch memory (null pointers), and shared or tensor memory past the device's
-    limit fails only at launch."""
-    for field in ("global_scratch_size", "profile_scratch_size"):
-        size = getattr(metadata, field, 0) or 0
-        if size:
-            raise ValueError(
-                f"{name} needs {size} bytes of {field.removesuffix('_size').replace('_', ' ')}"
-                " memory (e.g. on-device TMA descriptors, or Proton instrumentation);"
-                " jaxlib's triton_kernel_call provides none"
-            )
+    """Refuses a build this route cannot run: one that needs profiling scratch memory
+    (jaxlib passes a null pointer there), and shared or tensor memory past the
+    device's limit, which would fail only at launch."""
+    size = getattr(metadata, "profile_scratch_size", 0) or 0
+    if size:
+        raise ValueError(
+            f"{name} needs {size} bytes of profile scratch memory (Proton instrumentation);"
+            " jaxlib's triton_kernel_call provides none: build it without"
+        )
     shared = metadata.shared or 0
     limit = MAX_SHARED_BYTES.get(compute_capability)
     if limit is not None and shared > limit:
@@ -281,6 +290,8 @@ def _build(spec: KernelSpec, compute_capability: int) -> Build:
         folder=os.path.dirname(
             next(p for f, p in compiled.metadata_group.items() if f.endswith(".json"))
         ),
+        global_scratch_size=getattr(meta, "global_scratch_size", 0) or 0,
+        global_scratch_align=getattr(meta, "global_scratch_align", 1) or 1,
     )
 
 
@@ -338,6 +349,13 @@ def _lowering(
             params.append(lib.create_scalar_parameter(value, dtype))
         else:
             params.append(lib.create_array_parameter(0, POINTER_ALIGNMENT))
+    scratch = build.scratch_bytes(grid)
+    if scratch:
+        # The last result; jaxlib refuses a launch whose buffer is not aligned as
+        # Triton asks (XLA aligns its buffers to at least 16 bytes, usually more).
+        align = max(POINTER_ALIGNMENT, build.global_scratch_align)
+        params.append(lib.create_array_parameter(0, align))
+        ctx = ctx.replace(avals_out=[*ctx.avals_out, jax.core.ShapedArray((scratch,), jnp.uint8)])
     call = lib.TritonKernelCall(kernel, *grid, params)
     rule = jax.ffi.ffi_lowering(
         CUSTOM_CALL_TARGET,
@@ -346,7 +364,8 @@ def _lowering(
         backend_config=zlib.compress(call.to_proto(name, b"")),  # type: ignore[arg-type]
         operand_output_aliases=dict(aliases),
     )
-    return rule(ctx, *operands)
+    results = rule(ctx, *operands)
+    return results[: len(out_shapes)]
 
 
 mlir.register_lowering(_call_p, _lowering, platform="cuda")

@@ -698,6 +698,10 @@ def run_crossover(pool, gen, sm):
 
 
 def main():
+    # Global scratch for kernels that make TMA descriptors on the device (the seesaw).
+    triton.set_allocator(
+        lambda size, _align, _stream: torch.empty(size, dtype=torch.int8, device="cuda")
+    )
     parser = argparse.ArgumentParser()
     parser.add_argument("--skip-timing", action="store_true")
     parser.add_argument("--skip-checks", action="store_true")

@@ -165,6 +165,10 @@ def jax_ms(q, kv, table, lens, splits, calls, runs):
 
 
 def main():
+    # Global scratch for kernels that make TMA descriptors on the device (the seesaw).
+    triton.set_allocator(
+        lambda size, _align, _stream: torch.empty(size, dtype=torch.int8, device="cuda")
+    )
     parser = shapes_parser(SHAPES, "the targets")
     parser.add_argument(
         "--jax-calls",

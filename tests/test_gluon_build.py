@@ -129,6 +129,7 @@ def build_report(heads=128, dtype="bf16", kv="same", splits=4):
         "hgmma_register_a": count(r"HGMMA\.\S+ R\d+, R\d+, gdesc", sass),
         "hmma": count(r" HMMA", sass),
         "ldgsts": count(r"LDGSTS", sass),
+        "utmaldg": count(r"UTMALDG", sass),
         "local": count(r" (?:STL|LDL)\b", sass),
         "bar_sync": count(r"BAR\.SYNC", sass),
         "ptx_wgmma": count(r"wgmma\.mma_async", ptx),
@@ -172,16 +173,19 @@ def child_build_report(tmp_path, heads, dtype, kv="same", splits=4):
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def check_common(r, num_warps=8, cp_async=True):
+def check_common(r, num_warps=8, cp_async=True, descriptors=0):
     """What every Gluon build shares; ``cp_async``: its latent comes by cp.async (the
-    64-head kernels; the 16-head fp8 one loads it into registers)."""
+    64-head kernels, the seesaw at a split's first and last blocks; the 16-head fp8
+    one loads it into registers); ``descriptors``: the TMA descriptors it makes on the
+    device, 128 bytes of global scratch each."""
     assert r["hgmma"] > 0 and r["hmma"] == 0, r  # warpgroup MMA, not mma.sync
     assert (r["ldgsts"] > 0) == cp_async, r
     assert not r["wgmma_serialized"], r
     assert r["spill_stores"] == 0 and r["spill_loads"] == 0, r
     assert r["local"] == 0 and r["ptx_local"] == 0, r
     assert 0 < r["shared"] <= SM90_SHARED_BYTES, r
-    assert r["global_scratch_size"] == 0, r
+    assert r["global_scratch_size"] == 128 * descriptors, r
+    assert (r["utmaldg"] > 0) == (descriptors > 0), r
     assert r["num_warps"] == num_warps, r  # the seesaw's 8: 4 (default partition) + 4 (worker)
 
 
@@ -194,7 +198,11 @@ def test_gluon_seesaw_stage1_sm90_build(heads, dtype, splits, tmp_path):
     no CTA-wide barrier in its loops, an MMA in flight across an mbarrier wait, each
     of the 4 accumulator rescales behind a warp vote (``_rescale_rows``)."""
     r = child_build_report(tmp_path, heads, dtype, splits=splits)
-    check_common(r)
+    check_common(r, descriptors=2)  # a block's latent and rope columns by TMA
+    # Four copy sites (the first two blocks, the two refills in the loop), each a
+    # latent block in eight 64-column boxes, two from each of the 4 warps' one
+    # elected thread, and its rope columns in one box.
+    assert r["utmaldg"] == 4 * (2 + 1), r
     assert r["setmaxnreg"] > 0, r
     assert r["cta_barriers_in_loops"] == 0, r
     assert r["named_barriers_128"] > 0 and r["mbarrier_waits"] > 0, r
@@ -304,6 +312,9 @@ def test_supports_and_kernel_for():
     assert not ok(q="float16", kv="bfloat16")
     assert ok(row=584, page=64 * 584) and not ok(kv="float8_e4m3fn", row=584, page=64 * 584)
     assert ok(kv="float8_e4m3fn", row=592, page=64 * 592)
+    # Pages with a gap between them: the fp8 kernels' cp.async takes them, the
+    # seesaw's TMA (the cache as rows of tokens) does not.
+    assert ok(kv="float8_e4m3fn", page=65 * 576) and not ok(page=65 * 576)
     assert not ok(kv="float8_e4m3fn", page_size=32)
     # fp8 caches from 16 heads (the 16-head fp8 kernel under 64), 16-bit ones from 32
     # (the seesaw's 64-head tile, half of it masked).

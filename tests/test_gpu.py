@@ -421,3 +421,16 @@ def test_gluon_stage1_through_mla_decode(batch, heads, length, dtype, cache, max
     assert names == [stage1] + ([] if one_split else ["mla_decode_stage2"]), names
     out, lse, _ = step(q, kv, bt, sl, buffer)
     assert_close(out, lse, rounded, dtype)
+
+
+@pytest.mark.parametrize("kind", ["tl", "gluon"])
+def test_global_scratch_reaches_the_kernel(kind, rng):
+    """Kernels that make TMA descriptors on the device run through the launch route:
+    their global scratch is the call's hidden last result, each of the four programs
+    writing its descriptors into its own part of it (``test_kernel_cache``)."""
+    from tests import test_kernel_cache as k
+
+    kernel = k.tma_add_one if kind == "tl" else k.gluon_tma_add_one
+    x = jnp.asarray(rng.standard_normal((256, 64)), jnp.float32)
+    y = jax.jit(lambda x: k.tma_add_one_call(x, kernel, compute_capability=None))(x)
+    np.testing.assert_array_equal(np.asarray(y), np.asarray(x) + np.float32(1))

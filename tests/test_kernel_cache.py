@@ -20,9 +20,12 @@ import pytest
 import triton
 import triton.language as tl
 from triton import knobs
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
 
 from mla_jax import _launch
-from tests.test_lowering import _proto_fields, backend_config
+from tests.test_lowering import _proto_fields, _proto_items, backend_config
 
 ROOT = Path(__file__).parents[1]
 S = jax.ShapeDtypeStruct
@@ -33,6 +36,54 @@ def add_scalar(x_ptr, c, y_ptr, N: tl.constexpr, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < N
     tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=mask) + c, mask=mask)
+
+
+@triton.jit
+def tma_add_one(x_ptr, y_ptr, M: tl.constexpr, N: tl.constexpr, BM: tl.constexpr):
+    """y = x + 1, one [BM, N] tile a program, through TMA descriptors made on the
+    device: each takes 128 bytes of the program's global scratch."""
+    src = tl.make_tensor_descriptor(x_ptr, shape=[M, N], strides=[N, 1], block_shape=[BM, N])
+    dst = tl.make_tensor_descriptor(y_ptr, shape=[M, N], strides=[N, 1], block_shape=[BM, N])
+    row = tl.program_id(0) * BM
+    dst.store([row, 0], src.load([row, 0]) + 1.0)
+
+
+@gluon.jit
+def gluon_tma_add_one(x_ptr, y_ptr, M: gl.constexpr, N: gl.constexpr, BM: gl.constexpr):
+    """``tma_add_one`` in Gluon: the tile copied by TMA into shared memory (one
+    device-made descriptor, 128 bytes of scratch a program), stored from registers."""
+    smem_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BM, N], gl.float32)
+    src = tma.make_tensor_descriptor(x_ptr, [M, N], [N, 1], [BM, N], smem_layout)
+    tile = gl.allocate_shared_memory(gl.float32, [BM, N], smem_layout)
+    bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    mbarrier.init(bar, count=1)
+    row = gl.program_id(0) * BM
+    mbarrier.expect(bar, BM * N * 4)
+    tma.async_copy_global_to_shared(src, [row, 0], bar, tile)
+    mbarrier.wait(bar, 0)
+    mbarrier.invalidate(bar)
+    layout: gl.constexpr = gl.BlockedLayout([1, 4], [2, 16], [4, 1], [1, 0])
+    rows = row + gl.arange(0, BM, layout=gl.SliceLayout(1, layout))
+    cols = gl.arange(0, N, layout=gl.SliceLayout(0, layout))
+    gl.store(y_ptr + rows[:, None] * N + cols[None, :], tile.load(layout) + 1.0)
+
+
+def tma_add_one_call(
+    x: jax.Array, kernel=tma_add_one, *, compute_capability: int | None = 90
+) -> jax.Array:
+    """``kernel`` (``tma_add_one`` or its Gluon twin) on a [4 * 64, 64] float32 array,
+    four programs."""
+    (y,) = _launch.launch(
+        kernel,
+        [x],
+        out_shapes=[S(x.shape, x.dtype)],
+        grid=(4,),
+        constexprs=dict(M=256, N=64, BM=64),
+        num_warps=4,
+        num_stages=1,
+        compute_capability=compute_capability,
+    )
+    return y
 
 
 def lower(fn, *args) -> str:
@@ -247,17 +298,45 @@ def test_bad_launches_fail_before_compiling(change, message):
         lower(lambda x: _launch.launch(kernel, [x, *inputs[1:]], **kwargs), x)
 
 
+@pytest.mark.parametrize("kernel, per_program", [(tma_add_one, 256), (gluon_tma_add_one, 128)])
+def test_global_scratch_is_one_more_result_the_caller_never_sees(kernel, per_program):
+    """A kernel that makes TMA descriptors on the device needs global scratch (128
+    bytes a descriptor): the call gets it as a last result of ``global_scratch_size``
+    bytes a program, whose pointer follows the kernel's arguments (where Triton's
+    kernels read their scratch pointer) and is checked aligned as Triton asks."""
+    spec = _launch.kernel_spec(
+        kernel, ["*fp32", "*fp32"], dict(M=256, N=64, BM=64), num_warps=4, num_stages=1
+    )
+    compiled = _launch.compile_kernel(spec, 90)
+    meta = compiled.metadata
+    assert (meta.global_scratch_size, meta.global_scratch_align) == (per_program, 128)
+    assert "cp.async.bulk.tensor" in compiled.asm["ptx"]
+
+    x = S((256, 64), jnp.float32)
+    text = lower(lambda x: tma_add_one_call(x, kernel), x)
+    (line,) = custom_calls(text)
+    scratch = f"tensor<{4 * per_program}xui8>"  # four programs
+    assert re.search(rf"-> \(tensor<256x64xf32>, {scratch}\)", line), line
+    assert re.search(r"return %\S+#0 : tensor<256x64xf32>", text)
+    # TritonAnyKernelCall.kernel_call (1) -> TritonKernelCall.parameters (5, repeated)
+    call = _proto_fields(backend_config(line))[1]
+    parameters = [v for f, v in _proto_items(call) if f == 5]
+    arrays = [_proto_fields(_proto_fields(p)[1]) for p in parameters]
+    # x, y, then the scratch: divisibility 16 for the arrays, 128 for the scratch.
+    assert [a.get(2) for a in arrays] == [16, 16, 128]
+    assert jax.eval_shape(lambda x: tma_add_one_call(x, kernel), x) == x
+
+
 @pytest.mark.parametrize(
     "metadata, message",
     [
-        (dict(global_scratch_size=128), "128 bytes of global scratch memory"),
         (dict(profile_scratch_size=64), "64 bytes of profile scratch memory"),
         (dict(shared=232449), "232449 bytes of shared memory; sm_90 allows 232448"),
         (dict(tmem_size=1024), "1024 tensor memory columns"),
     ],
 )
 def test_builds_jaxlib_cannot_run_are_refused(metadata, message):
-    fields = dict(shared=1024, global_scratch_size=0, profile_scratch_size=0, tmem_size=None)
+    fields = dict(shared=1024, global_scratch_size=128, profile_scratch_size=0, tmem_size=None)
     meta = types.SimpleNamespace(**(fields | metadata))
     with pytest.raises(ValueError, match=message):
         _launch.check_resources(meta, 90, "k")
