@@ -203,7 +203,15 @@ worker, 8 warps in all.
   MMAs instead), so WG0 publishes P0 before WG1's softmax, not after.
 * P of each block goes over that block's k_pe (64 x 64, the same shape and layout),
   dead once its QK^T is done: no P buffers. Shared memory: 72 KB Q + 2 x 72 KB
-  latent + 1.5 KB m/l exchange + mbarriers = 222996 bytes.
+  latent + 1.5 KB m/l exchange + mbarriers = 222996 bytes, and 816 more in a split
+  build for the partials' row offsets.
+* A split's partials (64 x 256 float32 a warpgroup) go out through shared memory
+  that is dead by then (``_store_tile``): warpgroup 0 stages its half in Q's latent
+  part (warpgroup 1's last QK^T finished before it published its last P), warpgroup
+  1 in slot 0 (warpgroup 0's last MMA finished before it arrived on l0). Stored from
+  the accumulator's registers, a warp's store touches eight rows; read back by rows,
+  it writes 128 consecutive bytes. With one split the output (q's dtype, half the
+  bytes) is stored from the registers: staged, it read 5% slower at 128/128/4096.
 * Handshakes (mbarriers; an arrive is a 128-thread named barrier then one thread's
   arrive, so everything the warpgroup did before it is released): ready0/1 (a block
   landed: the TMA copies' bytes, or each thread's ``cp.async.mbarrier.arrive`` then
@@ -503,8 +511,8 @@ def _write_partials(
     row,
     split,
     valid,
+    stage,
     COL0: gl.constexpr,
-    COLS: gl.constexpr,
     WRITE_LSE: gl.constexpr,
     NUM_HEADS: gl.constexpr,
     LORA: gl.constexpr,
@@ -513,17 +521,17 @@ def _write_partials(
     stride_buf_h: gl.constexpr,
     stride_buf_s: gl.constexpr,
 ):
-    """Columns ``[COL0, COL0 + COLS)`` of the split's normalised partial
-    ``acc / l * kv_scale`` (``acc`` holds those columns), and its natural-log lse if
+    """The split's normalised partial ``acc / l * kv_scale`` in the columns from
+    ``COL0`` on (those ``acc`` holds), and its natural-log lse if
     ``WRITE_LSE``, into the buffer; nothing for heads past ``NUM_HEADS`` or where
     ``valid`` is false (an empty split). With one split (``out_ptr`` given) those
     columns of the output and the lse instead, as stage 2 would write them
-    (``_one_split_result``), an empty row's too."""
+    (``_one_split_result``), an empty row's too. The columns go through ``stage``
+    (``_store_tile``)."""
     o_layout: gl.constexpr = acc.type.layout
     s_rows: gl.constexpr = l_i.type.layout
     o_rows: gl.constexpr = gl.SliceLayout(1, o_layout)
     out_heads = tile * BLOCK_H + gl.arange(0, BLOCK_H, layout=o_rows)
-    d = COL0 + gl.arange(0, COLS, layout=gl.SliceLayout(0, o_layout))
     lse_heads = tile * BLOCK_H + gl.arange(0, BLOCK_H, layout=s_rows)
     if out_ptr is None:
         out_off = (
@@ -533,7 +541,8 @@ def _write_partials(
         )
         out_ok = (out_heads < NUM_HEADS) & valid
         inv = kv_scale / gl.convert_layout(l_i, o_rows)
-        gl.store(buf_ptr + out_off[:, None] + d[None, :], acc * inv[:, None], mask=out_ok[:, None])
+        # float32 rows LORA + 1 apart: 4-byte aligned only.
+        _store_tile(buf_ptr, out_off, out_ok, acc * inv[:, None], stage, COL0, 1)
         if WRITE_LSE:
             lse = (m_i + gl.log2(l_i)) * _LN2
             lse_off = (
@@ -547,13 +556,42 @@ def _write_partials(
         norm, lse = _one_split_result(kv_scale / l_i, (m_i + gl.log2(l_i)) * _LN2, valid)
         out_off = (row * NUM_HEADS + out_heads).to(gl.int64) * LORA
         out = acc * gl.convert_layout(norm, o_rows)[:, None]
-        gl.store(
-            out_ptr + out_off[:, None] + d[None, :],
-            out.to(out_ptr.dtype.element_ty),
-            mask=(out_heads < NUM_HEADS)[:, None],
-        )
+        out_dtype: gl.constexpr = out_ptr.dtype.element_ty
+        # The output's rows are LORA elements apart: 16-byte stores.
+        VEC: gl.constexpr = 128 // out_dtype.primitive_bitwidth
+        _store_tile(out_ptr, out_off, out_heads < NUM_HEADS, out.to(out_dtype), None, COL0, VEC)
         if WRITE_LSE:
             gl.store(lse_ptr + row * NUM_HEADS + lse_heads, lse, mask=lse_heads < NUM_HEADS)
+
+
+@gluon.jit
+def _store_tile(dst_ptr, row_off, row_ok, vals, stage, COL0: gl.constexpr, VEC: gl.constexpr):
+    """``vals`` (``[rows, COLS]``, an MMA accumulator's layout) at ``dst_ptr +
+    row_off[r] + COL0 + c`` where ``row_ok[r]`` (both in the layout's row slice).
+
+    With ``stage`` None they are stored from the registers they are in: a thread holds
+    two adjacent columns of every eighth, so a warp's store reaches eight rows, eight
+    cache lines an instruction. ``stage`` (shared memory the calling warpgroup alone
+    uses now, at least ``vals``' bytes) turns them into rows first: a warp's store
+    then covers one row's consecutive bytes, ``VEC`` elements a thread (as the rows'
+    alignment allows). The swizzle (8-element vectors XORed with the row) keeps both
+    sides free of bank conflicts."""
+    layout: gl.constexpr = vals.type.layout
+    COLS: gl.constexpr = vals.shape[1]
+    if stage is None:
+        d = COL0 + gl.arange(0, COLS, layout=gl.SliceLayout(0, layout))
+        gl.store(dst_ptr + row_off[:, None] + d[None, :], vals, mask=row_ok[:, None])
+    else:
+        swizzle: gl.constexpr = gl.SwizzledSharedLayout(8, 1, 8, [1, 0])
+        rows_layout: gl.constexpr = gl.BlockedLayout([1, VEC], [1, 32], [gl.num_warps(), 1], [1, 0])
+        staged = stage._reinterpret(vals.dtype, vals.shape, swizzle)
+        staged.store(vals)
+        gl.thread_barrier()
+        r_rows: gl.constexpr = gl.SliceLayout(1, rows_layout)
+        d = COL0 + gl.arange(0, COLS, layout=gl.SliceLayout(0, rows_layout))
+        ptrs = dst_ptr + gl.convert_layout(row_off, r_rows)[:, None] + d[None, :]
+        ok = gl.convert_layout(row_ok, r_rows)
+        gl.store(ptrs, staged.load(rows_layout), mask=ok[:, None])
 
 
 @gluon.jit
@@ -941,8 +979,8 @@ def mla_decode_stage1_gluon_fp8(
         row,
         split,
         True,  # empty splits returned early
+        None,
         0,
-        LORA,
         True,
         NUM_HEADS,
         LORA,
@@ -1702,8 +1740,8 @@ def _seesaw_wg0(
         row,
         split,
         valid,
+        q_nope_smem.index(0),  # dead: warpgroup 1's last S came before its last P
         0,
-        LORA // 2,
         True,
         NUM_HEADS,
         LORA,
@@ -1903,7 +1941,7 @@ def _seesaw_wg1(
         row,
         split,
         valid,
-        LORA // 2,
+        kv_c_smem.index(0),  # warpgroup 0 arrived l0 after its last MMA
         LORA // 2,
         False,
         NUM_HEADS,

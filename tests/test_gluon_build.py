@@ -1,11 +1,12 @@
 """The Gluon stage 1 kernels (``mla_jax._gluon_kernels``: the seesaw one for 16-bit
 caches, the fp8 one) build for sm_90 on a CPU, and each build is what its design
 needs: warpgroup MMAs (HGMMA), cp.async loads of the latent tile, no register spills
-(no local memory), shared memory within one SM's 227 KB, no global scratch (JAX's
-launch passes none), eight warps. The seesaw build is also checked for its schedule:
-two partitions of one warpgroup each, no CTA-wide barrier in the main loops (only
-128-thread named barriers and mbarriers), and a warpgroup MMA left in flight across an
-mbarrier wait (the overlap the schedule exists for).
+(no local memory), shared memory within one SM's 227 KB, global scratch only for the
+TMA descriptors a kernel makes (the seesaw's two), eight warps. The seesaw build is
+also checked for its schedule: two partitions of one warpgroup each, no CTA-wide
+barrier in the main loops (only 128-thread named barriers and mbarriers), a warpgroup
+MMA left in flight across an mbarrier wait (the overlap the schedule exists for), and
+a split's partials staged through shared memory.
 
 The build is made in a child process with its own Triton cache, so it is compiled
 here rather than read from a cache another test filled."""
@@ -142,6 +143,7 @@ def build_report(heads=128, dtype="bf16", kv="same", splits=4):
         "lds64": count(r"\bLDS\.64\b", sass),
         "lds128": count(r"\bLDS\.128\b", sass),
         "sts128": count(r"\bSTS\.128\b", sass),
+        "sts64": count(r"\bSTS\.64\b", sass),
         # The fp8 tile's widening: the bit sequence (HMUL2.BF16 / HMUL2), the e4m3 cvt
         # (F2FP.*.E4M3), the scalar f16 -> bf16 conversion (F2F.BF16.F16).
         "hmul2": count(r"HMUL2\b", sass),
@@ -208,6 +210,9 @@ def test_gluon_seesaw_stage1_sm90_build(heads, dtype, splits, tmp_path):
     assert r["named_barriers_128"] > 0 and r["mbarrier_waits"] > 0, r
     assert r["mma_in_flight_across_wait"], r
     assert r["vote_any"] == 4 and r["bar_red_or"] == 0, r
+    # A split's partials go out through shared memory (_store_tile): each warpgroup's
+    # 64 x 256 float32 staged in 8-byte stores, 64 a thread; the one-split output not.
+    assert (r["sts64"] >= 2 * 64) == (splits > 1), r
 
 
 # cp.async copies of 16 bytes a thread: Q (64 x 576 16-bit) is 18 a thread, an fp8
