@@ -102,6 +102,9 @@ CROSSOVER = [
     (1, 64, 16384),
     (4, 64, 4096),
     (16, 64, 4096),
+    (16, 32, 1024),
+    (16, 64, 1024),
+    (64, 64, 1024),
 ]
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 FP8_MAX = 448.0  # mla_jax.cache.FP8_MAX
