@@ -19,6 +19,17 @@ import pytest
 
 from tests.cases import SEED_ENV, SEED_KEY, seed_for, seed_from_env
 
+# On a machine without a GPU, XLA:CPU's LLVM backend at -O0: compiling is most of the
+# suite's time there (the demo's decode loop took 10.6 s to compile at the default
+# level, 4.3 s at 0), and the programs the tests run are small. Set here, before any
+# test imports JAX, so the workers and the processes tests start inherit it.
+if not os.path.exists("/dev/nvidiactl") and "xla_backend_optimization_level" not in (
+    os.environ.get("XLA_FLAGS", "")
+):
+    os.environ["XLA_FLAGS"] = " ".join(
+        filter(None, [os.environ.get("XLA_FLAGS"), "--xla_backend_optimization_level=0"])
+    )
+
 if TYPE_CHECKING:
     from multiprocessing.pool import Pool
 
