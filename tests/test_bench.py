@@ -137,6 +137,33 @@ def test_merge_keeps_the_part_that_measured_a_shape_whole(dry_run):
         bench_report.merge_results([incomplete, {**whole, "shapes": [cut]}])
 
 
+def test_merge_unions_parts_that_timed_disjoint_paths(dry_run):
+    """A new run of some paths merged with an earlier run of the others: each shape
+    holds both parts' entries as they were, and says which part timed which path;
+    parts that timed a path in common stay an error."""
+    whole = json.loads((dry_run / "benchmarks" / "results.json").read_text())
+    timed = [p for p in whole["paths"] if "ms" in whole["shapes"][0]["paths"][p]]
+    assert len(timed) >= 2
+    first, rest = timed[:1], timed[1:]
+
+    def only(paths):
+        return {
+            **whole,
+            "paths": {p: whole["paths"][p] for p in paths},
+            "shapes": [{**s, "paths": {p: s["paths"][p] for p in paths}} for s in whole["shapes"]],
+        }
+
+    merged = bench_report.merge_results([only(rest), only(first)])
+    assert list(merged["paths"]) == [p for p in whole["paths"] if p in timed]
+    for got, want in zip(merged["shapes"], whole["shapes"], strict=True):
+        assert got["paths"] == {p: want["paths"][p] for p in timed}
+        assert got["path_parts"] == {**dict.fromkeys(rest, 0), **dict.fromkeys(first, 1)}
+    page = bench_report.render_markdown(merged)
+    assert f"At {len(whole['shapes'])} shapes the paths come from different parts" in page
+    with pytest.raises(ValueError, match="in two parts"):
+        bench_report.merge_results([only(first), only(first)])
+
+
 def test_floor_and_metrics_by_hand():
     # B=128, H=16, L=16384: 128*16384*576*2 = 2_415_919_104 bytes, bandwidth-bound.
     nbytes = bench_report.kv_bytes(128, 16384)

@@ -162,31 +162,56 @@ def _measured(shape: dict) -> int:
     return sum("ms" in entry for entry in shape["paths"].values())
 
 
+def _timed(shape: dict) -> set[str]:
+    """The paths timed at ``shape``."""
+    return {p for p, entry in shape["paths"].items() if "ms" in entry}
+
+
 def merge_results(parts: list[dict]) -> dict:
     """One results dict from sweeps run in parts (say, one device call per batch range).
 
-    Shapes are concatenated in (B, H, L) order. A shape may be in two parts only when
-    one part timed more of its paths than the other (the other's time budget ran out
-    first): that part's is kept. Any other shape in two parts is an error. The
-    first part's header stays; each part's ceilings and elapsed time are kept under
-    ``"parts"``, since every shape's floor was taken from its own part's ceilings.
+    Shapes are concatenated in (B, H, L) order. A shape may be in two parts when one
+    part timed more of its paths than the other (the other's time budget ran out
+    first): that part's is kept. It may also be in parts that timed disjoint sets of
+    its paths (a new run of some paths beside an earlier run of the others): then
+    the shape holds every part's timed paths, each as its own part measured it (its
+    floor, its vLLM ratio), the shape's own fields come from the first such part, and
+    ``"path_parts"`` names each path's part (an index into ``"parts"``). Any other
+    shape in two parts is an error. The first part's header stays; each part's
+    ceilings and elapsed time are kept under ``"parts"``, since every shape's floor was
+    taken from its own part's ceilings.
     """
     if len(parts) == 1:
         return parts[0]
-    kept: dict[tuple[int, int, int], dict] = {}
-    for part in parts:
+    kept: dict[tuple[int, int, int], tuple[dict, int]] = {}  # the shape, its part
+    for index, part in enumerate(parts):
         for shape in part["shapes"]:
             key = (shape["B"], shape["H"], shape["L"])
-            other = kept.get(key)
-            if other is not None and _measured(other) == _measured(shape):
+            if key not in kept:
+                kept[key] = (shape, index)
+                continue
+            other, origin = kept[key]
+            if _timed(shape) and _timed(other) and not _timed(shape) & _timed(other):
+                sources = dict(
+                    other.get("path_parts") or dict.fromkeys(sorted(_timed(other)), origin)
+                )
+                timed = {p: e for p, e in other["paths"].items() if "ms" in e}
+                timed.update({p: e for p, e in shape["paths"].items() if "ms" in e})
+                sources.update(dict.fromkeys(sorted(_timed(shape)), index))
+                kept[key] = ({**other, "paths": timed, "path_parts": sources}, origin)
+            elif _measured(other) == _measured(shape):
                 raise ValueError(
                     f"shape B={key[0]} H={key[1]} L={key[2]} is in two parts; merge sweeps "
-                    "over disjoint shapes, or re-measure a shape one part left incomplete"
+                    "over disjoint shapes or disjoint paths, or re-measure a shape one part "
+                    "left incomplete"
                 )
-            if other is None or _measured(shape) > _measured(other):
-                kept[key] = shape
+            elif _measured(shape) > _measured(other):
+                kept[key] = (shape, index)
     merged = {k: v for k, v in parts[0].items() if k not in ("shapes", "elapsed_s", "plots")}
-    merged["shapes"] = [kept[key] for key in sorted(kept)]
+    merged["shapes"] = [kept[key][0] for key in sorted(kept)]
+    # Every part's paths, in the display order the labels define (PATH_LABELS).
+    labels = {p: label for part in parts for p, label in part["paths"].items()}
+    merged["paths"] = {p: labels[p] for p in PATH_LABELS if p in labels}
     merged["parts"] = [
         {"ceilings": p["ceilings"], "elapsed_s": p.get("elapsed_s"), "shapes": len(p["shapes"])}
         for p in parts
@@ -234,6 +259,21 @@ def render_markdown(results: dict, image_dir: str = "") -> str:
             )
             + "."
         )
+        mixed = [s for s in results["shapes"] if s.get("path_parts")]
+        if mixed:
+            by_part: dict[int, set[str]] = {}
+            for s in mixed:
+                for path, part in s["path_parts"].items():
+                    by_part.setdefault(part, set()).add(path)
+            lines.append(
+                f"- At {len(mixed)} shapes the paths come from different parts, each timed "
+                "with its own part's ceilings and vLLM run: "
+                + "; ".join(
+                    f"part {part + 1}: {', '.join(f'`{p}`' for p in sorted(paths))}"
+                    for part, paths in sorted(by_part.items())
+                )
+                + "."
+            )
     if cfg.get("dry_run"):
         lines.append("- **Dry run**: CPU, tiny shapes, wall-clock times; the numbers mean nothing.")
 
