@@ -1051,7 +1051,8 @@ def _parser() -> argparse.ArgumentParser:
         nargs="+",
         metavar="RESULTS_JSON",
         help="measure nothing: copy a results.json (or merge those of a sweep "
-        "run in parts) into --out and render its plots and markdown page",
+        "run in parts, shape by shape, or path by path where parts timed disjoint "
+        "paths) into --out and render its plots and markdown page",
     )
     return p
 
