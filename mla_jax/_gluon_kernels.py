@@ -570,7 +570,7 @@ def _store_tile(dst_ptr, row_off, row_ok, vals, stage, COL0: gl.constexpr, VEC: 
     row_off[r] + COL0 + c`` where ``row_ok[r]`` (both in the layout's row slice).
 
     With ``stage`` None they are stored from the registers they are in: a thread holds
-    two adjacent columns of every eighth, so a warp's store reaches eight rows, eight
+    two adjacent columns in every eight, so a warp's store reaches eight rows, eight
     cache lines an instruction. ``stage`` (shared memory the calling warpgroup alone
     uses now, at least ``vals``' bytes) turns them into rows first: a warp's store
     then covers one row's consecutive bytes, ``VEC`` elements a thread (as the rows'
