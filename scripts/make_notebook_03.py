@@ -89,9 +89,11 @@ paths, timed in the same process on the same inputs:
   wall time). The last section but one compares the two instruments.
 
 The sweep ran in six parts on 2026-12-01, in one lease of one H200, all on the same
-kernels (revision df8ad0c; the tl stage 1's split builds have since gone back to their
-earlier SASS, [`docs/performance.md`, "Current
-results"](../docs/performance.md#current-results)), each part a separate bench process
+kernels (revision df8ad0c). Two kernels have changed since ([`docs/performance.md`,
+"Current results"](../docs/performance.md#current-results)): the tl stage 1's split
+builds have gone back to their earlier SASS, and the seesaw loads by TMA and stores a
+split's partials through shared memory (128/128/16384 1.074 ms, 16/128/4096 50.3 µs in
+rows measured again). Each part was a separate bench process
 measuring its own ceilings, merged from `docs/benchmarks/parts/`: `small.json` (B ≤ 4 at
 H ∈ {16, 64, 128}, 24 shapes), `large-b16-b64.json` (B 16 and 64 at those heads, 18),
 `large-b128.json` (B 128 at H 16 and 64, 6), `large-h128.json` (128/128/*, 3), `h32.json`
