@@ -541,8 +541,7 @@ def _write_partials(
         )
         out_ok = (out_heads < NUM_HEADS) & valid
         inv = kv_scale / gl.convert_layout(l_i, o_rows)
-        # float32 rows LORA + 1 apart: 4-byte aligned only.
-        _store_tile(buf_ptr, out_off, out_ok, acc * inv[:, None], stage, COL0, 1)
+        _store_tile(buf_ptr, out_off, out_ok, acc * inv[:, None], stage, COL0)
         if WRITE_LSE:
             lse = (m_i + gl.log2(l_i)) * _LN2
             lse_off = (
@@ -556,16 +555,14 @@ def _write_partials(
         norm, lse = _one_split_result(kv_scale / l_i, (m_i + gl.log2(l_i)) * _LN2, valid)
         out_off = (row * NUM_HEADS + out_heads).to(gl.int64) * LORA
         out = acc * gl.convert_layout(norm, o_rows)[:, None]
-        out_dtype: gl.constexpr = out_ptr.dtype.element_ty
-        # The output's rows are LORA elements apart: 16-byte stores.
-        VEC: gl.constexpr = 128 // out_dtype.primitive_bitwidth
-        _store_tile(out_ptr, out_off, out_heads < NUM_HEADS, out.to(out_dtype), None, COL0, VEC)
+        out_ok = out_heads < NUM_HEADS
+        _store_tile(out_ptr, out_off, out_ok, out.to(out_ptr.dtype.element_ty), None, COL0)
         if WRITE_LSE:
             gl.store(lse_ptr + row * NUM_HEADS + lse_heads, lse, mask=lse_heads < NUM_HEADS)
 
 
 @gluon.jit
-def _store_tile(dst_ptr, row_off, row_ok, vals, stage, COL0: gl.constexpr, VEC: gl.constexpr):
+def _store_tile(dst_ptr, row_off, row_ok, vals, stage, COL0: gl.constexpr):
     """``vals`` (``[rows, COLS]``, an MMA accumulator's layout) at ``dst_ptr +
     row_off[r] + COL0 + c`` where ``row_ok[r]`` (both in the layout's row slice).
 
@@ -573,9 +570,9 @@ def _store_tile(dst_ptr, row_off, row_ok, vals, stage, COL0: gl.constexpr, VEC: 
     two adjacent columns in every eight, so a warp's store reaches eight rows, eight
     cache lines an instruction. ``stage`` (shared memory the calling warpgroup alone
     uses now, at least ``vals``' bytes) turns them into rows first: a warp's store
-    then covers one row's consecutive bytes, ``VEC`` elements a thread (as the rows'
-    alignment allows). The swizzle (8-element vectors XORed with the row) keeps both
-    sides free of bank conflicts."""
+    then covers one row's consecutive bytes, an element a thread (a split's float32
+    partial rows, LORA + 1 apart, are only 4-byte aligned). The swizzle (8-element
+    vectors XORed with the row) keeps both sides free of bank conflicts."""
     layout: gl.constexpr = vals.type.layout
     COLS: gl.constexpr = vals.shape[1]
     if stage is None:
@@ -583,7 +580,7 @@ def _store_tile(dst_ptr, row_off, row_ok, vals, stage, COL0: gl.constexpr, VEC: 
         gl.store(dst_ptr + row_off[:, None] + d[None, :], vals, mask=row_ok[:, None])
     else:
         swizzle: gl.constexpr = gl.SwizzledSharedLayout(8, 1, 8, [1, 0])
-        rows_layout: gl.constexpr = gl.BlockedLayout([1, VEC], [1, 32], [gl.num_warps(), 1], [1, 0])
+        rows_layout: gl.constexpr = gl.BlockedLayout([1, 1], [1, 32], [gl.num_warps(), 1], [1, 0])
         staged = stage._reinterpret(vals.dtype, vals.shape, swizzle)
         staged.store(vals)
         gl.thread_barrier()

@@ -700,11 +700,16 @@ def run_crossover(pool, gen, sm):
         torch.cuda.empty_cache()
 
 
-def main():
-    # Global scratch for kernels that make TMA descriptors on the device (the seesaw).
+def give_triton_scratch() -> None:
+    """Lets Triton's own launcher allocate the global scratch of kernels that make
+    TMA descriptors on the device (the seesaw), from torch's CUDA memory."""
     triton.set_allocator(
         lambda size, _align, _stream: torch.empty(size, dtype=torch.int8, device="cuda")
     )
+
+
+def main():
+    give_triton_scratch()
     parser = argparse.ArgumentParser()
     parser.add_argument("--skip-timing", action="store_true")
     parser.add_argument("--skip-checks", action="store_true")

@@ -30,6 +30,7 @@ import jax
 import jax.numpy as jnp
 import torch
 import triton.testing
+from gluon_check import give_triton_scratch
 from sweep_configs import PAGE, SCALE, SM, direct, shapes_parser, time_decode
 
 from mla_jax import _gluon_kernels, kernels
@@ -165,10 +166,7 @@ def jax_ms(q, kv, table, lens, splits, calls, runs):
 
 
 def main():
-    # Global scratch for kernels that make TMA descriptors on the device (the seesaw).
-    triton.set_allocator(
-        lambda size, _align, _stream: torch.empty(size, dtype=torch.int8, device="cuda")
-    )
+    give_triton_scratch()
     parser = shapes_parser(SHAPES, "the targets")
     parser.add_argument(
         "--jax-calls",

@@ -157,11 +157,6 @@ def _table(header: list[str], rows: Iterable[list[str]]) -> list[str]:
     return lines + ["| " + " | ".join(row) + " |" for row in rows]
 
 
-def _measured(shape: dict) -> int:
-    """How many paths were timed at ``shape``."""
-    return sum("ms" in entry for entry in shape["paths"].values())
-
-
 def _timed(shape: dict) -> set[str]:
     """The paths timed at ``shape``."""
     return {p for p, entry in shape["paths"].items() if "ms" in entry}
@@ -191,21 +186,20 @@ def merge_results(parts: list[dict]) -> dict:
                 kept[key] = (shape, index)
                 continue
             other, origin = kept[key]
-            if _timed(shape) and _timed(other) and not _timed(shape) & _timed(other):
-                sources = dict(
-                    other.get("path_parts") or dict.fromkeys(sorted(_timed(other)), origin)
-                )
-                timed = {p: e for p, e in other["paths"].items() if "ms" in e}
-                timed.update({p: e for p, e in shape["paths"].items() if "ms" in e})
-                sources.update(dict.fromkeys(sorted(_timed(shape)), index))
-                kept[key] = ({**other, "paths": timed, "path_parts": sources}, origin)
-            elif _measured(other) == _measured(shape):
+            mine, theirs = _timed(shape), _timed(other)
+            if mine and theirs and not mine & theirs:
+                sources = dict(other.get("path_parts") or dict.fromkeys(sorted(theirs), origin))
+                sources.update(dict.fromkeys(sorted(mine), index))
+                paths = {p: other["paths"][p] for p in theirs}
+                paths.update({p: shape["paths"][p] for p in mine})
+                kept[key] = ({**other, "paths": paths, "path_parts": sources}, origin)
+            elif len(mine) == len(theirs):
                 raise ValueError(
                     f"shape B={key[0]} H={key[1]} L={key[2]} is in two parts; merge sweeps "
                     "over disjoint shapes or disjoint paths, or re-measure a shape one part "
                     "left incomplete"
                 )
-            elif _measured(shape) > _measured(other):
+            elif len(mine) > len(theirs):
                 kept[key] = (shape, index)
     merged = {k: v for k, v in parts[0].items() if k not in ("shapes", "elapsed_s", "plots")}
     merged["shapes"] = [kept[key][0] for key in sorted(kept)]
