@@ -22,20 +22,18 @@ import jax.numpy as jnp
 
 from mla_jax import _gluon_kernels, _launch, kernels
 
-# The Gluon stage 1 beats the tl one on the H200 where each split holds many blocks:
-# both stages at 1024 tokens a split 1.23x (4/128/16384), at 4096-16384 1.56-1.67x;
-# at fewer tokens a split it is level or slower, at the same or at fewer splits
-# (docs/performance.md, "Gluon stage 1").
-GLUON_MIN_SPLIT_TOKENS = 1024
+# The seesaw (a 16-bit cache) beats the tl stage 1 on the H200 from 128 tokens a split
+# (two 64-token blocks) on, at the split count the tl kernel gets: both stages
+# 1.16-1.68x at the twelve shapes of `gluon_check --crossover` (1-64 rows, 32-128
+# heads; docs/performance.md, "The seesaw's crossover"). Shorter splits are unmeasured.
+SEESAW_MIN_SPLIT_TOKENS = 128
+# The 64-head fp8 kernel from 1024 tokens a split, the bound the Gluon kernels had when
+# it came; its crossover below that is unmeasured.
+FP8_MIN_SPLIT_TOKENS = 1024
 # The 16-head fp8 kernel against the tl stage 1 on the same fp8 cache: 1.88x at 256
 # tokens a split (4/16/16384), 2.2-2.3x at 1024-8192 (docs/performance.md, "The fp8
 # cache"); the tl fp8 kernel widens in registers, so it loses from short splits on.
 FP8_SMALL_HEADS_MIN_SPLIT_TOKENS = 256
-# Under 64 heads (a 16-bit cache; the seesaw's tile partly masked) the seesaw already
-# wins at 512 tokens a split, both stages 1.07-1.17x at H=32 and 48, where at 64 heads
-# it does not (docs/performance.md, "32-63 heads on the seesaw"); at 128 tokens it
-# loses.
-PARTIAL_TILE_MIN_SPLIT_TOKENS = 512
 
 
 def _strides(x: jax.Array) -> tuple[int, ...]:
@@ -57,20 +55,20 @@ def use_gluon(
     compute_capability: int,
 ) -> bool:
     """Whether stage 1 runs as a Gluon kernel: an sm_90 build, a problem one supports
-    (``_gluon_kernels.supports``), and splits of at least ``GLUON_MIN_SPLIT_TOKENS``
-    tokens (``FP8_SMALL_HEADS_MIN_SPLIT_TOKENS`` for the 16-head fp8 kernel,
-    ``PARTIAL_TILE_MIN_SPLIT_TOKENS`` for a 16-bit cache under ``BLOCK_H`` heads) when a
-    row holds ``max_tokens``."""
+    (``_gluon_kernels.supports``), and splits of at least ``SEESAW_MIN_SPLIT_TOKENS``
+    tokens for a 16-bit cache (``FP8_MIN_SPLIT_TOKENS`` for an fp8 one,
+    ``FP8_SMALL_HEADS_MIN_SPLIT_TOKENS`` under ``BLOCK_H`` heads) when a row holds
+    ``max_tokens``."""
     kv_page_stride, kv_row_stride = _strides(kv_cache)[:2]
     num_heads = q_nope.shape[1]
     kv_dtype = jnp.dtype(kv_cache.dtype).name
     small_fp8 = _gluon_kernels.small_heads(kv_dtype, num_heads)
     if small_fp8:
         min_tokens = FP8_SMALL_HEADS_MIN_SPLIT_TOKENS
-    elif num_heads < _gluon_kernels.BLOCK_H:
-        min_tokens = PARTIAL_TILE_MIN_SPLIT_TOKENS
+    elif kv_dtype == _gluon_kernels.FP8:
+        min_tokens = FP8_MIN_SPLIT_TOKENS
     else:
-        min_tokens = GLUON_MIN_SPLIT_TOKENS
+        min_tokens = SEESAW_MIN_SPLIT_TOKENS
     return (
         compute_capability == 90
         and -(-max_tokens // grid_splits) >= min_tokens

@@ -372,16 +372,17 @@ FP8_H64, FP8_H16 = "mla_decode_stage1_gluon_fp8", "mla_decode_stage1_gluon_fp8_h
         (16, 128, 4096, 90, BF16, None, SEESAW),  # 4 splits of 1024
         (128, 64, 4096, 90, jnp.float16, None, SEESAW),  # 1 split
         (16, 128, 4096, 90, BF16, FP8, FP8_H64),
-        (16, 128, 1024, 90, BF16, None, TL),  # 4 splits of 256
+        (16, 128, 1024, 90, BF16, None, SEESAW),  # 4 splits of 256
         (16, 128, 1024, 90, BF16, FP8, TL),
-        (1, 128, 4096, 90, BF16, None, TL),  # 32 splits of 128 (16-head tiles)
+        (1, 128, 4096, 90, BF16, None, SEESAW),  # 32 splits of 128
+        (1, 128, 1024, 90, BF16, None, TL),  # 16 splits of 64
         (16, 128, 4096, 80, BF16, None, TL),  # not Hopper
         (16, 16, 4096, 90, BF16, None, TL),  # under half a 64-head tile
         (16, 32, 16384, 90, BF16, None, SEESAW),  # half a tile, 8 splits of 2048
         (128, 48, 4096, 90, jnp.float16, None, SEESAW),
-        (16, 32, 4096, 90, BF16, None, SEESAW),  # under 64 heads from 512 tokens a split
-        (16, 32, 1024, 90, BF16, None, TL),  # 8 splits of 128
-        (16, 64, 4096, 90, BF16, None, TL),  # 8 splits of 512, a full tile
+        (16, 32, 1024, 90, BF16, None, SEESAW),  # 8 splits of 128, half a tile
+        (16, 64, 4096, 90, BF16, None, SEESAW),  # 8 splits of 512
+        (1, 32, 1024, 90, BF16, None, TL),  # 16 splits of 64
         (16, 16, 4096, 90, BF16, FP8, FP8_H16),  # 16 splits of 256
         (64, 32, 4096, 90, jnp.float16, FP8, FP8_H16),  # 2 splits of 2048
         (4, 16, 4096, 90, BF16, FP8, TL),  # 64 splits of 64
@@ -397,8 +398,8 @@ def test_stage1_is_the_gluon_kernel_where_it_wins(
     batch, heads, length, cc, dtype, kv_dtype, kernel
 ):
     """``mla_decode`` lowers stage 1 to a Gluon kernel on sm_90 for a problem they
-    support whose splits hold at least 1024 tokens (256 for the 16-head fp8 kernel, 512
-    for a 16-bit cache under 64 heads;
+    support whose splits hold at least 128 tokens for a 16-bit cache (1024 for an fp8
+    one, 256 for the 16-head fp8 kernel;
     ``_triton_backend.use_gluon``): the seesaw one for a 16-bit cache, an fp8 one for an
     fp8 cache (16-head tiles under 64 heads); else to the tl kernel.
     Stage 2 is the same either way, and absent where the grid has one split."""
