@@ -24,8 +24,9 @@ from mla_jax import _gluon_kernels, _launch, kernels
 
 # The seesaw (a 16-bit cache) beats the tl stage 1 on the H200 from 128 tokens a split
 # (two 64-token blocks) on, at the split count the tl kernel gets: both stages
-# 1.16-1.68x at the twelve shapes of `gluon_check --crossover` (1-64 rows, 32-128
-# heads; docs/performance.md, "The seesaw's crossover"). Shorter splits are unmeasured.
+# 1.16-1.80x at the twelve shapes of `gluon_check --crossover` (1-64 rows, 32-128
+# heads; docs/performance.md, "Gluon stage 1 (sm_90)"). One-block splits are
+# unmeasured.
 SEESAW_MIN_SPLIT_TOKENS = 128
 # The 64-head fp8 kernel from 1024 tokens a split, the bound the Gluon kernels had when
 # it came; its crossover below that is unmeasured.

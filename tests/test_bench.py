@@ -157,6 +157,7 @@ def test_merge_unions_parts_that_timed_disjoint_paths(dry_run):
     assert list(merged["paths"]) == [p for p in whole["paths"] if p in timed]
     for got, want in zip(merged["shapes"], whole["shapes"], strict=True):
         assert got["paths"] == {p: want["paths"][p] for p in timed}
+        assert list(got["paths"]) == timed  # the labels' order, whichever part came first
         assert got["path_parts"] == {**dict.fromkeys(rest, 0), **dict.fromkeys(first, 1)}
     page = bench_report.render_markdown(merged)
     assert f"At {len(whole['shapes'])} shapes the paths come from different parts" in page

@@ -190,8 +190,10 @@ def merge_results(parts: list[dict]) -> dict:
             if mine and theirs and not mine & theirs:
                 sources = dict(other.get("path_parts") or dict.fromkeys(sorted(theirs), origin))
                 sources.update(dict.fromkeys(sorted(mine), index))
-                paths = {p: other["paths"][p] for p in theirs}
-                paths.update({p: shape["paths"][p] for p in mine})
+                # In the labels' display order, not a set's (which varies by process).
+                both = mine | theirs
+                order = [p for p in PATH_LABELS if p in both] + sorted(both - PATH_LABELS.keys())
+                paths = {p: (shape if p in mine else other)["paths"][p] for p in order}
                 kept[key] = ({**other, "paths": paths, "path_parts": sources}, origin)
             elif len(mine) == len(theirs):
                 raise ValueError(
