@@ -1,11 +1,10 @@
 """Writes notebooks/03_performance.ipynb (committed without outputs).
 
-    scripts/dev python -m mla_jax bench --report-only docs/benchmarks/parts/small.json \\
-        docs/benchmarks/parts/large-b16-b64.json docs/benchmarks/parts/large-b128.json \\
-        docs/benchmarks/parts/large-h128.json docs/benchmarks/parts/h32.json \\
-        docs/benchmarks/parts/h32-b128-l16384.json \\
-        --out docs/benchmarks                                     # results.json, page, plots
-    scripts/dev python scripts/make_notebook_03.py                # then the notebook
+    docs/gpu/seesaw-crossover/merge.sh              # results.json, page, plots
+    scripts/dev python scripts/make_notebook_03.py  # then the notebook
+
+merge.sh runs `bench --report-only` on the six parts in docs/benchmarks/parts/ (our
+paths and vLLM's) and the XLA paths of the six in docs/benchmarks/df8ad0c/parts/.
 
 The commentary quotes docs/benchmarks/results.json, comparing paths by their kernel time
 (device_ms) and showing the wall clock beside it; the code cells print the numbers it
@@ -31,26 +30,27 @@ CELLS = [
 # Performance on an H200
 
 What one decode step costs on the GPU, read from the current sweep in
-`docs/benchmarks/results.json` (`python -m mla_jax bench`, 2026-12-01): NVIDIA H200, 68
-shapes with B ∈ {1, 4, 16, 64, 128}, H ∈ {16, 32, 64, 128}, L ∈ {1k, 4k, 16k} and L = 64k
-for B ≤ 4; bf16, latent 512 + rope 64, pages of 64 tokens, shuffled block tables. Five
-paths, timed in the same process on the same inputs:
+`docs/benchmarks/results.json` (`python -m mla_jax bench`, 2026-12-02, kernels of ce5fad3;
+the XLA paths from the previous sweep, see below): NVIDIA H200, 68 shapes with
+B ∈ {1, 4, 16, 64, 128}, H ∈ {16, 32, 64, 128}, L ∈ {1k, 4k, 16k} and L = 64k for B ≤ 4;
+bf16, latent 512 + rope 64, pages of 64 tokens, shuffled block tables. Five paths:
 
 - **`triton-occupancy`**: our kernels with the occupancy split rule, the library's default
-  policy. Stage 1 is the Triton (`tl`) kernel, except on sm_90 with a 16-bit cache
-  where each split holds at least 1024 tokens at H ≥ 64, or at least 512 tokens at
-  32–63 heads: there it is a Gluon kernel with FlashMLA's "seesaw" schedule on 64-head
-  tiles (29 of the 68 shapes: 11 at H=32, whose one tile masks its other 32 rows, 7 at
-  H=64, 11 at H=128; [`docs/performance.md`,
-  "Gluon stage 1 (sm_90)"](../docs/performance.md#gluon-stage-1-sm_90) and ["32–63 heads
-  on the seesaw"](../docs/performance.md#3263-heads-on-the-seesaw)). A step with a
-  static `max_seq_len`, at most 4096 tokens in its batch and splits too short for the
-  seesaw runs the tl kernel on 16-head tiles at any H (the default path at the 12 shapes
-  with B·L ≤ 4096 here);
+  policy. On sm_90 with a 16-bit cache and H ≥ 32, stage 1 is a Gluon kernel with
+  FlashMLA's "seesaw" schedule on 64-head tiles wherever each split holds at least 128
+  tokens (two 64-token blocks; `SEESAW_MIN_SPLIT_TOKENS` in `mla_jax/_triton_backend.py`):
+  44 of the 68 shapes, 14 at H=32, whose one tile masks its other 32 rows, 14 at H=64 and
+  16 at H=128 ([`docs/performance.md`, "Gluon stage 1
+  (sm_90)"](../docs/performance.md#gluon-stage-1-sm_90) and ["32–63 heads on the
+  seesaw"](../docs/performance.md#3263-heads-on-the-seesaw)). At the other 24 stage 1 is
+  the Triton (`tl`) kernel: the 17 H=16 shapes, and the 7 whose splits hold one 64-token
+  block. Those 7 all have B·L ≤ 4096: a step with a static `max_seq_len` and at most
+  4096 tokens in its batch runs the tl kernel on 16-head tiles at any H where its splits
+  are too short for the seesaw (at 1/128/4096 and 4/128/1024, the other two such shapes
+  with H ≥ 32, the splits hold 128 tokens and the seesaw runs);
 - **`triton`**: the same kernels with vLLM's split rule, whose splits hold 512 tokens, so
-  stage 1 is the tl kernel at H=16 and H ≥ 64 and the seesaw at all 17 H=32 shapes,
-  where 512 tokens meet the seesaw's threshold for 32–63 heads (the three with
-  B·L ≤ 4096 too: the small-batch 16-head tiles are the tl kernel's alone);
+  stage 1 is the seesaw at all 51 shapes with H ≥ 32 and the tl kernel at the 17 with
+  H=16;
 - **`xla`**: the same two-stage algorithm in plain jnp; **`dense`**: plain JAX
   gather + einsum;
 - **`vllm`**: vLLM's own `decode_attention_fwd` kernels (see `docs/vllm_kernel.md`).
@@ -71,8 +71,9 @@ paths, timed in the same process on the same inputs:
   kernel"](../docs/performance.md#one-split-one-kernel)); vLLM's two
   kernels plus two small torch `vectorized_elementwise_kernel` launches (fills) from the
   plumbing around them, which count in vLLM's time. It agrees with CUDA-graph timings
-  of the same kernels (`scripts/stage_times.py`): 16.66 against 16.8 µs at 1/128/4096,
-  82.1 against 82.5 µs at 64/16/4096, 0.557 against 0.572 ms at 128/16/16384
+  of the same kernels (`scripts/stage_times.py`; a check on earlier kernels, with the tl
+  stage 1 at all three shapes): 16.66 against 16.8 µs at 1/128/4096, 82.1 against
+  82.5 µs at 64/16/4096, 0.557 against 0.572 ms at 128/16/16384
   ([`docs/gpu/bench-kernel-time-check.log`](../docs/gpu/bench-kernel-time-check.log),
   [`docs/gpu/stage-times-kernel-time-check.log`](../docs/gpu/stage-times-kernel-time-check.log)).
 - **Wall time** (`ms`), secondary. The JAX paths run K chained calls in one jitted
@@ -88,21 +89,22 @@ paths, timed in the same process on the same inputs:
   its runs with and without `--kernel-time` show that the traced run does not change the
   wall time). The last section but one compares the two instruments.
 
-The sweep ran in six parts on 2026-12-01, in one lease of one H200, all on the same
-kernels (revision df8ad0c). Two kernels have changed since ([`docs/performance.md`,
-"Current results"](../docs/performance.md#current-results)): the tl stage 1's split
-builds have gone back to their earlier SASS, and the seesaw loads by TMA and stores a
-split's partials through shared memory (128/128/16384 1.074 ms, 16/128/4096 50.3 µs in
-rows measured again). Each part was a separate bench process
-measuring its own ceilings, merged from `docs/benchmarks/parts/`: `small.json` (B ≤ 4 at
-H ∈ {16, 64, 128}, 24 shapes), `large-b16-b64.json` (B 16 and 64 at those heads, 18),
-`large-b128.json` (B 128 at H 16 and 64, 6), `large-h128.json` (128/128/*, 3), `h32.json`
-(H=32 at every B, 17) and `h32-b128-l16384.json` (128/32/16384 alone, which `h32.json`'s
-time budget had left without vLLM's time; the merge keeps the part that timed more of a
-shape's paths). vLLM's kernel ran in the same process as ours in every part. The first
-cell checks that both of our paths ran the stage 1 the routing picks (the default path
-the seesaw where the rule above says so, our kernels on vLLM's rule the seesaw at the
-H=32 shapes alone), and stage 2 wherever the grid has more than one split.
+Our paths and vLLM's kernels ran on 2026-12-02 in six parts (parts 1–6 below), in one
+lease of one H200, all on the kernels of ce5fad3; each part was a separate bench process
+measuring its own ceilings, with vLLM's kernels in the same process as ours. They are
+merged from `docs/benchmarks/parts/`: `small.json` (B ≤ 4 at H ∈ {16, 64, 128}, 24
+shapes), `large-b16-b64.json` (B 16 and 64 at those heads, 18), `large-b128.json` (B 128
+at H 16 and 64, 6), `large-h128.json` (128/128/*, 3), `h32.json` (H=32 at every B, 17)
+and `h32-tail.json` (128/32/16384 alone, which `h32.json`'s time budget had left with
+only the `triton` path timed; the merge keeps the part that timed more of a shape's
+paths). The XLA paths (`xla`, `dense`), whose code did not change, are carried from the
+previous sweep (df8ad0c, 2026-12-01; its six parts, parts 7–12 below, are in
+`docs/benchmarks/df8ad0c/parts/`). Each shape's `path_parts` names the part of each
+path; a path's floor and its speed-up over vLLM's kernels are those of its own part, so
+the XLA paths' are against the previous sweep's ceilings and vLLM run. The first cell
+checks that both of our paths ran the stage 1 the routing picks (the seesaw where H ≥ 32
+and a split holds at least 128 tokens, else the tl kernel), and stage 2 wherever the
+grid has more than one split.
 
 Every cell but the last only reads JSON and draws, so the notebook runs anywhere; the last
 re-measures a few shapes when a CUDA GPU is present. The figures are drawn by
@@ -135,6 +137,9 @@ OURS = [p for p in (DEFAULT, "triton") if p in results["paths"]]
 PARTS = results.get("parts") or [{"ceilings": results["ceilings"],
                                   "shapes": len(results["shapes"])}]
 SEESAW = "mla_decode_stage1_gluon_seesaw"
+# The routing the sweep ran (mla_jax._triton_backend at ce5fad3): the seesaw stage 1 for a
+# 16-bit cache with at least 32 heads where each split holds at least this many tokens.
+SEESAW_MIN_TOKENS = 128
 
 
 def span(values, spec=".2f"):
@@ -155,9 +160,9 @@ def rate(s, p, unit):
     return None if ms is None else s["kv_bytes" if unit == "TB/s" else "flops"] / ms / 1e9
 
 
-def gluon_stage1(s):
-    # Where the trace saw the default path's stage 1 run as the Gluon seesaw kernel.
-    return SEESAW in (metric(s, DEFAULT, "kernels_per_call") or {})
+def gluon_stage1(s, p=DEFAULT):
+    # Where the trace saw path p's stage 1 run as the Gluon seesaw kernel.
+    return SEESAW in (metric(s, p, "kernels_per_call") or {})
 
 
 def split_tokens(s, p=DEFAULT):
@@ -177,6 +182,20 @@ for i, part in enumerate(PARTS, 1):
     c = part["ceilings"]
     print(f"part {i}: {part['shapes']} shapes; device copy {c['copy_tbps']:.2f} TB/s, "
           f"bf16 matmul {c['matmul_tflops']:.0f} TFLOP/s, {part.get('elapsed_s') or 0:.0f} s")
+# Which part timed each path (path_parts, where parts timed disjoint paths of a shape).
+sources = collections.defaultdict(set)
+for s in results["shapes"]:
+    for p, i in (s.get("path_parts") or {}).items():
+        sources[p].add(i + 1)
+for p, parts in sources.items():
+    print(f"{p}: from parts {', '.join(map(str, sorted(parts)))}")
+if "dense" in sources and "vllm" in sources:
+    # The XLA paths' speed-up over vLLM is against their own part's vLLM run.
+    theirs = [metric(s, "dense", "device_speedup_vs_vllm") * metric(s, "dense", "device_ms")
+              / metric(s, "vllm", "device_ms") - 1 for s in results["shapes"]
+              if metric(s, "dense", "device_speedup_vs_vllm") and metric(s, "vllm", "device_ms")]
+    print(f"vLLM's kernel time in the XLA paths' parts against this sweep's: "
+          f"{min(theirs):+.1%} to {max(theirs):+.1%}")
 
 
 def kernels_as_split(s, p):
@@ -203,19 +222,21 @@ for p in (*OURS, "vllm"):
         for s in results["shapes"] if metric(s, p, "kernels_per_call"))
     for kernels, n in seen.items():
         print(f"{p}: {kernels} at {n} shapes")
-gl = [s for s in results["shapes"] if gluon_stage1(s)]
-rule = [s for s in results["shapes"] if (s["H"] >= 64 and split_tokens(s) >= 1024)
-        or (32 <= s["H"] < 64 and split_tokens(s) >= 512)]
-print(f"{DEFAULT} ran the seesaw stage 1 at {len(gl)} shapes ("
-      + ", ".join(f"H={h}: {n}" for h, n in sorted(collections.Counter(
-          s["H"] for s in gl).items()))
-      + f"), those with H >= 64 and >= 1024 tokens a split or 32 <= H < 64 and >= 512: "
-      f"{gl == rule}")
-print("triton (vLLM's split rule) ran the seesaw stage 1 at: " + ", ".join(
-    name(s) for s in results["shapes"] if "triton" in OURS
-    and SEESAW in (metric(s, "triton", "kernels_per_call") or {})))
-print(f"B*L <= 4096 (16-head tl tiles at any H): "
-      f"{sum(s['B'] * s['L'] <= 4096 for s in results['shapes'])} shapes")
+for p in OURS:
+    gl = [s for s in results["shapes"] if gluon_stage1(s, p)]
+    rule = [s for s in results["shapes"]
+            if s["H"] >= 32 and split_tokens(s, p) >= SEESAW_MIN_TOKENS]
+    tl = [s for s in results["shapes"] if not gluon_stage1(s, p)]
+    others = [f"{name(s)} ({split_tokens(s, p)} tokens a split)" for s in tl if s["H"] > 16]
+    print(f"{p} ran the seesaw stage 1 at {len(gl)} shapes ("
+          + ", ".join(f"H={h}: {n}" for h, n in sorted(collections.Counter(
+              s["H"] for s in gl).items()))
+          + f"), those with H >= 32 and >= {SEESAW_MIN_TOKENS} tokens a split: {gl == rule}; "
+          f"the tl stage 1 at {len(tl)}: {sum(s['H'] == 16 for s in tl)} with H=16, "
+          + (", ".join(others) or "no other"))
+tiny = [s for s in results["shapes"] if s["B"] * s["L"] <= 4096]
+print(f"B*L <= 4096 (the tl kernel on 16-head tiles at any H): {len(tiny)} shapes; {DEFAULT} "
+      f"ran the seesaw at {', '.join(name(s) for s in tiny if gluon_stage1(s)) or '-'}")
 
 paths = timed_paths(results)
 print()
@@ -239,9 +260,10 @@ $$\text{floor} = \max\left(\frac{\text{KV bytes}}{\text{copy bandwidth}},\;
 \frac{\text{flops}}{\text{matmul rate}}\right)$$
 
 The copy bandwidth is a device copy in JAX (bytes read + written per second), the matmul
-rate a large square bf16 matmul in JAX: 3.34–3.35 TB/s and 655–683 TFLOP/s in the six
-parts. A step does 1.89·H flops per byte, so the ridge point (matmul rate / copy
-bandwidth: 196–204 flop/byte) sits near H ≈ 104–108: **with 16, 32 and 64 heads a step is
+rate a large square bf16 matmul in JAX: 3.34 TB/s and 666–683 TFLOP/s in the six parts
+that timed our paths and vLLM's (3.34–3.35 TB/s and 655–683 TFLOP/s in the XLA paths'
+six). A step does 1.89·H flops per byte, so the ridge point (matmul rate / copy
+bandwidth: 196–205 flop/byte) sits near H ≈ 104–108: **with 16, 32 and 64 heads a step is
 memory-bound, with 128 heads compute-bound.** The floor is an ideal: no kernel reaches
 both ceilings, and attention's small dot products are not the large GEMM that set the
 matmul rate. The copy counts bytes read and written, a pessimistic ceiling for a kernel
@@ -298,64 +320,58 @@ display(time_vs_len_figure(results, paths, key="device_ms",
 
 In kernel time:
 
-- **H=16 (memory-bound), B ≥ 64, L ≥ 4k: 108–124 % of the floor with occupancy splits
-  (3.62–4.14 TB/s of KV reads), 96–104 % with vLLM's split rule, 49–53 % for vLLM's
-  kernels.** The best, 0.584 ms at 128/16/16384 (124 %, 4.14 TB/s; vLLM's kernels
-  1.359 ms), reads faster than the 3.34 TB/s device copy the bench measured, close to
-  the 4.22 TB/s reference copy rate; Nsight Compute puts its stage 1 at 91.5 % of the DRAM
-  peak ([`docs/performance.md`, "Hardware
+- **H=16 (memory-bound), B ≥ 64, L ≥ 4k: 108–128 % of the floor with occupancy splits
+  (3.62–4.26 TB/s of KV reads), 96–106 % with vLLM's split rule, 50–53 % for vLLM's
+  kernels.** Stage 1 is the tl kernel on both rules. The best, 0.567 ms at 128/16/16384
+  (128 %, 4.26 TB/s; vLLM's kernels 1.369 ms), reads faster than the 3.34 TB/s device
+  copy the bench measured and than the 4.22 TB/s reference copy rate; Nsight Compute
+  puts its stage 1 at 91.5 % of the DRAM peak ([`docs/performance.md`, "Hardware
   floors"](../docs/performance.md#hardware-floors)).
-- **H=32, B ≥ 16: 52–121 % of the floor with occupancy splits where stage 1 is the Gluon
-  seesaw kernel** (8 of the 9 shapes, 1.75–4.05 TB/s), on one 64-head tile with half its
-  rows masked. With splits of ≥ 1024 tokens it reaches 90–121 % (6 shapes, 3.03–4.05
-  TB/s): 0.596 ms at 128/32/16384 (121 %, 4.05 TB/s; vLLM's kernels 2.608 ms), 116 % at
-  64/32/16384, 114 % at 128/32/4096, 94 % at 64/32/4096, 93 % at 16/32/16384, 90 % at
+- **H=32, B ≥ 16: 37–119 % of the floor with occupancy splits, stage 1 the Gluon seesaw
+  at all 9 shapes** (1.23–3.98 TB/s), on one 64-head tile with half its rows masked.
+  With splits of ≥ 1024 tokens it reaches 95–119 % (6 shapes, 3.16–3.98 TB/s):
+  0.607 ms at 128/32/16384 (119 %, 3.98 TB/s; vLLM's kernels 2.623 ms), 117 % at
+  128/32/4096, 116 % at 64/32/16384, 103 % at 16/32/16384, 100 % at 64/32/4096, 95 % at
   128/32/1024 (one 1024-token split a row); at B=128 the grid has one split a row and
-  stage 1 runs alone. With 512-token splits: 52 % at 16/32/4096 and 55 % at 64/32/1024.
-  At 16/32/1024 the occupancy splits hold 128 tokens and the tl kernel runs, at 31 %;
-  its 32-head tiles take the wide tiles' configuration, one program an SM
-  ([`docs/performance.md`, "Head tiles and stage-1
-  configurations"](../docs/performance.md#head-tiles-and-stage-1-configurations)).
-  At B ≥ 16, L ≥ 4k vLLM's split rule, on the seesaw with 512-token splits, gives
-  53–75 % (0.962 ms at 128/32/16384), and vLLM's kernels 25–28 %. At B ≤ 4 the
-  default path's seesaw runs at 4/32/65536 (2048-token splits, 94 %), 1/32/65536 and
-  4/32/16384 (512-token splits, 51 and 52 %).
-- **H=64, B ≥ 64, L ≥ 4k: 79–112 % with occupancy splits, where stage 1 is the Gluon
-  kernel** (0.646 ms at 128/64/16384, one split a row, 3.74 TB/s); 42–43 % with vLLM's
-  rule (the tl kernel at 512-token splits), 14–15 % for vLLM's kernels. At 16/64/4096
-  the occupancy splits hold 512 tokens, the tl kernel runs, and both rules sit at
-  39 %.
-- **H=128 (compute-bound): at most 78 % with occupancy splits, 28 % with vLLM's rule, 9 %
+  stage 1 runs alone. With 512-token splits: 66 % at 16/32/4096 and 65 % at 64/32/1024;
+  with 128-token splits, 37 % at 16/32/1024 (15.4 µs). At B ≥ 16, L ≥ 4k vLLM's split
+  rule, on the seesaw with 512-token splits, gives 67–84 % (0.865 ms at 128/32/16384),
+  and vLLM's kernels 25–28 %. At B ≤ 4 the default path runs the seesaw at 5 of the 8
+  shapes: 4/32/65536 (2048-token splits, 103 %), 1/32/65536 and 4/32/16384 (512-token
+  splits, 64 and 67 %), 1/32/16384 and 4/32/4096 (128-token splits, 34 and 36 %).
+- **H=64, B ≥ 64, L ≥ 4k: 91–119 % with occupancy splits** (0.609 ms at 128/64/16384,
+  one split a row, 3.97 TB/s; vLLM's kernels 4.994 ms); 64–70 % with vLLM's rule (the
+  same seesaw on 512-token splits), 14–15 % for vLLM's kernels. The default path runs
+  the seesaw at 14 of the 17 H=64 shapes, all but 1/64/1024, 1/64/4096 and 4/64/1024,
+  whose splits hold 64 tokens. With shorter splits at B=16 and 64: 96 % at 16/64/16384
+  (2048 tokens a split), 59 % at 16/64/4096 and 56 % at 64/64/1024 (512 tokens, the
+  split count vLLM's rule also picks: 60 and 57 % on it), 30 % at 16/64/1024 (128
+  tokens).
+- **Issue #21's target for H=32 and 64, ≥ 60 % of the floor from B=16 up, holds at 14
+  of the 18 shapes.** Under it: 16/32/1024 (37 %), 16/64/1024 (30 %), 16/64/4096 (59 %)
+  and 64/64/1024 (56 %), all on the seesaw with splits of 128 or 512 tokens.
+- **H=128 (compute-bound): at most 84 % with occupancy splits, 47 % with vLLM's rule, 9 %
   for vLLM's kernels.** At the six H=128 shapes with B·L ≥ 256k tokens the default path
-  runs the Gluon seesaw stage 1 at 64–78 % of the floor (437–533 TFLOP/s, against a
-  655–683 TFLOP/s matmul): 0.548 ms at 64/128/16384 (533 TFLOP/s; vLLM's kernels
-  4.74 ms), 1.102 ms at 128/128/16384 (530 TFLOP/s; vLLM's kernels 9.75 ms), both with
-  one split a row, stage 1 alone. vLLM's rule, on the tl kernel, gives 26–28 %
-  (179–183 TFLOP/s) there, vLLM's kernels 9 % (58–62 TFLOP/s). In the seesaw
-  schedule two warp-specialised warpgroups each compute the whole of alternate 64-token
-  blocks, so one's softmax runs under the other's MMAs; what it still leaves out of
-  FlashMLA's kernel is in [`docs/performance.md`, "Gluon stage 1
-  (sm_90)"](../docs/performance.md#gluon-stage-1-sm_90). The tl stage 1 has 64 heads per
-  program, one program per SM (its 64 × 512 accumulator takes all the registers), each KV
-  block's work in series inside it ([`docs/performance.md`, "Why H=128 is not at
-  FlashMLA's rate"](../docs/performance.md#why-h128-is-not-at-flashmlas-rate)): 3.19 ms
-  at 128/128/16384 with vLLM's rule. vLLM's kernel groups 16 heads per program
-  (`BLOCK_H = 16`), so at H=128 eight programs each load the same KV tiles.
+  runs the seesaw at 70–84 % of the floor (476–558 TFLOP/s, against a 666–683 TFLOP/s
+  matmul): 0.523 ms at 64/128/16384 (558 TFLOP/s; vLLM's kernels 4.728 ms), 1.053 ms at
+  128/128/16384 (555 TFLOP/s; vLLM's kernels 9.764 ms), both with one split a row,
+  stage 1 alone. vLLM's rule runs the same seesaw on 512-token splits, then stage 2:
+  44–47 % (298–312 TFLOP/s) there, 1.870 ms at 128/128/16384; vLLM's kernels 9 %
+  (58–62 TFLOP/s). In the seesaw schedule two warp-specialised warpgroups each compute
+  the whole of alternate 64-token blocks, so one's softmax runs under the other's MMAs;
+  what it still leaves out of FlashMLA's kernel is in [`docs/performance.md`, "Gluon
+  stage 1 (sm_90)"](../docs/performance.md#gluon-stage-1-sm_90). vLLM's kernel groups
+  16 heads per program (`BLOCK_H = 16`), so at H=128 eight programs each load the same
+  KV tiles.
 - **Small shapes (B ≤ 4, L ≤ 4k): a fixed cost, not the work.** The floor there is
-  0.4–7.0 µs. The default path takes 7.6–34.3 µs of kernel time, our kernels on vLLM's
-  rule 23.1–42.4 µs (its 2–8 splits a row, against the occupancy rule's 8–64), `xla`
-  13.6–67.6 µs, `dense` 12.9–49.1 µs, vLLM's kernels 50.7–78.3 µs. At 1/128/4096 the
-  default path takes 17.0 µs: 32 splits of 128 tokens on 16-head tiles, stage 1 13.3 µs
-  and stage 2 3.3 µs under a CUDA graph
-  ([`docs/gpu/stage-times-kernel-time-check.log`](../docs/gpu/stage-times-kernel-time-check.log)).
-  With 64-head tiles both stages take 23.2 µs
-  ([`docs/performance.md`, "Head tiles and stage-1
-  configurations"](../docs/performance.md#head-tiles-and-stage-1-configurations)). The
-  default path does not run the Gluon kernel there: the occupancy splits hold 64–256
-  tokens (64–128 at H=32), where it loses to the tl kernel ([`docs/performance.md`,
-  "Gluon stage 1 (sm_90)"](../docs/performance.md#gluon-stage-1-sm_90) and ["32–63 heads
-  on the seesaw"](../docs/performance.md#3263-heads-on-the-seesaw)); vLLM's rule, at
-  512 tokens a split, runs it at the 4 H=32 shapes.
+  0.4–6.7 µs. The default path takes 7.5–22.3 µs of kernel time, our kernels on vLLM's
+  rule 21.9–26.1 µs (its 2–8 splits a row, against the occupancy rule's 8–64), `xla`
+  13.6–67.6 µs, `dense` 12.9–49.1 µs, vLLM's kernels 50.7–77.8 µs. The occupancy splits
+  hold 64–256 tokens there: the default path runs the seesaw at the 5 shapes with H ≥ 32
+  and at least 128 tokens a split (1/128/4096: 14.9 µs, 32 splits of 128 tokens), the
+  tl kernel on 16-head tiles at the other 11 (1/128/1024: 8.8 µs, 16 splits of 64
+  tokens). vLLM's rule, at 512 tokens a split, runs the seesaw at all 12 shapes with
+  H ≥ 32.
 - The XLA paths (`xla`, `dense`) gather the rows into a dense copy before their einsums;
   at H=16, B ≥ 64, L ≥ 4k they reach 17–21 % of the floor.
 """,
@@ -365,11 +381,9 @@ In kernel time:
         r"""
 groups = [("H=16, B>=64, L>=4k", "TB/s",
            lambda s: s["H"] == 16 and s["B"] >= 64 and s["L"] >= 4096),
-          ("H=32, B>=16, seesaw stage 1", "TB/s",
-           lambda s: s["H"] == 32 and s["B"] >= 16 and gluon_stage1(s)),
-          ("H=32, B>=16, seesaw stage 1, >= 1024 tokens a split", "TB/s",
-           lambda s: s["H"] == 32 and s["B"] >= 16 and gluon_stage1(s)
-           and split_tokens(s) >= 1024),
+          ("H=32, B>=16", "TB/s", lambda s: s["H"] == 32 and s["B"] >= 16),
+          ("H=32, B>=16, >= 1024 tokens a split", "TB/s",
+           lambda s: s["H"] == 32 and s["B"] >= 16 and split_tokens(s) >= 1024),
           ("H=32, B>=16, L>=4k", "TB/s",
            lambda s: s["H"] == 32 and s["B"] >= 16 and s["L"] >= 4096),
           ("H=64, B>=64, L>=4k", "TB/s",
@@ -386,14 +400,24 @@ big = [s for s in results["shapes"] if s["H"] == 128 and s["B"] * s["L"] >= 2**1
 print(f"H=128, B*L>=256k: seesaw stage 1 at {sum(map(gluon_stage1, big))} of {len(big)}; "
       "matmul "
       + span([part_ceilings(s)["matmul_tflops"] for s in big], ".0f") + " TFLOP/s")
-print(f"H=32, {DEFAULT} % of the floor (stage 1, tokens a split): " + ", ".join(
-    f"{name(s)} {metric(s, DEFAULT, 'device_pct_of_floor'):.0f} "
-    f"({'seesaw' if gluon_stage1(s) else 'tl'}, "
-    f"{split_tokens(s)})"
-    for s in results["shapes"] if s["H"] == 32 and (s["B"] >= 16 or gluon_stage1(s))))
+for H in (32, 64):
+    sel = [s for s in results["shapes"] if s["H"] == H]
+    print(f"H={H}, {DEFAULT} % of the floor (stage 1, tokens a split), seesaw at "
+          f"{sum(map(gluon_stage1, sel))} of {len(sel)}: " + ", ".join(
+              f"{name(s)} {metric(s, DEFAULT, 'device_pct_of_floor'):.0f} "
+              f"({'seesaw' if gluon_stage1(s) else 'tl'}, {split_tokens(s)})" for s in sel))
+# Issue #21: H=32 and 64 at >= 60 % of the floor (kernel time) from B=16 up.
+target = [s for s in results["shapes"] if s["H"] in (32, 64) and s["B"] >= 16]
+under = [s for s in target if metric(s, DEFAULT, "device_pct_of_floor") < 60]
+print(f"issue #21, H=32/64, B>=16, >= 60 % of the floor: {len(target) - len(under)} of "
+      f"{len(target)}; under: " + ", ".join(
+          f"{name(s)} {metric(s, DEFAULT, 'device_pct_of_floor'):.0f} % "
+          f"({'seesaw' if gluon_stage1(s) else 'tl'}, {split_tokens(s)} tokens a split)"
+          for s in under))
 print()
-for B, H, L in [(128, 16, 16384), (128, 32, 16384), (128, 64, 16384), (16, 64, 4096),
-                (64, 128, 16384), (128, 128, 16384), (1, 128, 4096)]:
+for B, H, L in [(128, 16, 16384), (128, 32, 16384), (16, 32, 1024), (128, 64, 16384),
+                (16, 64, 4096), (64, 64, 1024), (64, 128, 16384), (128, 128, 16384),
+                (1, 128, 1024), (1, 128, 4096)]:
     s = at(B, H, L)
     print(f"{name(s)}: " + "; ".join(
         f"{p} {fmt(metric(s, p, 'device_ms'), '.4f')} ms, {fmt(rate(s, p, 'TB/s'), '.2f')} "
@@ -406,11 +430,12 @@ print(f"\nB<=4, L<=4k: floor {span([s['floor_ms'] * 1e3 for s in small], '.1f')}
                   for p in paths))
 print("    splits a row: " + ", ".join(
     f"{p} {span([metric(s, p, 'num_kv_splits') for s in small], 'd')}" for p in OURS)
-      + f"; {DEFAULT} tokens a split {span([split_tokens(s) for s in small], 'd')} "
-      f"({span([split_tokens(s) for s in small if s['H'] == 32], 'd')} at H=32), seesaw "
-      f"stage 1 at {sum(map(gluon_stage1, small))} of {len(small)}; triton seesaw stage 1 at "
-      + ", ".join(name(s) for s in small if "triton" in OURS
-                  and SEESAW in (metric(s, "triton", "kernels_per_call") or {})))
+      + f"; {DEFAULT} tokens a split {span([split_tokens(s) for s in small], 'd')}")
+for p in OURS:
+    print(f"    {p}: seesaw stage 1 at {sum(gluon_stage1(s, p) for s in small)} of "
+          f"{len(small)} (" + ", ".join(f"{name(s)} {split_tokens(s, p)}"
+                                        for s in small if gluon_stage1(s, p))
+          + " tokens a split)")
 print()
 display(heatmap_figure(results, paths, "device_pct_of_floor",
                        "% of the roofline floor, kernel time (100 = at the floor)",
@@ -422,32 +447,35 @@ display(heatmap_figure(results, paths, "device_pct_of_floor",
         r"""
 ## Against vLLM's kernels
 
-Speed-up = vLLM's kernel time / ours, at the same shape in the same sweep (> 1: ours is
-faster); vLLM's includes the two small torch fills around its kernels.
+Speed-up = vLLM's kernel time / ours, at the same shape in the same bench process (> 1:
+ours is faster; for the XLA paths, a part of the previous sweep); vLLM's includes the two
+small torch fills around its kernels.
 
 - **Occupancy splits (the default) are faster than vLLM's kernels at all 68 shapes,
-  1.92–8.85×:** 2.08–8.85× at the 29 shapes where stage 1 is the Gluon kernel (3.46–8.85×
-  at the 12 of them with one split a row, where it runs alone), 1.92–6.71× at the 39
-  where it is the tl kernel. By head count: 1.92–6.71× at H=16, 2.08–6.67× at H=32,
-  2.01–7.66× at H=64, 2.15–8.85× at H=128.
-- **The largest: 128/128/16384, 1.102 ms against vLLM's 9.752 ms (8.85×);**
-  128/128/4096 is 0.286 against 2.519 ms (8.80×), 64/128/16384 0.548 against 4.740 ms
-  (8.65×), all three with one split a row.
-- **The closest: 128/16/1024, 0.0503 against 0.0966 ms (1.92×),** then 16/64/1024
-  (0.0271 against 0.0546 ms, 2.01×) and 4/64/4096 (0.0265 against 0.0552 ms, 2.08×):
-  tl-kernel shapes of 27–50 µs of kernel time, 128/16/1024 with the 2 splits a row that
-  vLLM's rule also picks, the H=64 ones with splits of 128 tokens.
-- At the small shapes (B ≤ 4, L ≤ 4k) the default path is 2.08–6.71× faster in kernel
-  time (1/16/1024: 7.6 against 50.7 µs) and 1.58–2.47× in wall time, where the host
+  1.92–9.27×:** 2.53–9.27× at the 44 shapes where stage 1 is the Gluon seesaw
+  (3.61–9.27× at the 12 of them with one split a row, where it runs alone), 1.92–6.76× at
+  the 24 where it is the tl kernel. By head count: 1.92–6.76× at H=16, 2.53–6.65× at
+  H=32, 2.87–8.21× at H=64, 3.23–9.27× at H=128.
+- **The largest: 128/128/16384, 1.053 ms against vLLM's 9.764 ms (9.27×);**
+  64/128/16384 is 0.523 against 4.728 ms (9.03×), 128/128/4096 0.284 against 2.504 ms
+  (8.82×), all three with one split a row.
+- **The closest: 128/16/1024, 0.0500 against 0.0961 ms (1.92×),** then 64/16/4096
+  (0.0834 against 0.1816 ms, 2.18×) and 64/16/1024 (0.0311 against 0.0684 ms, 2.20×):
+  H=16 shapes on the tl kernel, 31–83 µs of kernel time; 128/16/1024 with the 2 splits
+  a row that vLLM's rule also picks.
+- At the small shapes (B ≤ 4, L ≤ 4k) the default path is 2.90–6.76× faster in kernel
+  time (1/16/1024: 7.5 against 50.7 µs) and 1.43–2.81× in wall time, where the host
   sets our time but not that of vLLM's CUDA graph. Over all 68 shapes the wall-time range
-  is 1.51–8.78×; its closest, 1/64/16384, runs 27.5 µs of kernels in 40.5 µs of wall
+  is 1.43–9.29×; its closest, 4/16/4096, runs 13.4 µs of kernels in 38.2 µs of wall
   time.
-- With vLLM's split rule our kernels (the tl stage 1, the seesaw at H=32) are faster
-  than vLLM's at all 68 shapes, 1.30–3.57×; the closest are 16/64/1024 (1.30×) and
-  4/64/4096 (1.32×), the largest are at L = 64k (1/64/65536 3.57×, 1/128/65536 3.53×).
+- With vLLM's split rule our kernels (the tl stage 1 at H=16, the seesaw at H ≥ 32) are
+  faster than vLLM's at all 68 shapes, 1.93–5.87×; the closest are 64/16/4096 (1.93×)
+  and 128/16/4096 (1.95×), the largest 1/128/65536 (5.87×), 1/64/65536 (5.31×) and
+  4/128/16384 (5.27×).
 - At H=128 with B ≥ 16, vLLM's kernels are at 8–9 % of the floor; even plain JAX
   gather + einsum is 1.70–2.19× faster there, and it beats vLLM's kernels at 46 of the
-  68 shapes.
+  68 shapes (its times from the previous sweep, against that sweep's run of vLLM's
+  kernels, whose kernel times are within 1.2 % of this one's).
 """,
     ),
     (
@@ -479,11 +507,12 @@ else:
         print("    closest: " + "; ".join(versus(s, p, u) for s, u in ups[:3]))
         print("    largest: " + "; ".join(versus(s, p, u) for s, u in ups[-3:]))
     ups = [(s, metric(s, DEFAULT, "device_speedup_vs_vllm")) for s in results["shapes"]]
-    print(f"{DEFAULT} where stage 1 is the Gluon kernel: "
-          f"{span([u for s, u in ups if gluon_stage1(s)])}× "
+    print(f"{DEFAULT} where stage 1 is the Gluon kernel ({sum(gluon_stage1(s) for s, _ in ups)} "
+          f"shapes): {span([u for s, u in ups if gluon_stage1(s)])}× "
           f"({span([u for s, u in ups if per_call(s, DEFAULT) == 1])}× at the "
           f"{sum(per_call(s, DEFAULT) == 1 for s, _ in ups)} shapes with one split a row); "
-          f"the tl kernel: {span([u for s, u in ups if not gluon_stage1(s)])}×")
+          f"the tl kernel ({sum(not gluon_stage1(s) for s, _ in ups)} shapes): "
+          f"{span([u for s, u in ups if not gluon_stage1(s)])}×")
     print(f"{DEFAULT} at B<=4, L<=4k: kernel time "
           f"{span([metric(s, DEFAULT, 'device_speedup_vs_vllm') for s in small])}×, wall time "
           f"{span([metric(s, DEFAULT, 'speedup_vs_vllm') for s in small])}×")
@@ -511,36 +540,34 @@ else:
 
 Both paths run our kernels at their own split counts. vLLM's rule picks the count from the
 length alone: next_pow2(L / 512), at most 2 per SM, so 2 splits at 1k, 32 at 16k and 128 at
-64k whatever the batch; its splits hold 512 tokens, so its stage 1 is the tl kernel, except
-at H=32, where 512 tokens a split meet the seesaw's threshold and it is the seesaw at all
-17 shapes. The occupancy rule (`mla_jax.splits.occupancy_kv_splits`) also looks at the
-batch and the head tiles: enough (row, head tile, split) programs for one wave (two per
-SM with 16-head tiles, one with 32- or 64-head tiles), about 64 tokens per split at
-least, 128 splits at most. At B ≤ 4 that gives 8–128 splits where vLLM's rule gives
-2–128, to fill the GPU; at B ≥ 64 it gives 1–4, which saves writing and merging partial
-outputs (with one split, at 12 shapes, stage 1 writes the output and stage 2 is not
-launched) and makes the splits longer: long enough for the Gluon stage 1 at H ≥ 64
-(≥ 1024 tokens), and at H=32 512–16384 tokens a split against vLLM's 512.
+64k whatever the batch; its splits hold 512 tokens, so its stage 1 is the seesaw at H ≥ 32
+and the tl kernel at H=16. The occupancy rule (`mla_jax.splits.occupancy_kv_splits`) also
+looks at the batch and the head tiles: enough (row, head tile, split) programs for one
+wave (two per SM with 16-head tiles, one with 32- or 64-head tiles), about 64 tokens per
+split at least, 128 splits at most. At B ≤ 4 that gives 8–128 splits where vLLM's rule
+gives 2–128, to fill the GPU; at B ≥ 64 it gives 1–4 against 2–32, which saves writing
+and merging partial outputs (with one split, at 12 shapes, stage 1 writes the output and
+stage 2 is not launched) and makes the splits longer: 512–16384 tokens at H ≥ 32,
+against vLLM's 512.
 
-**In kernel time occupancy splits are faster at 57 of the 68 shapes.** The rules pick the
-same split count at 10 shapes (all with 512-token splits: the seesaw stage 1 at the four
-H=32 ones, the tl kernel at the six others): the same kernels on the same work, so their
-0.97–1.04× is the spread from one traced run to another. Where the counts differ,
-occupancy splits are faster at 55 of 58 shapes, by 1.13–3.40×: the most at L = 1k and
-B ≤ 4, where 16 splits a row keep more SMs busy than vLLM's 2 (1/16/1024 3.40×,
-1/64/1024 3.19×, 4/16/1024 3.16×), and 1.44–2.93× at the 18 shapes with H ≥ 64 where
-fewer, longer splits let the Gluon kernel run (64/128/16384, one split a row against 32:
-0.548 against 1.606 ms, 2.93×). At the 7 H=32 shapes where the Gluon kernel runs on both
-rules and the counts differ, the occupancy rule's fewer, longer splits are 1.38–1.61×
-faster (128/32/16384, one split a row against 32: 0.596 against 0.962 ms, 1.61×). They
-are slower at 4/16/16384 (31.1 against 30.7 µs), 16/16/4096 (30.5 against 30.4 µs) and
-64/16/1024 (31.3 against 30.7 µs), 0.980–0.996×, within the same-count spread: H=16
-shapes where the occupancy rule takes twice vLLM's split count.
+**In kernel time occupancy splits are faster at 59 of the 68 shapes.** The rules pick the
+same split count at 10 shapes (all with 512-token splits: the seesaw at the eight with
+H ≥ 32, the tl kernel at 1/16/65536 and 128/16/1024): the same kernels on the same work,
+so their 0.977–1.003× is the spread from one traced run to another. Where the counts
+differ, occupancy splits are faster at 55 of 58 shapes, by 1.09–3.36×: the most at
+L = 1k and B ≤ 4, where 16 splits a row keep more SMs busy than vLLM's 2 (1/16/1024
+3.36×, 4/16/1024 3.14×, 1/64/1024 2.84×, 1/32/1024 2.83×). At the 36 shapes where both
+rules run the seesaw with different counts, the occupancy rule's fewer, longer splits
+are 1.09–1.79× faster: up to 1.79× at H ≥ 64 (64/128/16384, one split a row against 32:
+0.523 against 0.938 ms), 1.31–1.53× at H=32 (128/32/16384, one split a row against 32:
+0.607 against 0.865 ms, 1.42×). They are slower at 4/16/16384 (30.9 against 30.0 µs),
+16/16/4096 (30.5 against 29.8 µs) and 64/16/1024 (31.1 against 30.0 µs), 0.966–0.978×:
+H=16 shapes where the occupancy rule takes twice vLLM's split count.
 
-In wall time the occupancy rule is faster at 58 shapes. Of the 10 others, 4 take under
-40 µs a call, where the host sets the wall time (at 1/64/4096 the wall clock reads 0.96×
-where the kernels are 1.97× faster), and 6 are shapes where the two rules pick the same
-split count.
+In wall time the occupancy rule is faster at 50 shapes. Of the 18 others, 12 take under
+40 µs a call on the default path, where the host sets the wall time (at 1/128/4096 the
+wall clock reads 0.81× where the kernels are 1.60× faster), and 6 are shapes where the
+two rules pick the same split count.
 """,
     ),
     (
@@ -582,21 +609,27 @@ print(f"\n\noccupancy faster at {sum(up > 1 for _, _, up in rows)} of {len(rows)
                   for s, up in diff if up <= 1))
 print("largest: " + ", ".join(f"{name(s)} {up:.2f}×"
                               for s, up in sorted(diff, key=lambda su: su[1])[-4:]))
-gluon_diff = [up for s, up in diff if gluon_stage1(s)]
-print(f"where stage 1 is the Gluon kernel: "
-      f"{span([up for s, _, up in rows if gluon_stage1(s)])}×; where it is and the counts "
+
+def both_seesaw(s):
+    return gluon_stage1(s, occ) and gluon_stage1(s, rule)
+
+
+gluon_diff = [up for s, up in diff if both_seesaw(s)]
+print(f"where both rules run the Gluon kernel: "
+      f"{span([up for s, _, up in rows if both_seesaw(s)])}×; where they do and the counts "
       f"differ: {span(gluon_diff)}× ({len(gluon_diff)} shapes; "
       + ", ".join(f"{label} {span(ups)}× ({len(ups)})" for label, ups in [
-          ("H>=64", [up for s, up in diff if gluon_stage1(s) and s["H"] >= 64]),
-          ("H=32", [up for s, up in diff if gluon_stage1(s) and s["H"] == 32])]) + ")")
-print("H=32, B>=64: occupancy tokens a split " + ", ".join(
-    f"{name(s)} {split_tokens(s)}" for s, _, _ in rows if s["H"] == 32 and s["B"] >= 64))
+          ("H>=64", [up for s, up in diff if both_seesaw(s) and s["H"] >= 64]),
+          ("H=32", [up for s, up in diff if both_seesaw(s) and s["H"] == 32])]) + ")")
+print(f"H>=32, B>=64: occupancy tokens a split "
+      f"{span([split_tokens(s) for s, _, _ in rows if s['H'] >= 32 and s['B'] >= 64], 'd')}")
 print("same split count, stage 1: " + ", ".join(
     f"{name(s)} {'seesaw' if gluon_stage1(s) else 'tl'}"
     for s, n, _ in rows if n == s["num_kv_splits"]))
 walls = [(s, n, over_vllm_rule(s, occ, "ms")) for s, n, _ in rows]
 print(f"wall time: faster at {sum(up > 1 for _, _, up in walls)}; slower at "
-      + ", ".join(f"{name(s)} ({up:.2f}×, {metric(s, occ, 'ms') * 1e3:.1f} µs"
+      + ", ".join(f"{name(s)} ({up:.2f}×, kernels {over_vllm_rule(s, occ):.2f}×, "
+                  f"{metric(s, occ, 'ms') * 1e3:.1f} µs"
                   + (", same split count)" if n == s["num_kv_splits"] else ")")
                   for s, n, up in walls if up <= 1))
 
@@ -612,19 +645,19 @@ display(heatmap_figure(results, [occ], over_vllm_rule,
 
 The wall clock is what a caller that dispatches ten chained runs per sync sees; the kernel
 time is what the GPU spends in the path's kernels. Where the kernels take 40 µs a call or
-more, the two agree: the default path's wall time is 0.95–1.17× its kernel time there (40
-shapes), 0.95–1.07× at the 18 shapes of 100 µs or more, and vLLM's CUDA graph reads
+more, the two agree: the default path's wall time is 0.97–1.15× its kernel time there (33
+shapes), 0.97–1.06× at the 15 shapes of 100 µs or more, and vLLM's CUDA graph reads
 1.00–1.04× at all 68. Below that the host's dispatch sets the JAX paths' wall time: the
-default path reads 18.5–39.8 µs at its 25 shapes under 40 µs of wall time, whose kernels
-take 7.6–33.8 µs (up to 3.71× apart, at 4/32/1024); the wall time of our kernels on
-vLLM's rule never reads below 30.3 µs, that of `dense` never below 28.5 µs. Those wall
+default path reads 21.3–38.4 µs at its 28 shapes under 40 µs of wall time, whose kernels
+take 7.5–32.1 µs (up to 4.74× apart, at 1/16/1024); the wall time of our kernels on
+vLLM's rule never reads below 27.8 µs, that of `dense` never below 28.5 µs. Those wall
 times move from run to run (see the top of the notebook), and their three repeats within
-this sweep spread by up to 72 %.
+this sweep spread by up to 49 % on the default path and 63 % on vLLM's rule.
 
 The two instruments come from different runs, so at a shape whose clock varies the kernel
-time can read above the wall time: at 128/64/16384 0.646 ms of kernels against 0.617 ms
-of wall time here, at 64/128/16384 0.548 against 0.546 ms (both with one split a row) and
-at 128/16/16384 0.584 against 0.582 ms.
+time can read above the wall time: at 64/128/16384 0.523 ms of kernels against 0.509 ms
+of wall time here, at 128/32/16384 0.607 against 0.604 ms and at 64/128/4096 0.142
+against 0.141 ms, all three with one split a row.
 """,
     ),
     (
@@ -680,8 +713,9 @@ With a CUDA GPU visible to JAX, this runs a small live sweep through `mla_jax.to
 (B ∈ {1, 64}, H ∈ {16, 128}, L ∈ {4k, 16k}; our two Triton paths, and vLLM's kernels side by
 side when `mla_jax.tools.vllm_kernel.load()` finds its file, see `docs/vllm_kernel.md`) into a
 temporary folder, and draws it like the committed sweep, in kernel time where the run
-traced it. On an sm_90 GPU the default path's stage 1 is the Gluon kernel at B=64, H=128,
-where the grid has one split a row and stage 1 runs alone. Elsewhere it says it skipped.
+traced it. On an sm_90 GPU our stage 1 is the Gluon seesaw at the H=128 shapes on both
+rules (on the default path at B=64 with one split a row, where stage 1 runs alone) and the
+tl kernel at H=16. Without a CUDA GPU it says it skipped.
 """,
     ),
     (
