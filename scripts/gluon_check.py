@@ -37,8 +37,9 @@ grid, the ragged cases, then its timing against the tl kernel at each head count
 64 heads (``HEADS_TIMING``: B and L).
 
 ``--crossover`` alone: where the Gluon kernel starts to win, at shapes whose
-occupancy splits are short (``CROSSOVER``): tl at its occupancy split count against
-the Gluon kernel at that count and at fewer, longer splits.
+occupancy splits are short: tl at its occupancy split count against the Gluon kernel
+at that count and at fewer, longer splits, on a bf16 cache (``CROSSOVER``: the seesaw)
+and on the fp8 cache quantised from it (``CROSSOVER_FP8``: the 64-head fp8 kernel).
 
 All cases share one latent pool and one table width (``NUM_PAGES``, ``CAPACITY``)
 and a buffer with a fixed split axis, so each kernel compiles once per (dtype, H).
@@ -105,6 +106,18 @@ CROSSOVER = [
     (16, 32, 1024),
     (16, 64, 1024),
     (64, 64, 1024),
+]
+# ``--crossover`` on an fp8 cache: the 64-head fp8 kernel below its 1024 tokens a split
+# (``_triton_backend.FP8_MIN_SPLIT_TOKENS``), and 16/128/4096 at it.
+CROSSOVER_FP8 = [
+    (1, 128, 4096),
+    (4, 128, 4096),
+    (16, 128, 1024),
+    (1, 64, 16384),
+    (4, 64, 4096),
+    (16, 64, 4096),
+    (64, 64, 1024),
+    (16, 128, 4096),
 ]
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 FP8_MAX = 448.0  # mla_jax.cache.FP8_MAX
@@ -681,14 +694,21 @@ def run_heads(args, sm):
     return ok
 
 
-def run_crossover(pool, gen, sm):
-    print("crossover (both stages, us; the Gluon kernel at split counts occ, occ/2, ...):")
-    for batch, heads, length in CROSSOVER:
-        q, table, lens = uniform_problem(pool, batch, heads, length, gen)
+def run_crossover(pool, gen, sm, shapes, kv_scale=1.0):
+    """tl at the occupancy split count against the Gluon kernel ``kernel_for`` picks at
+    that count and at fewer, longer splits, on ``pool`` (bf16, or fp8 with its scale;
+    bf16 q either way)."""
+    kv_name = str(pool.dtype).removeprefix("torch.")
+    print(
+        f"crossover, {kv_name} cache (both stages, us; the Gluon kernel at split counts "
+        "occ, occ/2, ...):"
+    )
+    for batch, heads, length in shapes:
+        q, table, lens = uniform_problem(pool, batch, heads, length, gen, torch.bfloat16)
         occ = occupancy_kv_splits(batch, heads, length, sm)
         times = {}
         for splits in [s for s in (occ, occ // 2, occ // 4, occ // 8, occ // 16) if s >= 1]:
-            run = Launch(q, pool, table, lens, splits)
+            run = Launch(q, pool, table, lens, splits, kv_scale)
             for path in ("tl", "gluon") if splits == occ else ("gluon",):
                 run.both(path)
                 times[path, splits] = run.time_us(run.both, path, rep=50)
@@ -734,7 +754,12 @@ def main():
     print(f"{props.name}, {sm} SMs, torch {torch.__version__}, triton {triton.__version__}")
     if args.crossover:
         gen = torch.Generator(device="cuda").manual_seed(0)
-        run_crossover(new_pool(torch.bfloat16, gen), gen, sm)
+        pool = new_pool(torch.bfloat16, gen)
+        run_crossover(pool, gen, sm, CROSSOVER)
+        pool8, scale = quantize_fp8(pool)
+        del pool
+        torch.cuda.empty_cache()
+        run_crossover(pool8, gen, sm, CROSSOVER_FP8, scale)
         return
     section = run_heads if args.heads else run_fp8_h16 if args.only_fp8_h16 else None
     if section is not None:
