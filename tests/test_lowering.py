@@ -240,29 +240,32 @@ def test_runtime_split_grid_is_the_batch_bound(policy, batch, heads, want):
 
 
 @pytest.mark.parametrize(
-    "batch, heads, length, max_seq_len, batch_invariant, tile, splits",
+    "batch, heads, length, max_seq_len, batch_invariant, tile, splits, page",
     [
-        (1, 128, 4096, 4096, False, 16, 32),  # 4096 tokens: 16-head tiles, 32 splits
-        (1, 128, 1024, 1024, False, 16, 16),  # one split per 64 tokens
-        (2, 128, 2048, 2048, False, 16, 16),
-        (1, 64, 4096, 4096, False, 16, 64),
-        (4, 128, 4096, 4096, False, 64, 16),  # 16384 tokens: the default
-        (1, 128, 4096, None, False, 64, 64),  # length known only at run time
-        (1, 128, 1024, 1000, True, 64, 1),  # batch-invariant: the tile never follows B
-        (1, 16, 4096, 4096, False, 16, 64),  # H=16: 16-head tiles anyway, as before
+        # Pages of 16 tokens where the splits would hold 128 or more: the seesaw takes
+        # 64-token pages from there (``_triton_backend.use_gluon``), so the tl kernel's
+        # tile shows only on other pages.
+        (1, 128, 4096, 4096, False, 16, 32, 16),  # 4096 tokens: 16-head tiles, 32 splits
+        (1, 128, 1024, 1024, False, 16, 16, 64),  # one split per 64 tokens
+        (2, 128, 2048, 2048, False, 16, 16, 16),
+        (1, 64, 4096, 4096, False, 16, 64, 64),
+        (4, 128, 4096, 4096, False, 64, 16, 16),  # 16384 tokens: the default
+        (1, 128, 4096, None, False, 64, 64, 64),  # length known only at run time
+        (1, 128, 1024, 1000, True, 64, 1, 16),  # batch-invariant: the tile never follows B
+        (1, 16, 4096, 4096, False, 16, 64, 64),  # H=16: 16-head tiles anyway, as before
     ],
 )
 def test_head_tile_is_chosen_at_trace_time(
-    batch, heads, length, max_seq_len, batch_invariant, tile, splits
+    batch, heads, length, max_seq_len, batch_invariant, tile, splits, page
 ):
     """A static ``max_seq_len`` whose batch holds at most ``SMALL_BATCH_TOKENS`` tokens
-    lowers stage 1 with 16-head tiles (``_tiling.head_tile``), 4 warps and mma.sync, on
-    the grid the occupancy rule plans for them, in a buffer reserved the usual way;
-    otherwise the default tile (64 heads above H=32: 8 warps, warpgroup MMA)."""
+    lowers the tl stage 1 with 16-head tiles (``_tiling.head_tile``), 4 warps and
+    mma.sync, on the grid the occupancy rule plans for them, in a buffer reserved the
+    usual way; otherwise the default tile (64 heads above H=32: 8 warps, warpgroup
+    MMA)."""
     from mla_jax.splits import reserved_splits
     from tests.test_kernel_cache import custom_calls, kernel_call
 
-    page = 64
     reserved = reserved_splits("occupancy", num_heads=heads, max_model_len=length, sm_count=132)
 
     def step(q, kv, bt, sl, buf):
