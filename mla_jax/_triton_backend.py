@@ -28,9 +28,11 @@ from mla_jax import _gluon_kernels, _launch, kernels
 # heads; docs/performance.md, "Gluon stage 1 (sm_90)"). One-block splits are
 # unmeasured.
 SEESAW_MIN_SPLIT_TOKENS = 128
-# The 64-head fp8 kernel from 1024 tokens a split, the bound the Gluon kernels had when
-# it came; its crossover below that is unmeasured.
-FP8_MIN_SPLIT_TOKENS = 1024
+# The 64-head fp8 kernel against the tl stage 1 on the same fp8 cache, both stages at
+# the tl kernel's split count: 1.27-1.31x at 512 tokens a split (16/64/4096,
+# 64/64/1024), even at 256 (0.99-1.04x), slower at 128 (0.84-0.99x; `gluon_check
+# --crossover`, docs/performance.md, "The fp8 cache").
+FP8_MIN_SPLIT_TOKENS = 512
 # The 16-head fp8 kernel against the tl stage 1 on the same fp8 cache: 1.88x at 256
 # tokens a split (4/16/16384), 2.2-2.3x at 1024-8192 (docs/performance.md, "The fp8
 # cache"); the tl fp8 kernel widens in registers, so it loses from short splits on.

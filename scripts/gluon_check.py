@@ -107,8 +107,8 @@ CROSSOVER = [
     (16, 64, 1024),
     (64, 64, 1024),
 ]
-# ``--crossover`` on an fp8 cache: the 64-head fp8 kernel below its 1024 tokens a split
-# (``_triton_backend.FP8_MIN_SPLIT_TOKENS``), and 16/128/4096 at it.
+# ``--crossover`` on an fp8 cache: the 64-head fp8 kernel at 128-1024 tokens a split,
+# around its bound (``_triton_backend.FP8_MIN_SPLIT_TOKENS``).
 CROSSOVER_FP8 = [
     (1, 128, 4096),
     (4, 128, 4096),

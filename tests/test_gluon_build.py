@@ -373,7 +373,8 @@ FP8_H64, FP8_H16 = "mla_decode_stage1_gluon_fp8", "mla_decode_stage1_gluon_fp8_h
         (128, 64, 4096, 90, jnp.float16, None, SEESAW),  # 1 split
         (16, 128, 4096, 90, BF16, FP8, FP8_H64),
         (16, 128, 1024, 90, BF16, None, SEESAW),  # 4 splits of 256
-        (16, 128, 1024, 90, BF16, FP8, TL),
+        (16, 128, 1024, 90, BF16, FP8, TL),  # 4 splits of 256
+        (16, 64, 4096, 90, BF16, FP8, FP8_H64),  # 8 splits of 512
         (1, 128, 4096, 90, BF16, None, SEESAW),  # 32 splits of 128
         (1, 128, 1024, 90, BF16, None, TL),  # 16 splits of 64
         (16, 128, 4096, 80, BF16, None, TL),  # not Hopper
@@ -398,7 +399,7 @@ def test_stage1_is_the_gluon_kernel_where_it_wins(
     batch, heads, length, cc, dtype, kv_dtype, kernel
 ):
     """``mla_decode`` lowers stage 1 to a Gluon kernel on sm_90 for a problem they
-    support whose splits hold at least 128 tokens for a 16-bit cache (1024 for an fp8
+    support whose splits hold at least 128 tokens for a 16-bit cache (512 for an fp8
     one, 256 for the 16-head fp8 kernel;
     ``_triton_backend.use_gluon``): the seesaw one for a 16-bit cache, an fp8 one for an
     fp8 cache (16-head tiles under 64 heads); else to the tl kernel.

@@ -348,6 +348,7 @@ def test_fp8_cache_matches_reference_on_dequantised_values(heads, rng):
         (4, 32, 16384, jnp.bfloat16, "same"),  # 32 splits of 512
         (8, 48, 16384, jnp.float16, "same"),
         (16, 128, 4096, jnp.bfloat16, "fp8"),
+        (16, 64, 4096, jnp.bfloat16, "fp8"),  # 8 splits of 512
         (4, 96, 16384, jnp.float16, "fp8"),
         (16, 16, 4096, jnp.bfloat16, "fp8"),  # the 16-head fp8 kernel: 16 splits of 256
         (8, 20, 16384, jnp.float16, "fp8"),  # a full 16-head tile and a masked one
@@ -359,9 +360,9 @@ def test_fp8_cache_matches_reference_on_dequantised_values(heads, rng):
 )
 @pytest.mark.parametrize("max_seq_len", ["static", "runtime"])
 def test_gluon_stage1_through_mla_decode(batch, heads, length, dtype, cache, max_seq_len, rng):
-    """On sm_90, ``mla_decode`` at shapes whose splits hold >= 1024 tokens (under 64
-    heads: 256 for an fp8 cache, 512 for a 16-bit one) lowers stage 1 to a Gluon kernel
-    (the seesaw one for a 16-bit cache from 32 heads, an fp8 one for an fp8 cache); it
+    """On sm_90, ``mla_decode`` at shapes whose splits are long enough for a Gluon
+    kernel (``_triton_backend.use_gluon``) lowers stage 1 to one (the seesaw one for a
+    16-bit cache from 32 heads, an fp8 one for an fp8 cache); it
     matches the float64 reference (on the dequantised cache for fp8) on ragged rows:
     an empty row, page edges, a full row. ``runtime`` leaves ``max_seq_len`` out: the
     block table's capacity, ``length``, plans the splits. Where the grid has one split
