@@ -288,6 +288,8 @@ _TL_TILING = ("BLOCK_H", "BLOCK_N", "DOT_PRECISION", "PAGED_LOADS", "LORA_CHUNKS
 _CP_ASYNC_BYTES = 16
 # How the fp8 kernel widens its tile (``_widen``): "auto", "bits" or "cvt".
 FP8_WIDEN = "auto"
+# wip: the 16-head fp8 kernel on a cp.async ring (``kernel_for``).
+FP8_H16_RING = True
 
 
 def supports(
@@ -342,7 +344,7 @@ def kernel_for(kv_dtype: str, num_heads: int = BLOCK_H) -> Any:
     and ``num_heads`` query heads: the 16-head fp8 kernel where ``small_heads``. All
     take the same arguments; ``launch_params`` gives each its launch."""
     if small_heads(kv_dtype, num_heads):
-        return mla_decode_stage1_gluon_fp8_h16
+        return mla_decode_stage1_gluon_fp8_h16_ring if FP8_H16_RING else mla_decode_stage1_gluon_fp8_h16
     if kv_dtype == FP8:
         return mla_decode_stage1_gluon_fp8
     return mla_decode_stage1_gluon_seesaw
@@ -1535,6 +1537,427 @@ def mla_decode_stage1_gluon_fp8_h16(
     _store_rows(dst_ptr, out_off, out_ok, o5, norm, 320, rows_layout)
     _store_rows(dst_ptr, out_off, out_ok, o6, norm, 384, rows_layout)
     _store_rows(dst_ptr, out_off, out_ok, o7, norm, 448, rows_layout)
+    if out_ptr is None:
+        lse = (m_i + gl.log2(l_i)) * _LN2
+        gl.store(buf_ptr + out_off + LORA, lse, mask=out_ok)
+    else:
+        gl.store(lse_ptr + row * NUM_HEADS + out_heads, lse, mask=out_ok)
+
+
+# --------------------------------------------------------------------------------------
+# The 16-head fp8 kernel on a cp.async ring: the fp8 blocks land in shared memory as
+# they are, and both MMAs take their fp8-widened operand from registers (K for S^T, V^T
+# for O^T), so no 16-bit copy of the block is stored.
+
+# A latent pair (128 fp8 columns, 32 words a row) in the ring: 16-byte units swizzled
+# by row, unit ^ (2 * ((row >> 1) & 3) ^ 4 * (row & 1)). Both reads are then free of
+# bank conflicts: S^T's (a quarter warp reads rows r, r + 1 of one 64-column chunk:
+# the row bit moves them to the other half of the units) and V^T's (a warp reads one
+# word of rows 2c + e, c < 4, at 8 consecutive words: row bits 1-2 spread the four
+# rows over the units).
+_RING_PAIR_LAYOUT = gl.constexpr(
+    gl.SharedLinearLayout(
+        offset_bases=[
+            [0, 1],
+            [0, 2],
+            [0, 4],
+            [0, 8],
+            [0, 16],
+            [1, 16],
+            [2, 8],
+            [4, 16],
+            [8, 0],
+            [16, 0],
+            [32, 0],
+        ]
+    )
+)
+# V^T's words of a latent pair, [64 tokens, 32 words]: a thread holds word 8w + q
+# (w its warp, q = lane / 4) of tokens 2c + {0, 1, 8, 9} + 16k (c = lane % 4, k < 4),
+# the tokens and rows of wgmma's register A operand, so that the widening below puts
+# every value where the operand layout wants it.
+_PV_WORDS_LAYOUT = gl.constexpr(
+    gl.DistributedLinearLayout(
+        reg_bases=[[1, 0], [8, 0], [16, 0], [32, 0]],
+        lane_bases=[[2, 0], [4, 0], [0, 1], [0, 2], [0, 4]],
+        warp_bases=[[0, 8], [0, 16]],
+        block_bases=[],
+        shape=[64, 32],
+    )
+)
+
+
+def _pv_cvt_asm(half: int) -> str:
+    """PTX widening byte ``2 * half`` and ``2 * half + 1`` of an even token's word ($2)
+    and the odd token's ($3): two fp16 pairs (even token low, odd token high), one a
+    byte (a latent dim)."""
+    j = 2 * half
+    sel = j | (4 + j) << 4 | (j + 1) << 8 | (5 + j) << 12
+    return (
+        "{\n.reg .b32 t;\n.reg .b16 lo, hi;\n"
+        f"prmt.b32 t, $2, $3, {sel:#x};\n"
+        "mov.b32 {lo, hi}, t;\n"
+        "cvt.rn.f16x2.e4m3x2 $0, lo;\ncvt.rn.f16x2.e4m3x2 $1, hi;\n}"
+    )
+
+
+_PV_CVT_ASM = gl.constexpr((_pv_cvt_asm(0), _pv_cvt_asm(1)))
+
+
+@gluon.jit
+def _ring_copy(
+    lat0,
+    lat1,
+    lat2,
+    lat3,
+    pe,
+    kv_ptr,
+    page,
+    n0,
+    start,
+    end,
+    PAGE_SIZE: gl.constexpr,
+    NUM_PAGES: gl.constexpr,
+    stride_kv_page: gl.constexpr,
+    stride_kv_row: gl.constexpr,
+):
+    """``cp.async`` of the block at token ``n0`` (raw page index ``page``) into one ring
+    stage as int32 words, rows outside ``[start, end)`` zero-filled; commits no group."""
+    lat_layout: gl.constexpr = gl.BlockedLayout([1, 4], [4, 8], [4, 1], [1, 0])
+    pe_layout: gl.constexpr = gl.BlockedLayout([1, 4], [8, 4], [4, 1], [1, 0])
+    words = kv_ptr.to(gl.pointer_type(gl.int32), bitcast=True)
+    page_base = words + _safe_page(page, NUM_PAGES).to(gl.int64) * (stride_kv_page // 4)
+    # Rows of the page, as the seesaw's copies (offsets that change block to block are
+    # not hoisted out of the loop).
+    offs = gl.arange(0, _CHUNK, layout=gl.SliceLayout(1, lat_layout))
+    rows = n0 % PAGE_SIZE + offs
+    ok = (n0 + offs >= start) & (n0 + offs < end)
+    _copy_rows(lat0, page_base, rows, ok, stride_kv_row // 4, 32, lat_layout)
+    _copy_rows(lat1, page_base + 32, rows, ok, stride_kv_row // 4, 32, lat_layout)
+    _copy_rows(lat2, page_base + 64, rows, ok, stride_kv_row // 4, 32, lat_layout)
+    _copy_rows(lat3, page_base + 96, rows, ok, stride_kv_row // 4, 32, lat_layout)
+    offs = gl.arange(0, _CHUNK, layout=gl.SliceLayout(1, pe_layout))
+    rows = n0 % PAGE_SIZE + offs
+    ok = (n0 + offs >= start) & (n0 + offs < end)
+    _copy_rows(pe, page_base + 128, rows, ok, stride_kv_row // 4, 16, pe_layout)
+
+
+@gluon.jit
+def _ring_qk_chunk(words, s, q_chunk, FIRST: gl.constexpr, a_layout: gl.constexpr):
+    """``S^T += K_c Q_c^T`` for one 64-column chunk's ``words`` (read from the ring),
+    widened into the register A operand; waits for the chunk before (its registers
+    are then free)."""
+    a = _qk_operand(_widen_f16(words), a_layout)
+    s = warpgroup_mma(a, q_chunk.permute((1, 0)), s, use_acc=not FIRST, is_async=True)
+    return warpgroup_mma_wait(num_outstanding=1, deps=(s,))
+
+
+@gluon.jit
+def _pv_operands(pair, a_layout: gl.constexpr):
+    """V^T of one latent pair (``pair``: its ring stage, ``[64, 32]`` words) as the
+    register A operands of its two M-tiles: M-tile ``b`` row ``r`` is latent dim
+    ``32 (r >> 4) + 4 (r & 7) + 2 b + ((r >> 3) & 1)`` of the pair (``_ring_dims``),
+    the tokens in order."""
+    x = pair.load(_PV_WORDS_LAYOUT)  # [token, word]
+    even, odd = gl.split(gl.permute(gl.reshape(x, [32, 2, 32]), [0, 2, 1]))
+    ops = ()
+    for half in gl.static_range(2):
+        h0, h1 = gl.inline_asm_elementwise(
+            _PV_CVT_ASM[half],
+            "=r,=r,r,r",
+            [even, odd],
+            dtype=(gl.int32, gl.int32),
+            is_pure=True,
+            pack=1,
+        )
+        e0, o0 = _f16_halves(h0)
+        e1, o1 = _f16_halves(h1)
+        t = gl.join(gl.join(e0, o0), gl.join(e1, o1))  # [token pair, word, h, e]
+        t = gl.permute(gl.reshape(t, [32, 4, 8, 2, 2]), [1, 3, 2, 0, 4])  # w, h, q, tp, e
+        ops = ops + (gl.convert_layout(gl.reshape(t, [64, 64]), a_layout, assert_trivial=True),)
+    return ops
+
+
+@gluon.jit
+def _ring_dims(P: gl.constexpr, b: gl.constexpr, rows_layout: gl.constexpr):
+    """The latent dim of each row of M-tile ``b`` of pair ``P`` (``_pv_operands``)."""
+    r = gl.arange(0, _CHUNK, layout=rows_layout)
+    return 128 * P + 32 * (r >> 4) + 4 * (r & 7) + 2 * b + ((r >> 3) & 1)
+
+
+@gluon.jit
+def _store_dims(dst_ptr, out_off, out_ok, acc, norm, d):
+    """``_store_rows`` with each row's latent dim ``d`` given."""
+    out = (acc * norm[None, :]).to(dst_ptr.dtype.element_ty)
+    gl.store(dst_ptr + out_off[None, :] + d[:, None], out, mask=out_ok[None, :])
+
+
+@gluon.jit
+def mla_decode_stage1_gluon_fp8_h16_ring(
+    q_nope_ptr,
+    q_pe_ptr,
+    kv_ptr,
+    block_table_ptr,
+    seq_lens_ptr,
+    num_splits_ptr,
+    kv_scale_ptr,
+    buf_in_ptr,  # noqa: ARG001 (the aliased buffer as an input, never read)
+    buf_ptr,
+    out_ptr,
+    lse_ptr,
+    SM_SCALE: gl.constexpr,
+    NUM_HEADS: gl.constexpr,
+    PAGE_SIZE: gl.constexpr,
+    NUM_PAGES: gl.constexpr,
+    CAPACITY: gl.constexpr,
+    LORA: gl.constexpr,
+    ROPE: gl.constexpr,
+    stride_qn_b: gl.constexpr,
+    stride_qn_h: gl.constexpr,
+    stride_qp_b: gl.constexpr,
+    stride_qp_h: gl.constexpr,
+    QP_OFFSET: gl.constexpr,
+    stride_kv_page: gl.constexpr,
+    stride_kv_row: gl.constexpr,
+    stride_bt_b: gl.constexpr,
+    stride_buf_b: gl.constexpr,
+    stride_buf_h: gl.constexpr,
+    stride_buf_s: gl.constexpr,
+    BLOCK_H: gl.constexpr,
+    BLOCK_N: gl.constexpr,
+):
+    """The 16-head fp8 kernel's tile, products and softmax, its blocks through a
+    two-stage ``cp.async`` ring of fp8 words (block j + 1 in flight while block j is
+    multiplied), K and V^T widened from the ring into the MMAs' register operands.
+    96 KB of shared memory: two CTAs an SM."""
+    gl.static_assert(PAGE_SIZE % BLOCK_N == 0, "blocks must lie inside one page")
+    gl.static_assert(gl.num_warps() == 4, "one warpgroup")
+    gl.static_assert(BLOCK_N == _CHUNK, "a block is one warpgroup MMA's M")
+    gl.static_assert(LORA == 8 * _CHUNK and ROPE == _CHUNK, "DeepSeek's 512 + 64 columns")
+    gl.static_assert(kv_ptr.dtype.element_ty == gl.float8e4nv, "a float8_e4m3fn cache")
+    dtype: gl.constexpr = gl.float16
+
+    tile = gl.program_id(0)
+    row = gl.program_id(1)
+    split = gl.program_id(2)
+    num_splits = gl.load(num_splits_ptr)
+    if split >= num_splits:
+        return
+    start, end = _split_range(seq_lens_ptr, row, num_splits, split, CAPACITY)
+    if end <= start:
+        if out_ptr is not None:
+            _write_empty_row(out_ptr, lse_ptr, tile, row, NUM_HEADS, LORA, BLOCK_H)
+        return
+
+    mma_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_H, 16]
+    )
+    a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma_layout, k_width=2)
+    cols_layout: gl.constexpr = gl.SliceLayout(0, mma_layout)
+    rows_layout: gl.constexpr = gl.SliceLayout(1, mma_layout)
+    q_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
+    q_nope_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_H, LORA], dtype)
+    q_pe_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_H, ROPE], dtype)
+    p_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, BLOCK_H], dtype)
+    pe_layout: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
+    q_nope_smem = gl.allocate_shared_memory(dtype, [1, BLOCK_H, LORA], q_nope_layout)
+    q_pe_smem = gl.allocate_shared_memory(dtype, [1, BLOCK_H, ROPE], q_pe_layout)
+    pt_smem = gl.allocate_shared_memory(dtype, [1, BLOCK_N, BLOCK_H], p_layout)
+    # The ring: two stages of the block's fp8 words, the latent as four pairs of
+    # 64-column chunks, the rope columns apart.
+    lat0 = gl.allocate_shared_memory(gl.int32, [2, BLOCK_N, 32], _RING_PAIR_LAYOUT)
+    lat1 = gl.allocate_shared_memory(gl.int32, [2, BLOCK_N, 32], _RING_PAIR_LAYOUT)
+    lat2 = gl.allocate_shared_memory(gl.int32, [2, BLOCK_N, 32], _RING_PAIR_LAYOUT)
+    lat3 = gl.allocate_shared_memory(gl.int32, [2, BLOCK_N, 32], _RING_PAIR_LAYOUT)
+    pe = gl.allocate_shared_memory(gl.int32, [2, BLOCK_N, 16], pe_layout)
+
+    bt_row = block_table_ptr + row * stride_bt_b
+    first = start - start % BLOCK_N
+    page = gl.load(bt_row + first // PAGE_SIZE)
+    _ring_copy(
+        lat0.index(0),
+        lat1.index(0),
+        lat2.index(0),
+        lat3.index(0),
+        pe.index(0),
+        kv_ptr,
+        page,
+        first,
+        start,
+        end,
+        PAGE_SIZE,
+        NUM_PAGES,
+        stride_kv_page,
+        stride_kv_row,
+    )
+    async_copy.commit_group()
+    page = gl.load(bt_row + (first + BLOCK_N) // PAGE_SIZE, mask=first + BLOCK_N < end, other=0)
+    logit_factor = _copy_query_f16(
+        q_nope_smem.index(0),
+        q_pe_smem.index(0),
+        q_nope_ptr,
+        q_pe_ptr,
+        tile,
+        row,
+        NUM_HEADS,
+        BLOCK_H,
+        LORA,
+        ROPE,
+        QP_OFFSET,
+        stride_qn_b,
+        stride_qn_h,
+        stride_qp_b,
+        stride_qp_h,
+        q_layout,
+    )
+    fence_async_shared()  # Q is read by the MMAs (the async proxy)
+
+    kv_scale = gl.load(kv_scale_ptr)
+    qk_scale = gl.convert_layout(logit_factor, cols_layout) * (SM_SCALE * _LOG2E * kv_scale)
+    m_i = gl.full([BLOCK_H], float("-inf"), gl.float32, layout=cols_layout)
+    l_acc = gl.zeros([BLOCK_N, BLOCK_H], gl.float32, layout=mma_layout)
+    o0 = gl.zeros([_CHUNK, BLOCK_H], gl.float32, layout=mma_layout)
+    o1 = gl.zeros([_CHUNK, BLOCK_H], gl.float32, layout=mma_layout)
+    o2 = gl.zeros([_CHUNK, BLOCK_H], gl.float32, layout=mma_layout)
+    o3 = gl.zeros([_CHUNK, BLOCK_H], gl.float32, layout=mma_layout)
+    o4 = gl.zeros([_CHUNK, BLOCK_H], gl.float32, layout=mma_layout)
+    o5 = gl.zeros([_CHUNK, BLOCK_H], gl.float32, layout=mma_layout)
+    o6 = gl.zeros([_CHUNK, BLOCK_H], gl.float32, layout=mma_layout)
+    o7 = gl.zeros([_CHUNK, BLOCK_H], gl.float32, layout=mma_layout)
+    s = gl.zeros([BLOCK_N, BLOCK_H], gl.float32, layout=mma_layout)
+    s_rows = gl.arange(0, BLOCK_N, layout=rows_layout)
+
+    for n0 in range(first, end, BLOCK_N):
+        stage = ((n0 - first) // BLOCK_N) & 1
+        z = _opaque_zero(n0)
+        q_nope = q_nope_smem.index(z)
+        q_pe = q_pe_smem.index(z)
+        pt = pt_smem.index(z)
+        # This block has landed (this thread's copies, then, past the barrier, every
+        # thread's); every warp is past the last block's reads of the other stage and
+        # its PV MMAs, so the next block may be copied there and P^T overwritten.
+        async_copy.wait_group(0)
+        gl.thread_barrier()
+        nxt = n0 + BLOCK_N
+        _ring_copy(
+            lat0.index(1 - stage),
+            lat1.index(1 - stage),
+            lat2.index(1 - stage),
+            lat3.index(1 - stage),
+            pe.index(1 - stage),
+            kv_ptr,
+            page,
+            nxt,
+            start,
+            end,
+            PAGE_SIZE,
+            NUM_PAGES,
+            stride_kv_page,
+            stride_kv_row,
+        )
+        async_copy.commit_group()
+        page = gl.load(bt_row + (nxt + BLOCK_N) // PAGE_SIZE, mask=nxt + BLOCK_N < end, other=0)
+        k0 = lat0.index(stage)
+        k1 = lat1.index(stage)
+        k2 = lat2.index(stage)
+        k3 = lat3.index(stage)
+        kp = pe.index(stage)
+        s = _ring_qk_chunk(
+            k0.slice(0, 16, 1).load(_CHUNK_WORDS_LAYOUT), s, q_nope.slice(0, 64, 1), True, a_layout
+        )
+        s = _ring_qk_chunk(
+            k0.slice(16, 16, 1).load(_CHUNK_WORDS_LAYOUT), s, q_nope.slice(64, 64, 1), False, a_layout
+        )
+        s = _ring_qk_chunk(
+            k1.slice(0, 16, 1).load(_CHUNK_WORDS_LAYOUT), s, q_nope.slice(128, 64, 1), False, a_layout
+        )
+        s = _ring_qk_chunk(
+            k1.slice(16, 16, 1).load(_CHUNK_WORDS_LAYOUT), s, q_nope.slice(192, 64, 1), False, a_layout
+        )
+        s = _ring_qk_chunk(
+            k2.slice(0, 16, 1).load(_CHUNK_WORDS_LAYOUT), s, q_nope.slice(256, 64, 1), False, a_layout
+        )
+        s = _ring_qk_chunk(
+            k2.slice(16, 16, 1).load(_CHUNK_WORDS_LAYOUT), s, q_nope.slice(320, 64, 1), False, a_layout
+        )
+        s = _ring_qk_chunk(
+            k3.slice(0, 16, 1).load(_CHUNK_WORDS_LAYOUT), s, q_nope.slice(384, 64, 1), False, a_layout
+        )
+        s = _ring_qk_chunk(
+            k3.slice(16, 16, 1).load(_CHUNK_WORDS_LAYOUT), s, q_nope.slice(448, 64, 1), False, a_layout
+        )
+        s = _ring_qk_chunk(kp.load(_CHUNK_WORDS_LAYOUT), s, q_pe, False, a_layout)
+        s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
+        # The column softmax and its vote, as mla_decode_stage1_gluon_fp8_h16.
+        tokens = n0 + s_rows
+        live = (tokens >= start) & (tokens < end)
+        s = gl.where(live[:, None], s * qk_scale[None, :], float("-inf"))
+        p = gl.exp2(s - m_i[None, :])
+        pt.store(p.to(dtype))
+        fence_async_shared()
+        if _cta_any((s - m_i[None, :] > RESCALE_THRESHOLD).to(gl.int32), n0, 8) != 0:
+            m_new = gl.maximum(m_i, gl.max(s, 0))
+            grow = m_new - m_i > RESCALE_THRESHOLD
+            alpha = gl.where(grow, gl.exp2(m_i - m_new), 1.0)
+            m_i = gl.where(grow, m_new, m_i)
+            p = gl.exp2(s - m_i[None, :])
+            l_acc = l_acc * alpha[None, :] + p
+            o0 = o0 * alpha[None, :]
+            o1 = o1 * alpha[None, :]
+            o2 = o2 * alpha[None, :]
+            o3 = o3 * alpha[None, :]
+            o4 = o4 * alpha[None, :]
+            o5 = o5 * alpha[None, :]
+            o6 = o6 * alpha[None, :]
+            o7 = o7 * alpha[None, :]
+            pt.store(p.to(dtype))
+            fence_async_shared()
+            gl.thread_barrier()
+        else:
+            l_acc = l_acc + p
+        # O^T += V^T P^T, a latent pair (two M-tiles) at a time, V^T widened from the
+        # ring into registers; a pair's operands are freed once the next pair's MMAs
+        # are issued and its own are done.
+        a0, a1 = _pv_operands(k0, a_layout)
+        o0 = warpgroup_mma(a0, pt, o0, is_async=True)
+        o1 = warpgroup_mma(a1, pt, o1, is_async=True)
+        a2, a3 = _pv_operands(k1, a_layout)
+        o2 = warpgroup_mma(a2, pt, o2, is_async=True)
+        o3 = warpgroup_mma(a3, pt, o3, is_async=True)
+        o0, o1 = warpgroup_mma_wait(num_outstanding=2, deps=(o0, o1))
+        a4, a5 = _pv_operands(k2, a_layout)
+        o4 = warpgroup_mma(a4, pt, o4, is_async=True)
+        o5 = warpgroup_mma(a5, pt, o5, is_async=True)
+        o2, o3 = warpgroup_mma_wait(num_outstanding=2, deps=(o2, o3))
+        a6, a7 = _pv_operands(k3, a_layout)
+        o6 = warpgroup_mma(a6, pt, o6, is_async=True)
+        o7 = warpgroup_mma(a7, pt, o7, is_async=True)
+        o4, o5, o6, o7 = warpgroup_mma_wait(num_outstanding=0, deps=(o4, o5, o6, o7))
+
+    async_copy.wait_group(0)  # the phantom copy past the last block
+    l_i = gl.sum(l_acc, 0)
+    out_heads = tile * BLOCK_H + gl.arange(0, BLOCK_H, layout=cols_layout)
+    out_ok = out_heads < NUM_HEADS
+    if out_ptr is None:
+        dst_ptr = buf_ptr
+        out_off = (
+            row.to(gl.int64) * stride_buf_b
+            + out_heads.to(gl.int64) * stride_buf_h
+            + split * stride_buf_s
+        )
+        norm = kv_scale / l_i
+    else:
+        dst_ptr = out_ptr
+        out_off = (row * NUM_HEADS + out_heads).to(gl.int64) * LORA
+        norm, lse = _one_split_result(kv_scale / l_i, (m_i + gl.log2(l_i)) * _LN2, True)
+    _store_dims(dst_ptr, out_off, out_ok, o0, norm, _ring_dims(0, 0, rows_layout))
+    _store_dims(dst_ptr, out_off, out_ok, o1, norm, _ring_dims(0, 1, rows_layout))
+    _store_dims(dst_ptr, out_off, out_ok, o2, norm, _ring_dims(1, 0, rows_layout))
+    _store_dims(dst_ptr, out_off, out_ok, o3, norm, _ring_dims(1, 1, rows_layout))
+    _store_dims(dst_ptr, out_off, out_ok, o4, norm, _ring_dims(2, 0, rows_layout))
+    _store_dims(dst_ptr, out_off, out_ok, o5, norm, _ring_dims(2, 1, rows_layout))
+    _store_dims(dst_ptr, out_off, out_ok, o6, norm, _ring_dims(3, 0, rows_layout))
+    _store_dims(dst_ptr, out_off, out_ok, o7, norm, _ring_dims(3, 1, rows_layout))
     if out_ptr is None:
         lse = (m_i + gl.log2(l_i)) * _LN2
         gl.store(buf_ptr + out_off + LORA, lse, mask=out_ok)
