@@ -1838,7 +1838,12 @@ def mla_decode_stage1_gluon_fp8_h16_ring(
         # its PV MMAs, so the next block may be copied there and P^T overwritten.
         async_copy.wait_group(0)
         gl.thread_barrier()
+        # The page index two blocks ahead first: the copies issued after it would
+        # otherwise stand before it in the load queue.
         nxt = n0 + BLOCK_N
+        page_after = gl.load(
+            bt_row + (nxt + BLOCK_N) // PAGE_SIZE, mask=nxt + BLOCK_N < end, other=0
+        )
         _ring_copy(
             lat0.index(1 - stage),
             lat1.index(1 - stage),
@@ -1856,7 +1861,7 @@ def mla_decode_stage1_gluon_fp8_h16_ring(
             stride_kv_row,
         )
         async_copy.commit_group()
-        page = gl.load(bt_row + (nxt + BLOCK_N) // PAGE_SIZE, mask=nxt + BLOCK_N < end, other=0)
+        page = page_after
         k0 = lat0.index(stage)
         k1 = lat1.index(stage)
         k2 = lat2.index(stage)
