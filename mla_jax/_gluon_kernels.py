@@ -1672,7 +1672,8 @@ def _pv_operands(pair, a_layout: gl.constexpr):
         )
         e0, o0 = _f16_halves(h0)
         e1, o1 = _f16_halves(h1)
-        t = gl.join(gl.join(e0, o0), gl.join(e1, o1))  # [token pair, word, h, e]
+        # (join adds a last axis: the inner pairs are h, the outer e.)
+        t = gl.join(gl.join(e0, e1), gl.join(o0, o1))  # [token pair, word, h, e]
         t = gl.permute(gl.reshape(t, [32, 4, 8, 2, 2]), [1, 3, 2, 0, 4])  # w, h, q, tp, e
         ops = ops + (gl.convert_layout(gl.reshape(t, [64, 64]), a_layout, assert_trivial=True),)
     return ops
