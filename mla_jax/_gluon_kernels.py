@@ -5,10 +5,12 @@ partition, clamps and output: the normalised partial ``acc / l * kv_scale`` in
 columns ``[0, LORA)`` of the float32 buffer and the natural-log lse in column
 ``LORA``; empty splits write nothing), so ``kernels.mla_decode_stage2`` merges its
 partials unchanged; with one split, the output and lse themselves, as the tl kernel
-writes them. Three kernels (``kernel_for``): for 64-head tiles
+writes them. Four kernels (``kernel_for``): for 64-head tiles
 ``mla_decode_stage1_gluon_seesaw`` for a 16-bit cache of q's dtype and
 ``mla_decode_stage1_gluon_fp8`` for a ``float8_e4m3fn`` cache with 16-bit q; under 64
-heads, ``mla_decode_stage1_gluon_fp8_h16`` for an fp8 cache (16-head tiles). What they
+heads, for an fp8 cache (16-head tiles), ``mla_decode_stage1_gluon_fp8_h16_ring`` from
+``FP8_H16_RING_MIN_SPLIT_TOKENS`` tokens a split and ``mla_decode_stage1_gluon_fp8_h16``
+below. What they
 support is ``supports``: ``LORA = 512``, ``ROPE = 64``, pages of a multiple of 64
 tokens, at least 32 heads (16 for an fp8 cache); everything else stays with the tl
 kernel.
@@ -173,6 +175,36 @@ of every MMA and be compute-bound. So the products are transposed, tokens on M:
   not help; 32-head tiles (N = 32) would need 128 accumulator registers a thread next
   to the prefetch.
 
+The 16-head fp8 kernel on a ``cp.async`` ring, ``mla_decode_stage1_gluon_fp8_h16_ring``:
+the tile, products, softmax and vote above, but the fp8 block lands in shared memory as
+it is and no 16-bit copy of it is stored.
+
+* The ring: two stages of a block's int32 words, block j + 1 copied (16-byte
+  ``cp.async``, rows outside the split zero-filled) while block j is multiplied. At the
+  top of each block one ``wait_group 0`` and one CTA barrier (every thread's copies
+  landed; every warp past the other stage's reads and its PV MMAs) before the next
+  block's copies are issued into the other stage; the page index two blocks ahead is
+  loaded before those copies (they would stand before it in the load queue).
+* Both MMAs take A from registers. S^T's K chunk as above, read from the ring by
+  16-byte shared loads into ``_CHUNK_WORDS_LAYOUT``. O^T's V^T: a latent pair (128
+  columns, one ``[64, 32]``-word allocation a stage) read one word a thread and token
+  (``_PV_WORDS_LAYOUT``: word ``8w + q`` of the tokens wgmma's A operand gives lane
+  ``4q + c``), two words (an even and an odd token) byte-permuted and widened into
+  fp16 pairs, so that a thread's four latent dims of a word become its rows ``q``,
+  ``q + 8`` of the pair's two M-tiles (``_pv_operands``): M-tile ``b`` row ``r`` is
+  dim ``32 (r >> 4) + 4 (r & 7) + 2 b + ((r >> 3) & 1)`` of the pair, which the
+  output stores follow (``_ring_dims``). The layouts are checked at compile time
+  (``convert_layout(..., assert_trivial=True)``).
+* The pair's units are swizzled by row (``_RING_PAIR_LAYOUT``) so that neither read
+  has bank conflicts; the rope columns (S^T only) need none.
+* Shared memory: the ring 72 KB, Q 18 KB, P^T 2 KB: 94,464 bytes, two CTAs an SM. A
+  block moves 36 KB into shared memory and reads 68 KB of it back as words, against the
+  register kernel's 64 KB of V stored and read by the MMAs; no block loads in
+  registers, so 192 registers (no spills).
+* A CTA takes longer to start and finish than the register kernel's (the ring's first
+  block lands before anything else; the partials are stored from permuted rows), so
+  it wins only on long splits: ``FP8_H16_RING_MIN_SPLIT_TOKENS``.
+
 The 16-bit kernel, ``mla_decode_stage1_gluon_seesaw``: FlashMLA's "seesaw" schedule
 (its 2025-04 deep dive) as far as Gluon on triton 3.6 goes. It is launched with
 ``num_warps = 4`` (``launch_params``), the default partition; the build adds a 4-warp
@@ -288,8 +320,12 @@ _TL_TILING = ("BLOCK_H", "BLOCK_N", "DOT_PRECISION", "PAGED_LOADS", "LORA_CHUNKS
 _CP_ASYNC_BYTES = 16
 # How the fp8 kernel widens its tile (``_widen``): "auto", "bits" or "cvt".
 FP8_WIDEN = "auto"
-# wip: the 16-head fp8 kernel on a cp.async ring (``kernel_for``).
-FP8_H16_RING = True
+# The 16-head fp8 kernel on the cp.async ring against the one that loads the block
+# into registers, both stages at the occupancy rule's split count on the H200: 0.87x
+# the time at 1024 tokens a split (64/16/4096, two programs an SM) and 0.87-0.91x from
+# 2048 on (128/16/4096 to 128/32/16384, one or two programs an SM); 1.14-1.30x at 256
+# and 512 tokens (docs/performance.md, "The fp8 cache").
+FP8_H16_RING_MIN_SPLIT_TOKENS = 1024
 
 
 def supports(
@@ -303,7 +339,7 @@ def supports(
     kv_row_stride: int,
     kv_page_stride: int,
 ) -> bool:
-    """Whether one of the Gluon kernels (``kernel_for(kv_dtype, num_heads)``) handles
+    """Whether one of the Gluon kernels (``kernel_for``) handles
     the problem (else use the tl kernel).
 
     ``q_dtype``/``kv_dtype`` are names (``"bfloat16"``, ``"float16"``, ...): q 16-bit,
@@ -339,12 +375,16 @@ def small_heads(kv_dtype: str | None, num_heads: int) -> bool:
     return kv_dtype == FP8 and num_heads < BLOCK_H
 
 
-def kernel_for(kv_dtype: str, num_heads: int = BLOCK_H) -> Any:
-    """The Gluon stage 1 for a cache of dtype ``kv_dtype`` (a name, as in ``supports``)
-    and ``num_heads`` query heads: the 16-head fp8 kernel where ``small_heads``. All
-    take the same arguments; ``launch_params`` gives each its launch."""
+def kernel_for(kv_dtype: str, num_heads: int, split_tokens: int) -> Any:
+    """The Gluon stage 1 for a cache of dtype ``kv_dtype`` (a name, as in ``supports``),
+    ``num_heads`` query heads and splits of at most ``split_tokens`` tokens: where
+    ``small_heads``, the 16-head fp8 kernel on the ``cp.async`` ring from
+    ``FP8_H16_RING_MIN_SPLIT_TOKENS`` tokens a split, the one that loads into registers
+    below. All take the same arguments; ``launch_params`` gives each its launch."""
     if small_heads(kv_dtype, num_heads):
-        return mla_decode_stage1_gluon_fp8_h16_ring if FP8_H16_RING else mla_decode_stage1_gluon_fp8_h16
+        if split_tokens >= FP8_H16_RING_MIN_SPLIT_TOKENS:
+            return mla_decode_stage1_gluon_fp8_h16_ring
+        return mla_decode_stage1_gluon_fp8_h16
     if kv_dtype == FP8:
         return mla_decode_stage1_gluon_fp8
     return mla_decode_stage1_gluon_seesaw
@@ -352,7 +392,7 @@ def kernel_for(kv_dtype: str, num_heads: int = BLOCK_H) -> Any:
 
 def launch_params(kv_dtype: str | None = None, **problem: Any) -> dict:
     """Grid, options and constexprs of the Gluon stage 1 for a cache of dtype
-    ``kv_dtype`` (``kernel_for(kv_dtype, num_heads)``; None: a 16-bit cache):
+    ``kv_dtype`` (``kernel_for``; None: a 16-bit cache):
     ``problem`` is ``kernels.launch_params``' keywords but ``float32_inputs`` and
     ``config``. The problem's constexprs are the tl stage 1's (one definition), less
     its tiling; the buffer is the tl kernel's, so stage 2 is launched from
@@ -1872,25 +1912,53 @@ def mla_decode_stage1_gluon_fp8_h16_ring(
             k0.slice(0, 16, 1).load(_CHUNK_WORDS_LAYOUT), s, q_nope.slice(0, 64, 1), True, a_layout
         )
         s = _ring_qk_chunk(
-            k0.slice(16, 16, 1).load(_CHUNK_WORDS_LAYOUT), s, q_nope.slice(64, 64, 1), False, a_layout
+            k0.slice(16, 16, 1).load(_CHUNK_WORDS_LAYOUT),
+            s,
+            q_nope.slice(64, 64, 1),
+            False,
+            a_layout,
         )
         s = _ring_qk_chunk(
-            k1.slice(0, 16, 1).load(_CHUNK_WORDS_LAYOUT), s, q_nope.slice(128, 64, 1), False, a_layout
+            k1.slice(0, 16, 1).load(_CHUNK_WORDS_LAYOUT),
+            s,
+            q_nope.slice(128, 64, 1),
+            False,
+            a_layout,
         )
         s = _ring_qk_chunk(
-            k1.slice(16, 16, 1).load(_CHUNK_WORDS_LAYOUT), s, q_nope.slice(192, 64, 1), False, a_layout
+            k1.slice(16, 16, 1).load(_CHUNK_WORDS_LAYOUT),
+            s,
+            q_nope.slice(192, 64, 1),
+            False,
+            a_layout,
         )
         s = _ring_qk_chunk(
-            k2.slice(0, 16, 1).load(_CHUNK_WORDS_LAYOUT), s, q_nope.slice(256, 64, 1), False, a_layout
+            k2.slice(0, 16, 1).load(_CHUNK_WORDS_LAYOUT),
+            s,
+            q_nope.slice(256, 64, 1),
+            False,
+            a_layout,
         )
         s = _ring_qk_chunk(
-            k2.slice(16, 16, 1).load(_CHUNK_WORDS_LAYOUT), s, q_nope.slice(320, 64, 1), False, a_layout
+            k2.slice(16, 16, 1).load(_CHUNK_WORDS_LAYOUT),
+            s,
+            q_nope.slice(320, 64, 1),
+            False,
+            a_layout,
         )
         s = _ring_qk_chunk(
-            k3.slice(0, 16, 1).load(_CHUNK_WORDS_LAYOUT), s, q_nope.slice(384, 64, 1), False, a_layout
+            k3.slice(0, 16, 1).load(_CHUNK_WORDS_LAYOUT),
+            s,
+            q_nope.slice(384, 64, 1),
+            False,
+            a_layout,
         )
         s = _ring_qk_chunk(
-            k3.slice(16, 16, 1).load(_CHUNK_WORDS_LAYOUT), s, q_nope.slice(448, 64, 1), False, a_layout
+            k3.slice(16, 16, 1).load(_CHUNK_WORDS_LAYOUT),
+            s,
+            q_nope.slice(448, 64, 1),
+            False,
+            a_layout,
         )
         s = _ring_qk_chunk(kp.load(_CHUNK_WORDS_LAYOUT), s, q_pe, False, a_layout)
         s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))

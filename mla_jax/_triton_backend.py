@@ -161,7 +161,7 @@ def decode(
     ):
         kv_dtype = jnp.dtype(kv_cache.dtype).name
         stage1 = _gluon_kernels.launch_params(kv_dtype=kv_dtype, **problem)
-        stage1_kernel = _gluon_kernels.kernel_for(kv_dtype, num_heads)
+        stage1_kernel = _gluon_kernels.kernel_for(kv_dtype, num_heads, -(-longest // grid_splits))
     out_shapes = [
         jax.ShapeDtypeStruct((batch, num_heads, kv_lora_rank), q_nope.dtype),
         jax.ShapeDtypeStruct((batch, num_heads), jnp.float32),
