@@ -193,17 +193,24 @@ it is and no 16-bit copy of it is stored.
   fp16 pairs, so that a thread's four latent dims of a word become its rows ``q``,
   ``q + 8`` of the pair's two M-tiles (``_pv_operands``): M-tile ``b`` row ``r`` is
   dim ``32 (r >> 4) + 4 (r & 7) + 2 b + ((r >> 3) & 1)`` of the pair, which the
-  output stores follow (``_ring_dims``). The layouts are checked at compile time
+  partials' staging puts back in order (``_pair_out``). The layouts are checked at compile time
   (``convert_layout(..., assert_trivial=True)``).
 * The pair's units are swizzled by row (``_RING_PAIR_LAYOUT``) so that neither read
   has bank conflicts; the rope columns (S^T only) need none.
+* Each chunk's words are read a chunk ahead of their widening, and the first two
+  pairs' V^T words while the softmax runs, so that the shared loads' latency passes
+  under other work.
+* The partials leave through the ring, dead by then: each pair's two M-tiles, whose
+  rows are permuted dims, are stored into it in the dims' order (``_pair_out``) and
+  read back by rows, so that a warp's store writes 32 consecutive dims of a head
+  (``_store_pair``).
 * Shared memory: the ring 72 KB, Q 18 KB, P^T 2 KB: 94,464 bytes, two CTAs an SM. A
   block moves 36 KB into shared memory and reads 68 KB of it back as words, against the
   register kernel's 64 KB of V stored and read by the MMAs; no block loads in
-  registers, so 192 registers (no spills).
-* A CTA takes longer to start and finish than the register kernel's (the ring's first
-  block lands before anything else; the partials are stored from permuted rows), so
-  it wins only on long splits: ``FP8_H16_RING_MIN_SPLIT_TOKENS``.
+  registers: 232 registers, no spills (2 x 128 x 232 < 64K).
+* A CTA takes longer to start than the register kernel's (the ring's first block lands
+  before anything else), so it wins only on long splits:
+  ``FP8_H16_RING_MIN_SPLIT_TOKENS``.
 
 The 16-bit kernel, ``mla_decode_stage1_gluon_seesaw``: FlashMLA's "seesaw" schedule
 (its 2025-04 deep dive) as far as Gluon on triton 3.6 goes. It is launched with
@@ -1693,12 +1700,11 @@ def _ring_qk_chunk(words, s, q_chunk, FIRST: gl.constexpr, a_layout: gl.constexp
 
 
 @gluon.jit
-def _pv_operands(pair, a_layout: gl.constexpr):
-    """V^T of one latent pair (``pair``: its ring stage, ``[64, 32]`` words) as the
-    register A operands of its two M-tiles: M-tile ``b`` row ``r`` is latent dim
-    ``32 (r >> 4) + 4 (r & 7) + 2 b + ((r >> 3) & 1)`` of the pair (``_ring_dims``),
-    the tokens in order."""
-    x = pair.load(_PV_WORDS_LAYOUT)  # [token, word]
+def _pv_operands(x, a_layout: gl.constexpr):
+    """V^T of one latent pair from its words ``x`` (``[64 tokens, 32 words]`` of its ring
+    stage in ``_PV_WORDS_LAYOUT``) as the register A operands of its two M-tiles: M-tile
+    ``b`` row ``r`` is latent dim ``32 (r >> 4) + 4 (r & 7) + 2 b + ((r >> 3) & 1)`` of
+    the pair (``_pair_out``), the tokens in order."""
     even, odd = gl.split(gl.permute(gl.reshape(x, [32, 2, 32]), [0, 2, 1]))
     ops = ()
     for half in gl.static_range(2):
@@ -1719,18 +1725,53 @@ def _pv_operands(pair, a_layout: gl.constexpr):
     return ops
 
 
-@gluon.jit
-def _ring_dims(P: gl.constexpr, b: gl.constexpr, rows_layout: gl.constexpr):
-    """The latent dim of each row of M-tile ``b`` of pair ``P`` (``_pv_operands``)."""
-    r = gl.arange(0, _CHUNK, layout=rows_layout)
-    return 128 * P + 32 * (r >> 4) + 4 * (r & 7) + 2 * b + ((r >> 3) & 1)
+# A latent pair's O^T ([128 dims, 16 heads]) in the dims' order: a thread's four values
+# of a head are four consecutive dims (its rows q and q + 8 of the pair's two M-tiles).
+_PAIR_OUT_LAYOUT = gl.constexpr(
+    gl.DistributedLinearLayout(
+        reg_bases=[[1, 0], [2, 0], [0, 1], [0, 8]],
+        lane_bases=[[0, 2], [0, 4], [4, 0], [8, 0], [16, 0]],
+        warp_bases=[[32, 0], [64, 0]],
+        block_bases=[],
+        shape=[128, 16],
+    )
+)
+# A pair's staged partials read back by rows (a head's 128 dims), 32 consecutive dims a
+# warp store: the rows in the buffer are 513 float32 apart, so 4-byte stores.
+_PAIR_ROWS_LAYOUT = gl.constexpr(gl.BlockedLayout([1, 1], [1, 32], [4, 1], [1, 0]))
+# The staged pair, [16 heads, 128 dims] float32, a row 132 words apart (16-byte
+# aligned): a quarter warp's 16-byte stores of the tile (4 heads two apart, 2 dim groups)
+# then fall on distinct banks, and the reads by rows too.
+_PAIR_STAGE_LAYOUT = gl.constexpr(
+    gl.PaddedSharedLayout.with_identity_for([[128, 4]], [SMALL_BLOCK_H, 128], [1, 0])
+)
 
 
 @gluon.jit
-def _store_dims(dst_ptr, out_off, out_ok, acc, norm, d):
-    """``_store_rows`` with each row's latent dim ``d`` given."""
-    out = (acc * norm[None, :]).to(dst_ptr.dtype.element_ty)
-    gl.store(dst_ptr + out_off[None, :] + d[:, None], out, mask=out_ok[None, :])
+def _pair_out(o_b0, o_b1, norm):
+    """The pair's two normalised M-tiles as one ``[128, 16]`` tile in the dims' order
+    (``_PAIR_OUT_LAYOUT``: a relabelling of the accumulators' registers)."""
+    x = gl.join(o_b0 * norm[None, :], o_b1 * norm[None, :])  # [r, head, b]
+    x = gl.permute(gl.reshape(x, [4, 2, 8, 16, 2]), [0, 2, 4, 1, 3])  # w, q, b, h, head
+    return gl.convert_layout(gl.reshape(x, [128, 16]), _PAIR_OUT_LAYOUT, assert_trivial=True)
+
+
+@gluon.jit
+def _stage_pair(pair, o_b0, o_b1, norm):
+    """Stage a pair's normalised O^T tiles into its (dead) ring allocation ``pair`` as
+    ``[16 heads, 128 dims]``; returns that view."""
+    st = pair._reinterpret(gl.float32, [16, 128], _PAIR_STAGE_LAYOUT)
+    st.permute((1, 0)).store(_pair_out(o_b0, o_b1, norm))
+    return st
+
+
+@gluon.jit
+def _store_pair(dst_ptr, off, ok, st, P: gl.constexpr):
+    """A staged pair (``_stage_pair``) into latent dims ``[128 P, 128 P + 128)`` of each
+    head's row at ``off`` (heads not ``ok`` skipped), by rows."""
+    dims = 128 * P + gl.arange(0, 128, layout=gl.SliceLayout(0, _PAIR_ROWS_LAYOUT))
+    out = st.load(_PAIR_ROWS_LAYOUT).to(dst_ptr.dtype.element_ty)
+    gl.store(dst_ptr + off[:, None] + dims[None, :], out, mask=ok[:, None])
 
 
 @gluon.jit
@@ -1908,59 +1949,29 @@ def mla_decode_stage1_gluon_fp8_h16_ring(
         k2 = lat2.index(stage)
         k3 = lat3.index(stage)
         kp = pe.index(stage)
-        s = _ring_qk_chunk(
-            k0.slice(0, 16, 1).load(_CHUNK_WORDS_LAYOUT), s, q_nope.slice(0, 64, 1), True, a_layout
-        )
-        s = _ring_qk_chunk(
-            k0.slice(16, 16, 1).load(_CHUNK_WORDS_LAYOUT),
-            s,
-            q_nope.slice(64, 64, 1),
-            False,
-            a_layout,
-        )
-        s = _ring_qk_chunk(
-            k1.slice(0, 16, 1).load(_CHUNK_WORDS_LAYOUT),
-            s,
-            q_nope.slice(128, 64, 1),
-            False,
-            a_layout,
-        )
-        s = _ring_qk_chunk(
-            k1.slice(16, 16, 1).load(_CHUNK_WORDS_LAYOUT),
-            s,
-            q_nope.slice(192, 64, 1),
-            False,
-            a_layout,
-        )
-        s = _ring_qk_chunk(
-            k2.slice(0, 16, 1).load(_CHUNK_WORDS_LAYOUT),
-            s,
-            q_nope.slice(256, 64, 1),
-            False,
-            a_layout,
-        )
-        s = _ring_qk_chunk(
-            k2.slice(16, 16, 1).load(_CHUNK_WORDS_LAYOUT),
-            s,
-            q_nope.slice(320, 64, 1),
-            False,
-            a_layout,
-        )
-        s = _ring_qk_chunk(
-            k3.slice(0, 16, 1).load(_CHUNK_WORDS_LAYOUT),
-            s,
-            q_nope.slice(384, 64, 1),
-            False,
-            a_layout,
-        )
-        s = _ring_qk_chunk(
-            k3.slice(16, 16, 1).load(_CHUNK_WORDS_LAYOUT),
-            s,
-            q_nope.slice(448, 64, 1),
-            False,
-            a_layout,
-        )
-        s = _ring_qk_chunk(kp.load(_CHUNK_WORDS_LAYOUT), s, q_pe, False, a_layout)
+        # Each chunk's words are read one chunk ahead of its widening, so that the
+        # shared load's latency passes under the MMA before.
+        w = k0.slice(0, 16, 1).load(_CHUNK_WORDS_LAYOUT)
+        w_next = k0.slice(16, 16, 1).load(_CHUNK_WORDS_LAYOUT)
+        s = _ring_qk_chunk(w, s, q_nope.slice(0, 64, 1), True, a_layout)
+        w = k1.slice(0, 16, 1).load(_CHUNK_WORDS_LAYOUT)
+        s = _ring_qk_chunk(w_next, s, q_nope.slice(64, 64, 1), False, a_layout)
+        w_next = k1.slice(16, 16, 1).load(_CHUNK_WORDS_LAYOUT)
+        s = _ring_qk_chunk(w, s, q_nope.slice(128, 64, 1), False, a_layout)
+        w = k2.slice(0, 16, 1).load(_CHUNK_WORDS_LAYOUT)
+        s = _ring_qk_chunk(w_next, s, q_nope.slice(192, 64, 1), False, a_layout)
+        w_next = k2.slice(16, 16, 1).load(_CHUNK_WORDS_LAYOUT)
+        s = _ring_qk_chunk(w, s, q_nope.slice(256, 64, 1), False, a_layout)
+        w = k3.slice(0, 16, 1).load(_CHUNK_WORDS_LAYOUT)
+        s = _ring_qk_chunk(w_next, s, q_nope.slice(320, 64, 1), False, a_layout)
+        w_next = k3.slice(16, 16, 1).load(_CHUNK_WORDS_LAYOUT)
+        s = _ring_qk_chunk(w, s, q_nope.slice(384, 64, 1), False, a_layout)
+        w = kp.load(_CHUNK_WORDS_LAYOUT)
+        s = _ring_qk_chunk(w_next, s, q_nope.slice(448, 64, 1), False, a_layout)
+        s = _ring_qk_chunk(w, s, q_pe, False, a_layout)
+        # The first two pairs' V^T words too, under the softmax.
+        x0 = k0.load(_PV_WORDS_LAYOUT)
+        x1 = k1.load(_PV_WORDS_LAYOUT)
         s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
         # The column softmax and its vote, as mla_decode_stage1_gluon_fp8_h16.
         tokens = n0 + s_rows
@@ -1992,18 +2003,20 @@ def mla_decode_stage1_gluon_fp8_h16_ring(
         # O^T += V^T P^T, a latent pair (two M-tiles) at a time, V^T widened from the
         # ring into registers; a pair's operands are freed once the next pair's MMAs
         # are issued and its own are done.
-        a0, a1 = _pv_operands(k0, a_layout)
+        a0, a1 = _pv_operands(x0, a_layout)
         o0 = warpgroup_mma(a0, pt, o0, is_async=True)
         o1 = warpgroup_mma(a1, pt, o1, is_async=True)
-        a2, a3 = _pv_operands(k1, a_layout)
+        x2 = k2.load(_PV_WORDS_LAYOUT)
+        a2, a3 = _pv_operands(x1, a_layout)
         o2 = warpgroup_mma(a2, pt, o2, is_async=True)
         o3 = warpgroup_mma(a3, pt, o3, is_async=True)
+        x3 = k3.load(_PV_WORDS_LAYOUT)
         o0, o1 = warpgroup_mma_wait(num_outstanding=2, deps=(o0, o1))
-        a4, a5 = _pv_operands(k2, a_layout)
+        a4, a5 = _pv_operands(x2, a_layout)
         o4 = warpgroup_mma(a4, pt, o4, is_async=True)
         o5 = warpgroup_mma(a5, pt, o5, is_async=True)
         o2, o3 = warpgroup_mma_wait(num_outstanding=2, deps=(o2, o3))
-        a6, a7 = _pv_operands(k3, a_layout)
+        a6, a7 = _pv_operands(x3, a_layout)
         o6 = warpgroup_mma(a6, pt, o6, is_async=True)
         o7 = warpgroup_mma(a7, pt, o7, is_async=True)
         o4, o5, o6, o7 = warpgroup_mma_wait(num_outstanding=0, deps=(o4, o5, o6, o7))
@@ -2024,14 +2037,30 @@ def mla_decode_stage1_gluon_fp8_h16_ring(
         dst_ptr = out_ptr
         out_off = (row * NUM_HEADS + out_heads).to(gl.int64) * LORA
         norm, lse = _one_split_result(kv_scale / l_i, (m_i + gl.log2(l_i)) * _LN2, True)
-    _store_dims(dst_ptr, out_off, out_ok, o0, norm, _ring_dims(0, 0, rows_layout))
-    _store_dims(dst_ptr, out_off, out_ok, o1, norm, _ring_dims(0, 1, rows_layout))
-    _store_dims(dst_ptr, out_off, out_ok, o2, norm, _ring_dims(1, 0, rows_layout))
-    _store_dims(dst_ptr, out_off, out_ok, o3, norm, _ring_dims(1, 1, rows_layout))
-    _store_dims(dst_ptr, out_off, out_ok, o4, norm, _ring_dims(2, 0, rows_layout))
-    _store_dims(dst_ptr, out_off, out_ok, o5, norm, _ring_dims(2, 1, rows_layout))
-    _store_dims(dst_ptr, out_off, out_ok, o6, norm, _ring_dims(3, 0, rows_layout))
-    _store_dims(dst_ptr, out_off, out_ok, o7, norm, _ring_dims(3, 1, rows_layout))
+    # The partials through the ring, dead once every warp is past its last reads (the
+    # barrier): a pair's tile stored in the dims' order, read back by rows, so that a
+    # warp's store writes 32 consecutive dims (from the accumulators, 8 dims four apart
+    # of 4 heads: four times the sectors).
+    gl.thread_barrier()
+    st0 = _stage_pair(lat0, o0, o1, norm)
+    st1 = _stage_pair(lat1, o2, o3, norm)
+    st2 = _stage_pair(lat2, o4, o5, norm)
+    st3 = _stage_pair(lat3, o6, o7, norm)
+    gl.thread_barrier()
+    row_heads = tile * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, _PAIR_ROWS_LAYOUT))
+    row_ok = row_heads < NUM_HEADS
+    if out_ptr is None:
+        row_off = (
+            row.to(gl.int64) * stride_buf_b
+            + row_heads.to(gl.int64) * stride_buf_h
+            + split * stride_buf_s
+        )
+    else:
+        row_off = (row * NUM_HEADS + row_heads).to(gl.int64) * LORA
+    _store_pair(dst_ptr, row_off, row_ok, st0, 0)
+    _store_pair(dst_ptr, row_off, row_ok, st1, 1)
+    _store_pair(dst_ptr, row_off, row_ok, st2, 2)
+    _store_pair(dst_ptr, row_off, row_ok, st3, 3)
     if out_ptr is None:
         lse = (m_i + gl.log2(l_i)) * _LN2
         gl.store(buf_ptr + out_off + LORA, lse, mask=out_ok)
