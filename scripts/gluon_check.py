@@ -615,8 +615,8 @@ def run_fp8_h16_checks(pool8, scale, gen, sm):
     """Each 16-head fp8 kernel (``H16_KERNELS``), whatever the split length: the uniform
     grid with bf16 and fp16 q at H 16, 20 (a partial second tile) and 32 (two tiles);
     heads of q at magnitudes 2^-12 to 2^3 and NaN or inf in two heads (the kernels scale
-    each head of bf16 q on its own); then the ragged cases (they poison the pool:
-    last)."""
+    each head of bf16 q on its own); then the ragged cases, each on its own copy of the
+    pool (each poisons the rows past its lengths, rows a later table may read as valid)."""
     ok = True
     for label, kernel in H16_KERNELS.items():
         for q_name, q_dtype in DTYPES.items():
@@ -628,7 +628,9 @@ def run_fp8_h16_checks(pool8, scale, gen, sm):
     for label, kernel in H16_KERNELS.items():
         for q_name, q_dtype in DTYPES.items():
             name = f"{label}/{q_name}"
-            ok &= run_ragged(name, pool8, gen, sm, q_dtype, scale, H16_HEADS, kernel=kernel)
+            pool = pool8.clone()
+            ok &= run_ragged(name, pool, gen, sm, q_dtype, scale, H16_HEADS, kernel=kernel)
+            del pool
     return ok
 
 
