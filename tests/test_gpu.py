@@ -364,11 +364,11 @@ def test_fp8_cache_matches_reference_on_dequantised_values(heads, rng):
 def test_gluon_stage1_through_mla_decode(batch, heads, length, dtype, cache, max_seq_len, rng):
     """On sm_90, ``mla_decode`` at shapes whose splits are long enough for a Gluon
     kernel (``_triton_backend.use_gluon``) lowers stage 1 to one (the seesaw one for a
-    16-bit cache from 32 heads, an fp8 one for an fp8 cache); it
-    matches the float64 reference (on the dequantised cache for fp8) on ragged rows:
-    an empty row, page edges, a full row. ``runtime`` leaves ``max_seq_len`` out: the
-    block table's capacity, ``length``, plans the splits. Where the grid has one split
-    stage 1 writes the output and there is no stage 2."""
+    16-bit cache from 32 heads, an fp8 one for an fp8 cache); it matches the float64
+    reference (on the dequantised cache for fp8) on ragged rows: an empty row, page
+    edges, a full row. ``runtime`` leaves ``max_seq_len`` out: the block table's
+    capacity, ``length``, plans the splits. Where the grid has one split stage 1 writes
+    the output and there is no stage 2."""
     from mla_jax import _launch
     from mla_jax.cache import quantize_fp8
     from tests.test_kernel_cache import custom_calls, kernel_call
