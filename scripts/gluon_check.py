@@ -24,13 +24,12 @@ with bf16 q, a subset with fp16 q, both ways of widening (``WIDEN`` "bits" and
 timing: tl fp8, Gluon fp8 (both widenings) and, on the bf16 pool it was quantised
 from, tl and Gluon bf16 (``FP8_TIMING``). Exits 1 on any mismatch.
 
-``--only-fp8-h16`` alone: the two 16-head fp8 kernels (``mla_decode_stage1_gluon_fp8_h16``
-and ``..._ring``, which ``kernel_for`` picks for an fp8 cache under 64 heads by the
-split length), each at every case whatever its split length: the same checks on an
-fp8 pool (H 16, 20, 32; bf16 and fp16 q; B 1/4/16/128, L 1024/4096/16384; the ragged
-cases; one widening), then their timing against the tl kernel on the fp8 pool and on
-the bf16 pool it was quantised from (``H16_TIMING``; there is no Gluon 16-bit kernel
-under 64 heads).
+``--only-fp8-h16`` alone: the 16-head fp8 kernel (``mla_decode_stage1_gluon_fp8_h16``, the
+one ``kernel_for`` picks for an fp8 cache under 64 heads): the same checks on an fp8
+pool (H 16, 20, 32; bf16 and fp16 q; B 1/4/16/128, L 1024/4096/16384; the ragged
+cases; it has one widening), then its timing against the tl kernel on the fp8
+pool and on the bf16 pool it was quantised from (``H16_TIMING``; there is no Gluon
+16-bit kernel under 64 heads).
 
 ``--heads 32,48`` alone: the seesaw kernel at those head counts on a bf16 cache, whether
 or not ``supports`` routes them to it (the evidence a routing change needs): the uniform
@@ -92,11 +91,6 @@ H16_TIMING = [
     (4, 16, 4096),
 ]
 H16_HEADS = (16, 20, 32)
-# The 16-head fp8 kernels, each checked wherever the split length would route it or not.
-H16_KERNELS = {
-    "fp8-h16": gk.mla_decode_stage1_gluon_fp8_h16,
-    "fp8-h16-ring": gk.mla_decode_stage1_gluon_fp8_h16_ring,
-}
 # ``--heads``: (B, L) at each head count asked for, and at 64 heads for reference.
 HEADS_TIMING = [(128, 16384), (64, 16384), (128, 4096), (64, 4096), (16, 16384), (16, 4096)]
 CROSSOVER = [
@@ -135,23 +129,12 @@ class Launch:
     ``out``/``lse``."""
 
     def __init__(
-        self,
-        q,
-        pool,
-        table,
-        lens,
-        splits,
-        kv_scale=1.0,
-        widen=None,
-        gluon=True,
-        routed=True,
-        kernel=None,
+        self, q, pool, table, lens, splits, kv_scale=1.0, widen=None, gluon=True, routed=True
     ):
         """``kv_scale``: the cache's dequantisation scale (fp8); ``widen``: the fp8
         kernel's ``WIDEN`` instead of ``gk.FP8_WIDEN``; ``gluon=False``: the tl path only
         (a problem no Gluon kernel supports); ``routed=False``: the Gluon kernel also
-        where ``supports`` would not send the problem to it (``--heads``); ``kernel``:
-        that Gluon kernel instead of ``kernel_for``'s (the two 16-head fp8 ones)."""
+        where ``supports`` would not send the problem to it (``--heads``)."""
         batch, heads, _ = q.shape
         dev = q.device
         self.buf = {
@@ -187,11 +170,7 @@ class Launch:
         if widen is not None:
             assert fp8
             self.g1["constexprs"]["WIDEN"] = widen
-        split_tokens = -(-int(lens.max()) // splits)
-        if gluon:
-            self.gluon_kernel = kernel or gk.kernel_for(kv_name, heads, split_tokens)
-        else:
-            self.gluon_kernel = None
+        self.gluon_kernel = gk.kernel_for(kv_name, heads) if gluon else None
         assert not (gluon and routed) or gk.supports(
             num_heads=heads,
             page_size=PAGE,
@@ -313,9 +292,9 @@ def live_splits(lens, splits, capacity):
     return (s[None, :] < splits) & (per[:, None] * s[None, :] < lens[:, None])
 
 
-def check(name, q, pool, table, lens, splits, kv_scale=1.0, widen=None, routed=True, kernel=None):
+def check(name, q, pool, table, lens, splits, kv_scale=1.0, widen=None, routed=True):
     """Runs both paths on one problem; prints one line; returns whether it passed."""
-    run = Launch(q, pool, table, lens, splits, kv_scale, widen, routed=routed, kernel=kernel)
+    run = Launch(q, pool, table, lens, splits, kv_scale, widen, routed=routed)
     ref_out, ref_lse = reference(q, pool, table, lens, SCALE, kv_scale)
     errs, outs = {}, {}
     for path in ("tl", "gluon"):
@@ -424,7 +403,6 @@ def run_checks(
     batches=(1, 4, 16, 128),
     lengths=(1024, 4096, 16384),
     routed=True,
-    kernel=None,
 ):
     ok = True
     for heads in heads_list:
@@ -442,7 +420,6 @@ def run_checks(
                     kv_scale,
                     widen,
                     routed,
-                    kernel,
                 )
     return ok
 
@@ -456,7 +433,6 @@ def run_ragged(
     kv_scale=1.0,
     heads_list=(64, 128, 96),
     routed=True,
-    kernel=None,
 ):
     ok = True
     table, lens = ragged_problem(pool, gen)
@@ -474,7 +450,6 @@ def run_ragged(
                 splits,
                 kv_scale,
                 routed=routed,
-                kernel=kernel,
             )
     return ok
 
@@ -528,22 +503,16 @@ def run_timing(pool, gen, sm, shapes=TIMING, routed=True):
 def time_fp8_paths(pool16, pool8, scale, q, table, lens, splits, gluon16, both):
     """Stage 1 µs of tl on the bf16 pool (and Gluon where ``gluon16``: the 64-head
     kernels), and of tl and Gluon on the fp8 pool quantised from it (the 64-head
-    kernel with ``FP8_WIDEN``'s widening, then each; else each 16-head fp8 kernel),
-    same q, table and lengths; both stages too for the keys in ``both``
-    (``"<key> s1+s2"``)."""
-    h16 = None if gluon16 else H16_KERNELS["fp8-h16"]
+    kernel with ``FP8_WIDEN``'s widening, then each), same q, table and lengths; both
+    stages too for the keys in ``both`` (``"<key> s1+s2"``)."""
     runs = {
         "bf16": Launch(q, pool16, table, lens, splits, gluon=gluon16),
-        "fp8": Launch(q, pool8, table, lens, splits, scale, kernel=h16),
+        "fp8": Launch(q, pool8, table, lens, splits, scale),
     }
     paths = [("tl bf16", "bf16", "tl")]
     if gluon16:
         paths.append(("gluon bf16", "bf16", "gluon"))
     paths += [("tl fp8", "fp8", "tl"), ("gluon fp8", "fp8", "gluon")]
-    if not gluon16:
-        ring = H16_KERNELS["fp8-h16-ring"]
-        runs["fp8 ring"] = Launch(q, pool8, table, lens, splits, scale, kernel=ring)
-        paths.append(("gluon fp8 ring", "fp8 ring", "gluon"))
     if gluon16:
         for widen in ("bits", "cvt"):
             runs["fp8 " + widen] = Launch(q, pool8, table, lens, splits, scale, widen)
@@ -612,29 +581,23 @@ def run_fp8(args, sm):
 
 
 def run_fp8_h16_checks(pool8, scale, gen, sm):
-    """Each 16-head fp8 kernel (``H16_KERNELS``), whatever the split length: the uniform
-    grid with bf16 and fp16 q at H 16, 20 (a partial second tile) and 32 (two tiles);
-    heads of q at magnitudes 2^-12 to 2^3 and NaN or inf in two heads (the kernels scale
-    each head of bf16 q on its own); then the ragged cases, each on its own copy of the
-    pool (each poisons the rows past its lengths, rows a later table may read as valid)."""
+    """The 16-head fp8 kernel: the uniform grid with bf16 and fp16 q at H 16, 20 (a
+    partial second tile) and 32 (two tiles); heads of q at magnitudes 2^-12 to 2^3 and
+    NaN or inf in two heads (the kernel scales each head of bf16 q on its own); then the
+    ragged cases, each on its own copy of the pool (each poisons the rows past its
+    lengths, rows a later table may read as valid)."""
     ok = True
-    for label, kernel in H16_KERNELS.items():
-        for q_name, q_dtype in DTYPES.items():
-            name = f"{label}/{q_name}"
-            ok &= run_checks(
-                name, pool8, gen, sm, q_dtype, scale, heads_list=H16_HEADS, kernel=kernel
-            )
-        ok &= run_head_magnitudes(pool8, scale, gen, sm, label, kernel)
-    for label, kernel in H16_KERNELS.items():
-        for q_name, q_dtype in DTYPES.items():
-            name = f"{label}/{q_name}"
-            pool = pool8.clone()
-            ok &= run_ragged(name, pool, gen, sm, q_dtype, scale, H16_HEADS, kernel=kernel)
-            del pool
+    for q_name, q_dtype in DTYPES.items():
+        ok &= run_checks(f"fp8-h16/{q_name}", pool8, gen, sm, q_dtype, scale, heads_list=H16_HEADS)
+    ok &= run_head_magnitudes(pool8, scale, gen, sm)
+    for q_name, q_dtype in DTYPES.items():
+        pool = pool8.clone()
+        ok &= run_ragged(f"fp8-h16/{q_name}", pool, gen, sm, q_dtype, scale, H16_HEADS)
+        del pool
     return ok
 
 
-def run_head_magnitudes(pool8, scale, gen, sm, label, kernel, batch=4, length=4096):
+def run_head_magnitudes(pool8, scale, gen, sm, batch=4, length=4096):
     """bf16 q whose head h is scaled by 2^(h % 16 - 12), checked as the uniform grid;
     then one NaN in head 3 and one inf in head 5 (rope part): the other heads must match
     float64 as usual, and the two heads' out must be NaN exactly where the tl kernel's
@@ -645,11 +608,11 @@ def run_head_magnitudes(pool8, scale, gen, sm, label, kernel, batch=4, length=40
         factors = 2.0 ** (torch.arange(heads, device="cuda") % 16 - 12)
         q = (q.float() * factors[None, :, None]).to(torch.bfloat16)
         splits = occupancy_kv_splits(batch, heads, length, sm)
-        name = f"magnitudes {label}/bf16 H={heads} B={batch} L={length}"
-        ok &= check(name, q, pool8, table, lens, splits, scale, kernel=kernel)
+        name = f"magnitudes fp8-h16/bf16 H={heads} B={batch} L={length}"
+        ok &= check(name, q, pool8, table, lens, splits, scale)
         q[:, 3, 10] = float("nan")
         q[:, 5, LORA + 7] = float("inf")
-        run = Launch(q, pool8, table, lens, splits, scale, kernel=kernel)
+        run = Launch(q, pool8, table, lens, splits, scale)
         ref_out, ref_lse = reference(q, pool8, table, lens, SCALE, scale)
         bad = torch.zeros(heads, dtype=torch.bool, device="cuda")
         bad[[3, 5]] = True
@@ -677,24 +640,23 @@ def run_head_magnitudes(pool8, scale, gen, sm, label, kernel, batch=4, length=40
 
 
 def run_fp8_h16_timing(pool16, pool8, scale, gen, sm):
-    """tl and the two 16-head Gluon stage 1 kernels (``gluon fp8``: the one that loads
-    into registers; ``gluon fp8 ring``) on the fp8 pool, and tl on the bf16 pool it was
-    quantised from, same q, table and lengths; ``TB/s``: the fp8 latent bytes read once
-    a row (576 a token) over each Gluon stage 1's time."""
+    """tl and the 16-head Gluon stage 1 (each widening) on the fp8 pool, and tl on the
+    bf16 pool it was quantised from, same q, table and lengths; ``TB/s``: the fp8 latent
+    bytes read once a row (576 a token) over the Gluon stage 1's time."""
     print("fp8 16-head timing (do_bench_cudagraph, median, us; stage 2 is the same tl kernel):")
     for batch, heads, length in H16_TIMING:
         q, table, lens = uniform_problem(pool16, batch, heads, length, gen)
         splits = occupancy_kv_splits(batch, heads, length, sm)
-        both = ("tl bf16", "tl fp8", "gluon fp8", "gluon fp8 ring")
-        us = time_fp8_paths(pool16, pool8, scale, q, table, lens, splits, False, both)
+        us = time_fp8_paths(
+            pool16, pool8, scale, q, table, lens, splits, False, ("tl bf16", "tl fp8", "gluon fp8")
+        )
         fp8_bytes = batch * length * D
         print(
             f"  B={batch:3d} H={heads:3d} L={length:5d} splits={splits:3d} | "
             + " | ".join(f"{k} {v:7.1f}" for k, v in us.items())
             + f" | gluon fp8 {fp8_bytes / us['gluon fp8'] / 1e6:.2f} TB/s"
-            + f" | ring {fp8_bytes / us['gluon fp8 ring'] / 1e6:.2f} TB/s"
             + f" | tl fp8 / gluon fp8 {us['tl fp8'] / us['gluon fp8']:.2f}x"
-            + f" | gluon fp8 / ring {us['gluon fp8'] / us['gluon fp8 ring']:.2f}x",
+            + f" | tl bf16 / gluon fp8 {us['tl bf16'] / us['gluon fp8']:.2f}x",
             flush=True,
         )
         del q, table, lens

@@ -108,8 +108,7 @@ def launchers(q, kv, table, lens, splits, module=kernels, batch_tokens=None, glu
         kv_dtype = str(kv.dtype).removeprefix("torch.")
         problem.pop("batch_tokens", None)
         s1 = _gluon_kernels.launch_params(kv_dtype=kv_dtype, **problem)
-        split_tokens = -(-table.shape[1] * PAGE // splits)
-        stage1_kernel = _gluon_kernels.kernel_for(kv_dtype, heads, split_tokens)
+        stage1_kernel = _gluon_kernels.kernel_for(kv_dtype, heads)
 
     # With one split stage 1 writes out / lse and there is no stage 2 (``stage2`` is a
     # no-op); versions before that take the buffer only.

@@ -351,10 +351,9 @@ def test_fp8_cache_matches_reference_on_dequantised_values(heads, rng):
         (16, 64, 4096, jnp.bfloat16, "fp8"),  # 8 splits of 512
         (4, 96, 16384, jnp.float16, "fp8"),
         (16, 16, 4096, jnp.bfloat16, "fp8"),  # the 16-head fp8 kernel: 16 splits of 256
+        (4, 16, 4096, jnp.float16, "fp8"),  # 64 splits of 64 tokens
         (8, 20, 16384, jnp.float16, "fp8"),  # a full 16-head tile and a masked one
         (64, 32, 4096, jnp.bfloat16, "fp8"),
-        (64, 16, 4096, jnp.bfloat16, "fp8"),  # 4 splits of 1024: the ring's kernel
-        (128, 16, 4096, jnp.float16, "fp8"),
         # One split (stage 1 writes the output; no stage 2):
         (128, 128, 1024, jnp.bfloat16, "same"),
         (128, 128, 1024, jnp.float16, "fp8"),
@@ -411,20 +410,6 @@ def test_gluon_stage1_through_mla_decode(batch, heads, length, dtype, cache, max
     stage1 = "mla_decode_stage1_gluon_seesaw"
     if cache == "fp8":
         stage1 = "mla_decode_stage1_gluon_fp8" + ("_h16" if heads < 64 else "")
-    if cache == "fp8" and heads < 64:
-        # The ring's 16-head kernel from 1024 tokens a split, the split length planned
-        # as mla_decode plans it: with a run-time length, on the most splits the batch
-        # may take.
-        from mla_jax import _gluon_kernels
-        from mla_jax.splits import max_kv_splits
-
-        shape = dict(batch=batch, num_heads=heads, sm_count=buffer.sm_count)
-        if max_seq_len == "static":
-            grid = mla_jax.kv_splits(buffer.policy, max_seq_len=length, **shape)
-        else:
-            grid = min(buffer.max_splits, max_kv_splits(buffer.policy, **shape))
-        if -(-length // grid) >= _gluon_kernels.FP8_H16_RING_MIN_SPLIT_TOKENS:
-            stage1 += "_ring"
     one_split = (
         mla_jax.kv_splits(
             buffer.policy,
