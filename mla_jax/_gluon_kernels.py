@@ -102,76 +102,88 @@ rows, so a 16-head tile in the 64-head kernels' formulation (heads on M) would p
 of every MMA and be compute-bound. So the products are transposed, tokens on M:
 
 * ``S^T [64 tokens, 16 heads] = K [64, 576] Q^T [576, 16]``: 36 ``m64n16k16`` MMAs a
-  block, A (K) from registers, B (Q^T: Q ``[16, 576]`` in shared memory seen
-  transposed, K-major). ``O^T [512, 16] += V^T [512, 64] P^T [64, 16]``: 8 M-tiles of
-  64 latent dims, each A the block's widened chunk in shared memory seen transposed (an
-  MN-major A, which wgmma takes from shared memory for 16-bit types), B is P^T, stored
-  by the softmax; 32 MMAs. No padding: 73 GFLOP at B=128, L=16384, against 292 padded.
+  block, B (Q^T: Q ``[16, 576]`` in shared memory seen transposed, K-major).
+  ``O^T [512, 16] += V^T [512, 64] P^T [64, 16]``: 8 M-tiles of 64 latent dims, B is
+  P^T, stored by the softmax; 32 MMAs. Both take A (K, V^T) from registers, widened
+  from the block's fp8 words. No padding: 73 GFLOP at B=128, L=16384, against 292
+  padded.
 * One warpgroup (4 warps): ``O^T`` is 64 registers a thread, ``S^T`` 8. The softmax is
   per head, i.e. per column of ``S^T``: the column max is a reduction over the
   warpgroup's rows (within a thread, across the 8 lane groups by shuffles, across the
   4 warps through shared memory), so P^T is stored on the running max first and a CTA
   vote (``bar.red.or``, the barrier that publishes P^T) says whether any column grew
   past it by more than the threshold; only then the exact max, the rescale and P^T
-  again (the first block, and rarely after); the column sum is kept as a per-thread ``[64, 16]``
-  partial and reduced once at the end. Lazy rescaling and base 2 as in the tl kernel;
-  ``kv_scale`` folds into the softmax scale and the output.
+  again (the first block, and rarely after); the column sum is kept as a per-thread
+  ``[64, 16]`` partial and reduced once at the end. Lazy rescaling and base 2 as in
+  the tl kernel; ``kv_scale`` folds into the softmax scale and the output.
 * fp16 MMAs whatever q's dtype. e4m3 widens to fp16 exactly in one ``cvt`` for two
   values; to bf16 it takes an integer sequence (4 instructions for two values) or a
-  slow scalar conversion, and with bf16 MMAs stage 1 takes 510 µs at 128/16/16384
-  against 466 (``docs/gpu/gluon-fp8-h16-variants-2.log``). Each head of bf16 q is scaled by a
-  power of two that puts its largest finite magnitude in ``[2^14, 2^15)``
-  (``_copy_query_f16``: exact for every element within 2^29 of it; NaN or inf in one
-  head leaves the others alone) and its logits by the inverse; P (at most
-  ``2^RESCALE_THRESHOLD``) is rounded to fp16's 11 significant bits instead of bf16's
-  8, so the partials are at least as close to float64 as with bf16 MMAs
-  (``docs/gpu/gluon-fp8-h16-check.log``).
-* The fp8 block goes from global memory to registers, not through shared memory, in 9
-  chunks of 64 columns (8 latent, 1 rope): 16-byte loads as int32 words (4 values
-  each; carried as fp8 elements across the loop they took one 16-bit register each
-  and spilled), a thread holding 16 consecutive bytes of two rows 8 apart
-  (``_CHUNK_WORDS_LAYOUT``), as wgmma's register operand places rows. Per chunk
-  (``_qk_chunk``): widen; store the latent chunk (16-byte stores) as V; issue its
-  S^T MMAs with the widened registers as A; wait for the previous chunk's MMAs (so
-  only two chunks' operands are pinned); load the next block's chunk into the freed
-  registers, in flight until the next block.
-* Why A from registers needs no data movement: the register operand gives lane c of
-  a quad columns ``2c, 2c + 1, 2c + 8, 2c + 9`` of each 16-column k-step, the loads 16
+  slow scalar conversion (with bf16 MMAs a register-loading version of this kernel
+  took 510 µs at 128/16/16384 against 466, ``docs/gpu/gluon-fp8-h16-variants-2.log``).
+  Each head of bf16 q is scaled by a power of two that puts its largest finite
+  magnitude in ``[2^14, 2^15)`` (``_copy_query_f16``: exact for every element within
+  2^29 of it; NaN or inf in one head leaves the others alone) and its logits by the
+  inverse; P (at most ``2^RESCALE_THRESHOLD``) is rounded to fp16's 11 significant bits
+  instead of bf16's 8, so the partials are at least as close to float64 as with bf16
+  MMAs (``docs/gpu/gluon-fp8-h16-check.log``).
+* The ring: the fp8 block lands in shared memory as it is, as int32 words (4 values
+  each), in two stages: block j + 1 copied (16-byte ``cp.async``, rows outside the split
+  zero-filled; ``_ring_copy``) while block j is multiplied. No 16-bit copy of the block
+  is stored: a block moves 36 KB into shared memory and reads 68 KB of it back as
+  words.
+* S^T's K: 9 chunks of 64 columns (8 latent, 1 rope) read from the ring by 16-byte
+  shared loads, a thread holding 16 consecutive bytes of two rows 8 apart
+  (``_CHUNK_WORDS_LAYOUT``), as wgmma's register operand places rows; each chunk's
+  words read a chunk ahead of its widening, so that the load's latency passes under
+  the MMA before; per chunk (``_qk_chunk``) widen, issue its MMAs with the widened
+  registers as A, wait for the previous chunk's (so only two chunks' operands are
+  pinned).
+* Why that register A needs no data movement: the register operand gives lane c of a
+  quad columns ``2c, 2c + 1, 2c + 8, 2c + 9`` of each 16-column k-step, the loads 16
   consecutive columns. The sum over columns is order-free, so the chunk's columns are
   taken in a permuted order (``_qk_operand``: ``16c + 4t + 2h + e`` to ``16t + 8h +
   2c + e``) that maps one layout onto the other inside each thread, and Q is stored
-  with its columns in the same order (``_permuted_cols``). The conversion is a
-  relabelling (``convert_layout(..., assert_trivial=True)`` fails the build otherwise).
-  So K never goes through shared memory: a block writes 66 KB there (V, P^T) and its
-  MMAs read 98 KB (V, P^T, Q), against 74 and 170 KB with K widened into a shared
-  tile.
-* V is 8 allocations of 64 columns, one a chunk, and O^T 8 accumulators: the compiler
-  orders stores into one allocation with a CTA barrier between them (8 more barriers a
-  block), not stores into different ones.
-* Why registers and not ``cp.async`` staging: staging would add the fp8 copy's write
-  and the widening's read (72 KB a block) to shared memory, and three 36 KB fp8 stages
-  next to V would leave one CTA an SM. Without them a CTA takes 86272 bytes of shared
-  memory (Q 18 KB, V 64 KB, P^T 2 KB, the column-max scratch), so two CTAs share an SM
-  (the occupancy split rule already assumes two 16-head programs an SM: B=128 at
-  L=16384 is 256 CTAs, one wave), each with a block (36 KB) of loads in flight while
-  the other widens or multiplies.
-* Per block: the next block's row addresses and page index; a CTA barrier (every
-  warp waited for its PV MMAs: V is free); the 9 chunks; S^T waited; column softmax;
-  P^T stored, fence + barrier (publishing V, P^T and, at the first block, Q); the 8
-  PV MMAs with each tile rescaled, waited. Q comes once, through registers (its columns
-  permuted, in fp16).
+  with its columns in the same order (``_permuted_cols``).
+* O^T's V^T: a latent pair (128 columns, one ``[64, 32]``-word allocation a stage) read
+  one word a thread and token (``_PV_WORDS_LAYOUT``: word ``8w + q`` of the tokens
+  wgmma's A operand gives lane ``4q + c``), two words (an even and an odd token)
+  byte-permuted and widened into fp16 pairs, so that a thread's four latent dims of a
+  word become its rows ``q``, ``q + 8`` of the pair's two M-tiles (``_pv_operands``):
+  M-tile ``b`` row ``r`` is dim ``32 (r >> 4) + 4 (r & 7) + 2 b + ((r >> 3) & 1)`` of
+  the pair, which the partials' staging puts back in order (``_pair_out``). The first
+  two pairs' words are read while the softmax runs, each later pair's while the pair
+  before is multiplied.
+* Every layout change from loaded words to operand is a relabelling, checked at compile
+  time (``convert_layout(..., assert_trivial=True)`` fails the build otherwise). A
+  pair's 16-byte units are swizzled by row (``_RING_PAIR_LAYOUT``) so that neither read
+  has bank conflicts; the rope columns (S^T only) need none.
+* Per block: ``wait_group 0`` and one CTA barrier (every thread's copies landed; every
+  warp past the other stage's reads and its PV MMAs); the page index two blocks ahead
+  (issued after the copies, it would wait behind them in the load queue); the next
+  block's copies into the other stage; the 9 S^T chunks, waited; the column softmax;
+  P^T stored, fence + barrier (publishing P^T and, at the first block, Q); the 4 pairs'
+  PV MMAs, each tile rescaled where the vote said so, waited. Q comes once, through
+  registers (its columns permuted, in fp16).
+* The partials leave through the ring, dead by then: each pair's two M-tiles, whose
+  rows are permuted dims, are stored into it in the dims' order (``_stage_pair``) and
+  read back by rows, so that a warp's store writes 32 consecutive dims of a head
+  (``_store_pair``; stored from the accumulators, a warp store touches 8 dims four
+  apart of 4 heads, four times the sectors).
 * The views are indexed by an opaque 0 (``_opaque_zero``), as in the seesaw kernel:
   hoisted, the 68 MMAs' descriptors would take the register file.
-* The sm_90 build (``tests/test_gluon_build.py``): 226 registers (bf16 q; 238 for fp16
-  q), no spills, 68 HGMMA (``64x16x16``; S^T's 36 with a register A), 36 16-byte loads
-  (the first block and one a loop, all 18 of the loop's issued among the QK MMAs), 41
-  16-byte shared stores (V's 32, Q's 9), 144 e4m3 cvt, 3 CTA barriers in the loop: two
-  CTAs an SM by registers (2 x 128 x 238 < 64K) and by shared memory.
-* Not done: V^T as a register operand too (the block read a second time from global
-  memory in that operand's layout, no V tile) built with 148 bytes of spills and ran
-  slower (``docs/gpu/gluon-fp8-h16-variants-2.patch``); S^T over two accumulators did
-  not help; 32-head tiles (N = 32) would need 128 accumulator registers a thread next
-  to the prefetch.
+* Shared memory: the ring 72 KB, Q 18 KB, P^T 2 KB: 94,464 bytes, so two CTAs share an
+  SM (the occupancy split rule already assumes two 16-head programs an SM: B=128 at
+  L=16384 is 256 CTAs, one wave), each with a block in flight while the other
+  multiplies.
+* The sm_90 build (``tests/test_gluon_build.py``): 232 registers (225 for fp16 q's
+  one-split build), no spills, 68 HGMMA (``64x16x16``, all with a register A), 36
+  16-byte cp.async (the first block and one a loop), no 16-byte global loads, 25
+  16-byte shared stores (Q's 9, the partials' 16), 272 e4m3 cvt (K's 144, V^T's 128),
+  2 CTA barriers in the loop: two CTAs an SM by registers (2 x 128 x 232 < 64K) and by
+  shared memory.
+* Not done (``docs/performance.md``, "The fp8 cache"): a producer warpgroup filling
+  the ring (its one worker was the bottleneck); 32-head tiles (N = 32) would need 128
+  accumulator registers a thread; fp8 MMAs (q quantised, an opt-in accuracy trade).
 
 The 16-bit kernel, ``mla_decode_stage1_gluon_seesaw``: FlashMLA's "seesaw" schedule
 (its 2025-04 deep dive) as far as Gluon on triton 3.6 goes. It is launched with
@@ -992,8 +1004,8 @@ def mla_decode_stage1_gluon_fp8(
 # The fp8 kernel for 16-head tiles: tokens on the MMA's M (see the module docstring).
 
 
-# The fp8 latent of a block goes to registers in 64-column chunks of int32 words (4
-# values each): a thread holds 16 consecutive bytes of rows r and r + 8, a warp's lanes
+# S^T's K is read from the ring in 64-column chunks of int32 words (4 values each): a
+# thread holds 16 consecutive bytes of rows r and r + 8, a warp's lanes
 # 4 pieces x 8 rows, the warps 16 rows apart, which is where wgmma's register A operand
 # puts them (``_qk_operand``).
 _CHUNK = gl.constexpr(64)
@@ -1006,39 +1018,6 @@ _CHUNK_WORDS_LAYOUT = gl.constexpr(
         shape=[64, 16],
     )
 )
-
-
-@gluon.jit
-def _block_rows(
-    kv_words,
-    page,
-    n0,
-    start,
-    end,
-    PAGE_SIZE: gl.constexpr,
-    NUM_PAGES: gl.constexpr,
-    stride_kv_page: gl.constexpr,
-    stride_kv_row: gl.constexpr,
-):
-    """The 64-token block at token ``n0`` (raw page index ``page``) of the cache seen as
-    int32 words (strides in fp8 elements): each row's address, and which rows lie in
-    ``[start, end)`` (the others read nothing)."""
-    block = (
-        kv_words
-        + _safe_page(page, NUM_PAGES).to(gl.int64) * (stride_kv_page // 4)
-        + (n0 % PAGE_SIZE) * (stride_kv_row // 4)
-    )
-    rows = gl.arange(0, _CHUNK, layout=gl.SliceLayout(1, _CHUNK_WORDS_LAYOUT))
-    ok = (n0 + rows >= start) & (n0 + rows < end)
-    return block + rows * (stride_kv_row // 4), ok
-
-
-@gluon.jit
-def _load_chunk(row_ptrs, ok, COL: gl.constexpr):
-    """Columns ``[COL, COL + 64)`` of a block's rows (``_block_rows``) as ``[64, 16]``
-    int32 words in ``_CHUNK_WORDS_LAYOUT``; rows not ``ok`` are zeros."""
-    words = gl.arange(0, _CHUNK // 4, layout=gl.SliceLayout(0, _CHUNK_WORDS_LAYOUT))
-    return gl.load(row_ptrs[:, None] + COL // 4 + words[None, :], mask=ok[:, None], other=0)
 
 
 # e4m3 -> fp16 by the e4m3 cvt, 4 values (one 32-bit word) at a time: two
@@ -1166,33 +1145,6 @@ def _copy_query_f16(
     return logit_factor
 
 
-@gluon.jit
-def _qk_chunk(
-    words,
-    s,
-    q_chunk,
-    v_chunk,
-    next_rows,
-    next_ok,
-    COL: gl.constexpr,
-    FIRST: gl.constexpr,
-    LATENT: gl.constexpr,
-    a_layout: gl.constexpr,
-):
-    """One 64-column chunk of ``S^T``: widen ``words``; for a ``LATENT`` chunk store them
-    into ``v_chunk`` too (the PV operand; the rope chunk passes any); issue
-    ``S^T += K_c Q_c^T`` with them as the register A operand (``FIRST``: ``S^T =``);
-    wait for the previous chunk's MMA (its operand registers are then free); load the
-    next block's chunk at ``COL`` into the registers ``words`` had."""
-    wide = _widen_f16(words)
-    if LATENT:
-        v_chunk.store(wide)
-    a = _qk_operand(wide, a_layout)
-    s = warpgroup_mma(a, q_chunk.permute((1, 0)), s, use_acc=not FIRST, is_async=True)
-    s = warpgroup_mma_wait(num_outstanding=1, deps=(s,))
-    return s, _load_chunk(next_rows, next_ok, COL)
-
-
 def _thread_any_asm(n: int) -> str:
     """PTX setting the predicate %mla_any to "one of this thread's ``n`` values is
     nonzero", for an ``inline_asm_elementwise`` of ``pack=n`` (one invocation holds all
@@ -1278,14 +1230,182 @@ def _rescale_rows(acc, scale, i, rows_layout: gl.constexpr, ASM: gl.constexpr):
     return acc
 
 
+# A latent pair (128 fp8 columns, 32 words a row) in the ring: 16-byte units swizzled
+# by row, unit ^ (2 * ((row >> 1) & 3) ^ 4 * (row & 1)). Both reads are then free of
+# bank conflicts: S^T's (a quarter warp reads rows r, r + 1 of one 64-column chunk:
+# the row bit moves them to the other half of the units) and V^T's (a warp reads one
+# word of rows 2c + e, c < 4, at 8 consecutive words: row bits 1-2 spread the four
+# rows over the units).
+_RING_PAIR_LAYOUT = gl.constexpr(
+    gl.SharedLinearLayout(
+        offset_bases=[
+            [0, 1],
+            [0, 2],
+            [0, 4],
+            [0, 8],
+            [0, 16],
+            [1, 16],
+            [2, 8],
+            [4, 16],
+            [8, 0],
+            [16, 0],
+            [32, 0],
+        ]
+    )
+)
+# V^T's words of a latent pair, [64 tokens, 32 words]: a thread holds word 8w + q
+# (w its warp, q = lane / 4) of tokens 2c + {0, 1, 8, 9} + 16k (c = lane % 4, k < 4),
+# the tokens and rows of wgmma's register A operand, so that the widening below puts
+# every value where the operand layout wants it.
+_PV_WORDS_LAYOUT = gl.constexpr(
+    gl.DistributedLinearLayout(
+        reg_bases=[[1, 0], [8, 0], [16, 0], [32, 0]],
+        lane_bases=[[2, 0], [4, 0], [0, 1], [0, 2], [0, 4]],
+        warp_bases=[[0, 8], [0, 16]],
+        block_bases=[],
+        shape=[64, 32],
+    )
+)
+
+
+def _pv_cvt_asm(half: int) -> str:
+    """PTX widening byte ``2 * half`` and ``2 * half + 1`` of an even token's word ($2)
+    and the odd token's ($3): two fp16 pairs (even token low, odd token high), one a
+    byte (a latent dim)."""
+    j = 2 * half
+    sel = j | (4 + j) << 4 | (j + 1) << 8 | (5 + j) << 12
+    return (
+        "{\n.reg .b32 t;\n.reg .b16 lo, hi;\n"
+        f"prmt.b32 t, $2, $3, {sel:#x};\n"
+        "mov.b32 {lo, hi}, t;\n"
+        "cvt.rn.f16x2.e4m3x2 $0, lo;\ncvt.rn.f16x2.e4m3x2 $1, hi;\n}"
+    )
+
+
+_PV_CVT_ASM = gl.constexpr((_pv_cvt_asm(0), _pv_cvt_asm(1)))
+
+
 @gluon.jit
-def _store_rows(dst_ptr, out_off, out_ok, acc, norm, ROW0: gl.constexpr, rows_layout: gl.constexpr):
-    """Latent dims ``[ROW0, ROW0 + 64)`` of the normalised partial (``acc``: that M-tile
-    of ``O^T``; ``norm``: a head's ``kv_scale / l``) into the buffer, or with one split
-    into the output (in its dtype)."""
-    d = ROW0 + gl.arange(0, _CHUNK, layout=rows_layout)
-    out = (acc * norm[None, :]).to(dst_ptr.dtype.element_ty)
-    gl.store(dst_ptr + out_off[None, :] + d[:, None], out, mask=out_ok[None, :])
+def _ring_copy(
+    lat0,
+    lat1,
+    lat2,
+    lat3,
+    pe,
+    kv_ptr,
+    page,
+    n0,
+    start,
+    end,
+    PAGE_SIZE: gl.constexpr,
+    NUM_PAGES: gl.constexpr,
+    stride_kv_page: gl.constexpr,
+    stride_kv_row: gl.constexpr,
+):
+    """``cp.async`` of the block at token ``n0`` (raw page index ``page``) into one ring
+    stage as int32 words, rows outside ``[start, end)`` zero-filled; commits no group."""
+    lat_layout: gl.constexpr = gl.BlockedLayout([1, 4], [4, 8], [4, 1], [1, 0])
+    pe_layout: gl.constexpr = gl.BlockedLayout([1, 4], [8, 4], [4, 1], [1, 0])
+    words = kv_ptr.to(gl.pointer_type(gl.int32), bitcast=True)
+    page_base = words + _safe_page(page, NUM_PAGES).to(gl.int64) * (stride_kv_page // 4)
+    # Rows of the page, as the seesaw's copies (offsets that change block to block are
+    # not hoisted out of the loop).
+    offs = gl.arange(0, _CHUNK, layout=gl.SliceLayout(1, lat_layout))
+    rows = n0 % PAGE_SIZE + offs
+    ok = (n0 + offs >= start) & (n0 + offs < end)
+    _copy_rows(lat0, page_base, rows, ok, stride_kv_row // 4, 32, lat_layout)
+    _copy_rows(lat1, page_base + 32, rows, ok, stride_kv_row // 4, 32, lat_layout)
+    _copy_rows(lat2, page_base + 64, rows, ok, stride_kv_row // 4, 32, lat_layout)
+    _copy_rows(lat3, page_base + 96, rows, ok, stride_kv_row // 4, 32, lat_layout)
+    offs = gl.arange(0, _CHUNK, layout=gl.SliceLayout(1, pe_layout))
+    rows = n0 % PAGE_SIZE + offs
+    ok = (n0 + offs >= start) & (n0 + offs < end)
+    _copy_rows(pe, page_base + 128, rows, ok, stride_kv_row // 4, 16, pe_layout)
+
+
+@gluon.jit
+def _qk_chunk(words, s, q_chunk, FIRST: gl.constexpr, a_layout: gl.constexpr):
+    """``S^T += K_c Q_c^T`` for one 64-column chunk's ``words`` (read from the ring),
+    widened into the register A operand; waits for the chunk before (its registers
+    are then free)."""
+    a = _qk_operand(_widen_f16(words), a_layout)
+    s = warpgroup_mma(a, q_chunk.permute((1, 0)), s, use_acc=not FIRST, is_async=True)
+    return warpgroup_mma_wait(num_outstanding=1, deps=(s,))
+
+
+@gluon.jit
+def _pv_operands(x, a_layout: gl.constexpr):
+    """V^T of one latent pair from its words ``x`` (``[64 tokens, 32 words]`` of its ring
+    stage in ``_PV_WORDS_LAYOUT``) as the register A operands of its two M-tiles: M-tile
+    ``b`` row ``r`` is latent dim ``32 (r >> 4) + 4 (r & 7) + 2 b + ((r >> 3) & 1)`` of
+    the pair (``_pair_out``), the tokens in order."""
+    even, odd = gl.split(gl.permute(gl.reshape(x, [32, 2, 32]), [0, 2, 1]))
+    ops = ()
+    for half in gl.static_range(2):
+        h0, h1 = gl.inline_asm_elementwise(
+            _PV_CVT_ASM[half],
+            "=r,=r,r,r",
+            [even, odd],
+            dtype=(gl.int32, gl.int32),
+            is_pure=True,
+            pack=1,
+        )
+        e0, o0 = _f16_halves(h0)
+        e1, o1 = _f16_halves(h1)
+        # (join adds a last axis: the inner pairs are h, the outer e.)
+        t = gl.join(gl.join(e0, e1), gl.join(o0, o1))  # [token pair, word, h, e]
+        t = gl.permute(gl.reshape(t, [32, 4, 8, 2, 2]), [1, 3, 2, 0, 4])  # w, h, q, tp, e
+        ops = ops + (gl.convert_layout(gl.reshape(t, [64, 64]), a_layout, assert_trivial=True),)
+    return ops
+
+
+# A latent pair's O^T ([128 dims, 16 heads]) in the dims' order: a thread's four values
+# of a head are four consecutive dims (its rows q and q + 8 of the pair's two M-tiles).
+_PAIR_OUT_LAYOUT = gl.constexpr(
+    gl.DistributedLinearLayout(
+        reg_bases=[[1, 0], [2, 0], [0, 1], [0, 8]],
+        lane_bases=[[0, 2], [0, 4], [4, 0], [8, 0], [16, 0]],
+        warp_bases=[[32, 0], [64, 0]],
+        block_bases=[],
+        shape=[128, 16],
+    )
+)
+# A pair's staged partials read back by rows (a head's 128 dims), 32 consecutive dims a
+# warp store: the rows in the buffer are 513 float32 apart, so 4-byte stores.
+_PAIR_ROWS_LAYOUT = gl.constexpr(gl.BlockedLayout([1, 1], [1, 32], [4, 1], [1, 0]))
+# The staged pair, [16 heads, 128 dims] float32, a row 132 words apart (16-byte
+# aligned): a quarter warp's 16-byte stores of the tile (4 heads two apart, 2 dim groups)
+# then fall on distinct banks, and the reads by rows too.
+_PAIR_STAGE_LAYOUT = gl.constexpr(
+    gl.PaddedSharedLayout.with_identity_for([[128, 4]], [SMALL_BLOCK_H, 128], [1, 0])
+)
+
+
+@gluon.jit
+def _pair_out(o_b0, o_b1, norm):
+    """The pair's two normalised M-tiles as one ``[128, 16]`` tile in the dims' order
+    (``_PAIR_OUT_LAYOUT``: a relabelling of the accumulators' registers)."""
+    x = gl.join(o_b0 * norm[None, :], o_b1 * norm[None, :])  # [r, head, b]
+    x = gl.permute(gl.reshape(x, [4, 2, 8, 16, 2]), [0, 2, 4, 1, 3])  # w, q, b, h, head
+    return gl.convert_layout(gl.reshape(x, [128, 16]), _PAIR_OUT_LAYOUT, assert_trivial=True)
+
+
+@gluon.jit
+def _stage_pair(pair, o_b0, o_b1, norm):
+    """Stage a pair's normalised O^T tiles into its (dead) ring allocation ``pair`` as
+    ``[16 heads, 128 dims]``; returns that view."""
+    st = pair._reinterpret(gl.float32, [16, 128], _PAIR_STAGE_LAYOUT)
+    st.permute((1, 0)).store(_pair_out(o_b0, o_b1, norm))
+    return st
+
+
+@gluon.jit
+def _store_pair(dst_ptr, off, ok, st, P: gl.constexpr):
+    """A staged pair (``_stage_pair``) into latent dims ``[128 P, 128 P + 128)`` of each
+    head's row at ``off`` (heads not ``ok`` skipped), by rows."""
+    dims = 128 * P + gl.arange(0, 128, layout=gl.SliceLayout(0, _PAIR_ROWS_LAYOUT))
+    out = st.load(_PAIR_ROWS_LAYOUT).to(dst_ptr.dtype.element_ty)
+    gl.store(dst_ptr + off[:, None] + dims[None, :], out, mask=ok[:, None])
 
 
 @gluon.jit
@@ -1322,18 +1442,20 @@ def mla_decode_stage1_gluon_fp8_h16(
     BLOCK_H: gl.constexpr,
     BLOCK_N: gl.constexpr,
 ):
+    """Stage 1 for an fp8 cache, 16-head tiles, tokens on the MMAs' M (the module
+    docstring): the blocks through a two-stage ``cp.async`` ring of fp8 words (block
+    j + 1 in flight while block j is multiplied), K and V^T widened from the ring into
+    the MMAs' register operands. 94,464 bytes of shared memory: two CTAs an SM."""
     gl.static_assert(PAGE_SIZE % BLOCK_N == 0, "blocks must lie inside one page")
     gl.static_assert(gl.num_warps() == 4, "one warpgroup")
     gl.static_assert(BLOCK_N == _CHUNK, "a block is one warpgroup MMA's M")
     gl.static_assert(LORA == 8 * _CHUNK and ROPE == _CHUNK, "DeepSeek's 512 + 64 columns")
     gl.static_assert(kv_ptr.dtype.element_ty == gl.float8e4nv, "a float8_e4m3fn cache")
-    dtype: gl.constexpr = gl.float16  # the MMAs', whatever q's (see _copy_query_f16)
+    dtype: gl.constexpr = gl.float16
 
     tile = gl.program_id(0)
     row = gl.program_id(1)
     split = gl.program_id(2)
-    # Loaded at one split too, where it is 1: as a constant, ptxas keeps the loop's
-    # counters in 64 bits, and the loop runs 5% slower.
     num_splits = gl.load(num_splits_ptr)
     if split >= num_splits:
         return
@@ -1341,57 +1463,50 @@ def mla_decode_stage1_gluon_fp8_h16(
     if end <= start:
         if out_ptr is not None:
             _write_empty_row(out_ptr, lse_ptr, tile, row, NUM_HEADS, LORA, BLOCK_H)
-        return  # stage 2 skips empty splits; nothing to write.
+        return
 
-    # The MMAs' accumulators, one warpgroup, N = BLOCK_H: S^T (tokens x heads) and O^T
-    # (latent dims x heads) as 8 M-tiles of 64 dims. S^T's A operand from registers.
     mma_layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_H, 16]
     )
     a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma_layout, k_width=2)
-    cols_layout: gl.constexpr = gl.SliceLayout(0, mma_layout)  # per head
+    cols_layout: gl.constexpr = gl.SliceLayout(0, mma_layout)
     rows_layout: gl.constexpr = gl.SliceLayout(1, mma_layout)
     q_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
-
-    # Shared memory, in the swizzled layouts warpgroup MMA reads: Q (columns permuted),
-    # the block's widened latent (V) and P^T. V is 8 allocations of 64 columns, one a
-    # chunk: stores into one buffer would each wait for the last at a CTA barrier (the
-    # compiler orders writes to the same allocation).
     q_nope_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_H, LORA], dtype)
     q_pe_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_H, ROPE], dtype)
-    v_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, _CHUNK], dtype)
     p_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, BLOCK_H], dtype)
-    # (A leading axis of 1: the loop indexes each by an opaque 0, see there.)
+    pe_layout: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
     q_nope_smem = gl.allocate_shared_memory(dtype, [1, BLOCK_H, LORA], q_nope_layout)
     q_pe_smem = gl.allocate_shared_memory(dtype, [1, BLOCK_H, ROPE], q_pe_layout)
-    v0_smem = gl.allocate_shared_memory(dtype, [1, BLOCK_N, _CHUNK], v_layout)
-    v1_smem = gl.allocate_shared_memory(dtype, [1, BLOCK_N, _CHUNK], v_layout)
-    v2_smem = gl.allocate_shared_memory(dtype, [1, BLOCK_N, _CHUNK], v_layout)
-    v3_smem = gl.allocate_shared_memory(dtype, [1, BLOCK_N, _CHUNK], v_layout)
-    v4_smem = gl.allocate_shared_memory(dtype, [1, BLOCK_N, _CHUNK], v_layout)
-    v5_smem = gl.allocate_shared_memory(dtype, [1, BLOCK_N, _CHUNK], v_layout)
-    v6_smem = gl.allocate_shared_memory(dtype, [1, BLOCK_N, _CHUNK], v_layout)
-    v7_smem = gl.allocate_shared_memory(dtype, [1, BLOCK_N, _CHUNK], v_layout)
     pt_smem = gl.allocate_shared_memory(dtype, [1, BLOCK_N, BLOCK_H], p_layout)
+    # The ring: two stages of the block's fp8 words, the latent as four pairs of
+    # 64-column chunks, the rope columns apart.
+    lat0 = gl.allocate_shared_memory(gl.int32, [2, BLOCK_N, 32], _RING_PAIR_LAYOUT)
+    lat1 = gl.allocate_shared_memory(gl.int32, [2, BLOCK_N, 32], _RING_PAIR_LAYOUT)
+    lat2 = gl.allocate_shared_memory(gl.int32, [2, BLOCK_N, 32], _RING_PAIR_LAYOUT)
+    lat3 = gl.allocate_shared_memory(gl.int32, [2, BLOCK_N, 32], _RING_PAIR_LAYOUT)
+    pe = gl.allocate_shared_memory(gl.int32, [2, BLOCK_N, 16], pe_layout)
 
-    # The first block's chunks, then Q (published to the MMAs by the first block's
-    # fence and barrier).
-    kv_words = kv_ptr.to(gl.pointer_type(gl.int32), bitcast=True)
     bt_row = block_table_ptr + row * stride_bt_b
     first = start - start % BLOCK_N
     page = gl.load(bt_row + first // PAGE_SIZE)
-    rows, ok = _block_rows(
-        kv_words, page, first, start, end, PAGE_SIZE, NUM_PAGES, stride_kv_page, stride_kv_row
+    _ring_copy(
+        lat0.index(0),
+        lat1.index(0),
+        lat2.index(0),
+        lat3.index(0),
+        pe.index(0),
+        kv_ptr,
+        page,
+        first,
+        start,
+        end,
+        PAGE_SIZE,
+        NUM_PAGES,
+        stride_kv_page,
+        stride_kv_row,
     )
-    w0 = _load_chunk(rows, ok, 0)
-    w1 = _load_chunk(rows, ok, 64)
-    w2 = _load_chunk(rows, ok, 128)
-    w3 = _load_chunk(rows, ok, 192)
-    w4 = _load_chunk(rows, ok, 256)
-    w5 = _load_chunk(rows, ok, 320)
-    w6 = _load_chunk(rows, ok, 384)
-    w7 = _load_chunk(rows, ok, 448)
-    w8 = _load_chunk(rows, ok, 512)
+    async_copy.commit_group()
     page = gl.load(bt_row + (first + BLOCK_N) // PAGE_SIZE, mask=first + BLOCK_N < end, other=0)
     logit_factor = _copy_query_f16(
         q_nope_smem.index(0),
@@ -1411,9 +1526,9 @@ def mla_decode_stage1_gluon_fp8_h16(
         stride_qp_h,
         q_layout,
     )
+    fence_async_shared()  # Q is read by the MMAs (the async proxy)
 
     kv_scale = gl.load(kv_scale_ptr)
-    # Per head: the columns of S^T.
     qk_scale = gl.convert_layout(logit_factor, cols_layout) * (SM_SCALE * _LOG2E * kv_scale)
     m_i = gl.full([BLOCK_H], float("-inf"), gl.float32, layout=cols_layout)
     l_acc = gl.zeros([BLOCK_N, BLOCK_H], gl.float32, layout=mma_layout)
@@ -1429,53 +1544,74 @@ def mla_decode_stage1_gluon_fp8_h16(
     s_rows = gl.arange(0, BLOCK_N, layout=rows_layout)
 
     for n0 in range(first, end, BLOCK_N):
-        # The views are indexed by an opaque 0 so that the MMAs' descriptors are rebuilt
-        # each block: hoisted out of the loop, they would pin registers.
+        stage = ((n0 - first) // BLOCK_N) & 1
         z = _opaque_zero(n0)
         q_nope = q_nope_smem.index(z)
-        v0 = v0_smem.index(z)
-        v1 = v1_smem.index(z)
-        v2 = v2_smem.index(z)
-        v3 = v3_smem.index(z)
-        v4 = v4_smem.index(z)
-        v5 = v5_smem.index(z)
-        v6 = v6_smem.index(z)
-        v7 = v7_smem.index(z)
-        pt = pt_smem.index(z)
-        # The next block's rows (masked past ``end``: its loads read nothing).
-        nxt = n0 + BLOCK_N
-        rows, ok = _block_rows(
-            kv_words, page, nxt, start, end, PAGE_SIZE, NUM_PAGES, stride_kv_page, stride_kv_row
-        )
-        page = gl.load(bt_row + (nxt + BLOCK_N) // PAGE_SIZE, mask=nxt + BLOCK_N < end, other=0)
-        # Every warp is past the last block's PV MMAs (each waited for them): V may be
-        # overwritten. S^T = K Q^T chunk by chunk, A from registers, each latent chunk
-        # also stored as V; each chunk's registers then take the next block's loads, in
-        # flight until the next block.
-        gl.thread_barrier()
-        s, w0 = _qk_chunk(w0, s, q_nope.slice(0, 64, 1), v0, rows, ok, 0, True, True, a_layout)
-        s, w1 = _qk_chunk(w1, s, q_nope.slice(64, 64, 1), v1, rows, ok, 64, False, True, a_layout)
-        s, w2 = _qk_chunk(w2, s, q_nope.slice(128, 64, 1), v2, rows, ok, 128, False, True, a_layout)
-        s, w3 = _qk_chunk(w3, s, q_nope.slice(192, 64, 1), v3, rows, ok, 192, False, True, a_layout)
-        s, w4 = _qk_chunk(w4, s, q_nope.slice(256, 64, 1), v4, rows, ok, 256, False, True, a_layout)
-        s, w5 = _qk_chunk(w5, s, q_nope.slice(320, 64, 1), v5, rows, ok, 320, False, True, a_layout)
-        s, w6 = _qk_chunk(w6, s, q_nope.slice(384, 64, 1), v6, rows, ok, 384, False, True, a_layout)
-        s, w7 = _qk_chunk(w7, s, q_nope.slice(448, 64, 1), v7, rows, ok, 448, False, True, a_layout)
         q_pe = q_pe_smem.index(z)
-        s, w8 = _qk_chunk(w8, s, q_pe, v0, rows, ok, 512, False, False, a_layout)
+        pt = pt_smem.index(z)
+        # This block has landed (this thread's copies, then, past the barrier, every
+        # thread's); every warp is past the last block's reads of the other stage and
+        # its PV MMAs, so the next block may be copied there and P^T overwritten.
+        async_copy.wait_group(0)
+        gl.thread_barrier()
+        # The page index two blocks ahead first: the copies issued after it would
+        # otherwise stand before it in the load queue.
+        nxt = n0 + BLOCK_N
+        page_after = gl.load(
+            bt_row + (nxt + BLOCK_N) // PAGE_SIZE, mask=nxt + BLOCK_N < end, other=0
+        )
+        _ring_copy(
+            lat0.index(1 - stage),
+            lat1.index(1 - stage),
+            lat2.index(1 - stage),
+            lat3.index(1 - stage),
+            pe.index(1 - stage),
+            kv_ptr,
+            page,
+            nxt,
+            start,
+            end,
+            PAGE_SIZE,
+            NUM_PAGES,
+            stride_kv_page,
+            stride_kv_row,
+        )
+        async_copy.commit_group()
+        page = page_after
+        k0 = lat0.index(stage)
+        k1 = lat1.index(stage)
+        k2 = lat2.index(stage)
+        k3 = lat3.index(stage)
+        kp = pe.index(stage)
+        # Each chunk's words are read one chunk ahead of its widening, so that the
+        # shared load's latency passes under the MMA before.
+        w = k0.slice(0, 16, 1).load(_CHUNK_WORDS_LAYOUT)
+        w_next = k0.slice(16, 16, 1).load(_CHUNK_WORDS_LAYOUT)
+        s = _qk_chunk(w, s, q_nope.slice(0, 64, 1), True, a_layout)
+        w = k1.slice(0, 16, 1).load(_CHUNK_WORDS_LAYOUT)
+        s = _qk_chunk(w_next, s, q_nope.slice(64, 64, 1), False, a_layout)
+        w_next = k1.slice(16, 16, 1).load(_CHUNK_WORDS_LAYOUT)
+        s = _qk_chunk(w, s, q_nope.slice(128, 64, 1), False, a_layout)
+        w = k2.slice(0, 16, 1).load(_CHUNK_WORDS_LAYOUT)
+        s = _qk_chunk(w_next, s, q_nope.slice(192, 64, 1), False, a_layout)
+        w_next = k2.slice(16, 16, 1).load(_CHUNK_WORDS_LAYOUT)
+        s = _qk_chunk(w, s, q_nope.slice(256, 64, 1), False, a_layout)
+        w = k3.slice(0, 16, 1).load(_CHUNK_WORDS_LAYOUT)
+        s = _qk_chunk(w_next, s, q_nope.slice(320, 64, 1), False, a_layout)
+        w_next = k3.slice(16, 16, 1).load(_CHUNK_WORDS_LAYOUT)
+        s = _qk_chunk(w, s, q_nope.slice(384, 64, 1), False, a_layout)
+        w = kp.load(_CHUNK_WORDS_LAYOUT)
+        s = _qk_chunk(w_next, s, q_nope.slice(448, 64, 1), False, a_layout)
+        s = _qk_chunk(w, s, q_pe, False, a_layout)
+        # The first two pairs' V^T words too, under the softmax.
+        x0 = k0.load(_PV_WORDS_LAYOUT)
+        x1 = k1.load(_PV_WORDS_LAYOUT)
         s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
-        # Softmax down the columns (one a head), lazy rescaling as kernels._attend (P at
-        # most 2^RESCALE_THRESHOLD, well inside fp16).
+        # The column softmax; the exact max and P^T again only where the vote says a
+        # column grew past the running max by more than the threshold.
         tokens = n0 + s_rows
         live = (tokens >= start) & (tokens < end)
         s = gl.where(live[:, None], s * qk_scale[None, :], float("-inf"))
-        # P on the running max, stored at once; then one CTA vote (a barrier, which
-        # publishes P^T and V, and at the first block Q, to the MMAs) on whether any
-        # head's logits grew past it by more than the threshold. Only then the exact
-        # column max (shuffles and a cross-warp exchange), the rescale and P again:
-        # the first block, and rarely after. Otherwise alpha = 1 and m_i stands, which
-        # is what the exact max would have found, so the result is the same bit for
-        # bit, and the O^T and l rescales are skipped.
         p = gl.exp2(s - m_i[None, :])
         pt.store(p.to(dtype))
         fence_async_shared()
@@ -1499,19 +1635,28 @@ def mla_decode_stage1_gluon_fp8_h16(
             gl.thread_barrier()
         else:
             l_acc = l_acc + p
-        # O^T += V^T P^T, an M-tile a chunk: V^T is the chunk seen transposed.
-        o0 = warpgroup_mma(v0.permute((1, 0)), pt, o0, is_async=True)
-        o1 = warpgroup_mma(v1.permute((1, 0)), pt, o1, is_async=True)
-        o2 = warpgroup_mma(v2.permute((1, 0)), pt, o2, is_async=True)
-        o3 = warpgroup_mma(v3.permute((1, 0)), pt, o3, is_async=True)
-        o4 = warpgroup_mma(v4.permute((1, 0)), pt, o4, is_async=True)
-        o5 = warpgroup_mma(v5.permute((1, 0)), pt, o5, is_async=True)
-        o6 = warpgroup_mma(v6.permute((1, 0)), pt, o6, is_async=True)
-        o7 = warpgroup_mma(v7.permute((1, 0)), pt, o7, is_async=True)
-        o0, o1, o2, o3, o4, o5, o6, o7 = warpgroup_mma_wait(
-            num_outstanding=0, deps=(o0, o1, o2, o3, o4, o5, o6, o7)
-        )
+        # O^T += V^T P^T, a latent pair (two M-tiles) at a time, V^T widened from the
+        # ring into registers; a pair's operands are freed once the next pair's MMAs
+        # are issued and its own are done.
+        a0, a1 = _pv_operands(x0, a_layout)
+        o0 = warpgroup_mma(a0, pt, o0, is_async=True)
+        o1 = warpgroup_mma(a1, pt, o1, is_async=True)
+        x2 = k2.load(_PV_WORDS_LAYOUT)
+        a2, a3 = _pv_operands(x1, a_layout)
+        o2 = warpgroup_mma(a2, pt, o2, is_async=True)
+        o3 = warpgroup_mma(a3, pt, o3, is_async=True)
+        x3 = k3.load(_PV_WORDS_LAYOUT)
+        o0, o1 = warpgroup_mma_wait(num_outstanding=2, deps=(o0, o1))
+        a4, a5 = _pv_operands(x2, a_layout)
+        o4 = warpgroup_mma(a4, pt, o4, is_async=True)
+        o5 = warpgroup_mma(a5, pt, o5, is_async=True)
+        o2, o3 = warpgroup_mma_wait(num_outstanding=2, deps=(o2, o3))
+        a6, a7 = _pv_operands(x3, a_layout)
+        o6 = warpgroup_mma(a6, pt, o6, is_async=True)
+        o7 = warpgroup_mma(a7, pt, o7, is_async=True)
+        o4, o5, o6, o7 = warpgroup_mma_wait(num_outstanding=0, deps=(o4, o5, o6, o7))
 
+    async_copy.wait_group(0)  # the phantom copy past the last block
     l_i = gl.sum(l_acc, 0)
     out_heads = tile * BLOCK_H + gl.arange(0, BLOCK_H, layout=cols_layout)
     out_ok = out_heads < NUM_HEADS
@@ -1527,14 +1672,30 @@ def mla_decode_stage1_gluon_fp8_h16(
         dst_ptr = out_ptr
         out_off = (row * NUM_HEADS + out_heads).to(gl.int64) * LORA
         norm, lse = _one_split_result(kv_scale / l_i, (m_i + gl.log2(l_i)) * _LN2, True)
-    _store_rows(dst_ptr, out_off, out_ok, o0, norm, 0, rows_layout)
-    _store_rows(dst_ptr, out_off, out_ok, o1, norm, 64, rows_layout)
-    _store_rows(dst_ptr, out_off, out_ok, o2, norm, 128, rows_layout)
-    _store_rows(dst_ptr, out_off, out_ok, o3, norm, 192, rows_layout)
-    _store_rows(dst_ptr, out_off, out_ok, o4, norm, 256, rows_layout)
-    _store_rows(dst_ptr, out_off, out_ok, o5, norm, 320, rows_layout)
-    _store_rows(dst_ptr, out_off, out_ok, o6, norm, 384, rows_layout)
-    _store_rows(dst_ptr, out_off, out_ok, o7, norm, 448, rows_layout)
+    # The partials through the ring, dead once every warp is past its last reads (the
+    # barrier): a pair's tile stored in the dims' order, read back by rows, so that a
+    # warp's store writes 32 consecutive dims (from the accumulators, 8 dims four apart
+    # of 4 heads: four times the sectors).
+    gl.thread_barrier()
+    st0 = _stage_pair(lat0, o0, o1, norm)
+    st1 = _stage_pair(lat1, o2, o3, norm)
+    st2 = _stage_pair(lat2, o4, o5, norm)
+    st3 = _stage_pair(lat3, o6, o7, norm)
+    gl.thread_barrier()
+    row_heads = tile * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, _PAIR_ROWS_LAYOUT))
+    row_ok = row_heads < NUM_HEADS
+    if out_ptr is None:
+        row_off = (
+            row.to(gl.int64) * stride_buf_b
+            + row_heads.to(gl.int64) * stride_buf_h
+            + split * stride_buf_s
+        )
+    else:
+        row_off = (row * NUM_HEADS + row_heads).to(gl.int64) * LORA
+    _store_pair(dst_ptr, row_off, row_ok, st0, 0)
+    _store_pair(dst_ptr, row_off, row_ok, st1, 1)
+    _store_pair(dst_ptr, row_off, row_ok, st2, 2)
+    _store_pair(dst_ptr, row_off, row_ok, st3, 3)
     if out_ptr is None:
         lse = (m_i + gl.log2(l_i)) * _LN2
         gl.store(buf_ptr + out_off + LORA, lse, mask=out_ok)

@@ -33,10 +33,12 @@ SEESAW_MIN_SPLIT_TOKENS = 128
 # 64/64/1024), even at 256 (0.99-1.04x), slower at 128 (0.84-0.99x; `gluon_check
 # --crossover`, docs/performance.md, "The fp8 cache").
 FP8_MIN_SPLIT_TOKENS = 512
-# The 16-head fp8 kernel against the tl stage 1 on the same fp8 cache: 1.88x at 256
-# tokens a split (4/16/16384), 2.2-2.3x at 1024-8192 (docs/performance.md, "The fp8
-# cache"); the tl fp8 kernel widens in registers, so it loses from short splits on.
-FP8_SMALL_HEADS_MIN_SPLIT_TOKENS = 256
+# The 16-head fp8 kernel against the tl stage 1 on the same fp8 cache, both stages at
+# the same split count: 1.31-1.33x at 64 tokens a split (1/16/4096, 4/16/1024),
+# 1.50-1.82x at 128, 2.2-3.8x from 256 on (docs/performance.md, "The fp8 cache"); the
+# tl fp8 kernel widens in registers. Splits under one 64-token block are unmeasured
+# (the occupancy rule makes none).
+FP8_SMALL_HEADS_MIN_SPLIT_TOKENS = 64
 
 
 def _strides(x: jax.Array) -> tuple[int, ...]:

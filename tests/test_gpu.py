@@ -351,6 +351,7 @@ def test_fp8_cache_matches_reference_on_dequantised_values(heads, rng):
         (16, 64, 4096, jnp.bfloat16, "fp8"),  # 8 splits of 512
         (4, 96, 16384, jnp.float16, "fp8"),
         (16, 16, 4096, jnp.bfloat16, "fp8"),  # the 16-head fp8 kernel: 16 splits of 256
+        (4, 16, 4096, jnp.float16, "fp8"),  # 64 splits of 64 tokens
         (8, 20, 16384, jnp.float16, "fp8"),  # a full 16-head tile and a masked one
         (64, 32, 4096, jnp.bfloat16, "fp8"),
         # One split (stage 1 writes the output; no stage 2):
