@@ -1334,29 +1334,33 @@ def _qk_chunk(words, s, q_chunk, FIRST: gl.constexpr, a_layout: gl.constexpr):
 
 
 @gluon.jit
+def _pv_operand(even, odd, HALF: gl.constexpr, a_layout: gl.constexpr):
+    """M-tile ``HALF`` of a latent pair's V^T (``_pv_operands``) from its even and odd
+    tokens' words: bytes ``2 HALF`` and ``2 HALF + 1`` of each word, widened."""
+    h0, h1 = gl.inline_asm_elementwise(
+        _PV_CVT_ASM[HALF],
+        "=r,=r,r,r",
+        [even, odd],
+        dtype=(gl.int32, gl.int32),
+        is_pure=True,
+        pack=1,
+    )
+    e0, o0 = _f16_halves(h0)
+    e1, o1 = _f16_halves(h1)
+    # (join adds a last axis: the inner pairs are h, the outer e.)
+    t = gl.join(gl.join(e0, e1), gl.join(o0, o1))  # [token pair, word, h, e]
+    t = gl.permute(gl.reshape(t, [32, 4, 8, 2, 2]), [1, 3, 2, 0, 4])  # w, h, q, tp, e
+    return gl.convert_layout(gl.reshape(t, [64, 64]), a_layout, assert_trivial=True)
+
+
+@gluon.jit
 def _pv_operands(x, a_layout: gl.constexpr):
     """V^T of one latent pair from its words ``x`` (``[64 tokens, 32 words]`` of its ring
     stage in ``_PV_WORDS_LAYOUT``) as the register A operands of its two M-tiles: M-tile
     ``b`` row ``r`` is latent dim ``32 (r >> 4) + 4 (r & 7) + 2 b + ((r >> 3) & 1)`` of
     the pair (``_pair_out``), the tokens in order."""
     even, odd = gl.split(gl.permute(gl.reshape(x, [32, 2, 32]), [0, 2, 1]))
-    ops = ()
-    for half in gl.static_range(2):
-        h0, h1 = gl.inline_asm_elementwise(
-            _PV_CVT_ASM[half],
-            "=r,=r,r,r",
-            [even, odd],
-            dtype=(gl.int32, gl.int32),
-            is_pure=True,
-            pack=1,
-        )
-        e0, o0 = _f16_halves(h0)
-        e1, o1 = _f16_halves(h1)
-        # (join adds a last axis: the inner pairs are h, the outer e.)
-        t = gl.join(gl.join(e0, e1), gl.join(o0, o1))  # [token pair, word, h, e]
-        t = gl.permute(gl.reshape(t, [32, 4, 8, 2, 2]), [1, 3, 2, 0, 4])  # w, h, q, tp, e
-        ops = ops + (gl.convert_layout(gl.reshape(t, [64, 64]), a_layout, assert_trivial=True),)
-    return ops
+    return _pv_operand(even, odd, 0, a_layout), _pv_operand(even, odd, 1, a_layout)
 
 
 # A latent pair's O^T ([128 dims, 16 heads]) in the dims' order: a thread's four values
