@@ -1,0 +1,1 @@
+../h16-fp8-crossover/common.sh
