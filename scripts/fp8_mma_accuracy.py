@@ -30,6 +30,8 @@ import argparse
 import ml_dtypes
 import numpy as np
 
+from mla_jax.reference import mla_decode_reference_np
+
 E4M3 = ml_dtypes.float8_e4m3fn
 BF16 = ml_dtypes.bfloat16
 E4M3_MAX = 448.0
@@ -92,13 +94,6 @@ def decode(q, kv, scale, variant, acc_bits=None):
     return acc / l_sum[:, None], (m + np.log2(l_sum)) * np.log(2)
 
 
-def reference(q, kv, scale):
-    s = (q @ kv.T) * scale
-    mx = s.max(axis=1, keepdims=True)
-    p = np.exp(s - mx)
-    return (p @ kv[:, :LORA]) / p.sum(axis=1, keepdims=True), mx[:, 0] + np.log(p.sum(axis=1))
-
-
 def make_row(rng, heads, length, outliers):
     """q (bf16 values) and an fp8 cache dequantised (float64) for one row; with
     ``outliers`` a few latent channels 10x larger, as activations often have."""
@@ -126,7 +121,11 @@ def main() -> None:
         errs = {v: [] for v in VARIANTS}
         for _ in range(args.rows):
             q, kv = make_row(rng, args.heads, args.length, outliers)
-            ref_out, ref_lse = reference(q, kv, scale)
+            # The row as one page of a one-row batch.
+            ref_out, ref_lse = mla_decode_reference_np(
+                q[None], kv[None], np.zeros((1, 1), np.int32), np.array([len(kv)]), scale=scale
+            )
+            ref_out, ref_lse = ref_out[0], ref_lse[0]
             for v in VARIANTS:
                 out, lse = decode(q, kv, scale, v, args.acc_bits)
                 rel = np.linalg.norm(out - ref_out) / np.linalg.norm(ref_out)
