@@ -355,8 +355,6 @@ def kernel_for(kv_dtype: str, num_heads: int = BLOCK_H) -> Any:
     take the same arguments; ``launch_params`` gives each its launch."""
     if small_heads(kv_dtype, num_heads):
         return mla_decode_stage1_gluon_fp8_h16
-    if kv_dtype == FP8:
-        return mla_decode_stage1_gluon_fp8
     return mla_decode_stage1_gluon_seesaw
 
 
@@ -375,12 +373,12 @@ def launch_params(kv_dtype: str | None = None, **problem: Any) -> dict:
         "BLOCK_H": block_h,
         "BLOCK_N": BLOCK_N,
     }
-    if kv_dtype == FP8 and not small:
+    if not small:
         constexprs["WIDEN"] = FP8_WIDEN
     if small:
         num_warps = SMALL_NUM_WARPS
     else:
-        num_warps = NUM_WARPS if kv_dtype == FP8 else SEESAW_NUM_WARPS
+        num_warps = SEESAW_NUM_WARPS
     return {
         "grid": (
             triton.cdiv(problem["num_heads"], block_h),
@@ -750,16 +748,21 @@ def _widen(dst, src, layout: gl.constexpr, WIDEN: gl.constexpr):
     for two values; to bf16 it adds a scalar ``cvt.bf16.f16`` per value); ``"bits"``,
     ``_E4M3_WIDEN_ASM`` (three integer instructions and a 16-bit multiply for two
     values); ``"auto"``: ``"bits"`` for bf16, ``"cvt"`` for fp16."""
-    x = src.load(layout)
+    dst.store(_widened(src.load(layout), dst, WIDEN))
+
+
+@gluon.jit
+def _widened(x, dst, WIDEN: gl.constexpr):
+    """``x`` (fp8 e4m3, registers) in the dtype of ``dst`` (shared), the way ``_widen``
+    says."""
     bits: gl.constexpr = WIDEN == "bits" or (WIDEN == "auto" and dst.dtype == gl.bfloat16)
     if bits:
         asm: gl.constexpr = _E4M3_TO_BF16_ASM if dst.dtype == gl.bfloat16 else _E4M3_TO_F16_ASM
-        wide = gl.inline_asm_elementwise(
+        return gl.inline_asm_elementwise(
             asm, "=r,=r,r", [x.to(gl.uint8, bitcast=True)], dtype=dst.dtype, is_pure=True, pack=4
         )
     else:
-        wide = x.to(dst.dtype)
-    dst.store(wide)
+        return x.to(dst.dtype)
 
 
 @gluon.jit
@@ -1715,6 +1718,8 @@ def mla_decode_stage1_gluon_fp8_h16(
 def _seesaw_copy_block(
     kv_c_dst,
     k_pe_dst,
+    c8_dst,
+    pe8_dst,
     kv_c_desc,
     k_pe_desc,
     kv_ptr,
@@ -1740,8 +1745,29 @@ def _seesaw_copy_block(
     threads, those rows zero-filled so that no value outside the row's tokens reaches
     an MMA: each thread's ``cp.async.mbarrier.arrive`` adds one pending
     arrival that its copies complete, and after a warpgroup barrier one plain arrival
-    completes the phase once they all have."""
-    if (n0 >= start) & (n0 + BLOCK_N <= end):
+    completes the phase once they all have.
+
+    An fp8 block always comes by ``cp.async``, into the slot's fp8 views (``c8_dst``:
+    ``[8 * BLOCK_N, 64]``, the latent columns by 64-column chunks, chunk-major;
+    ``pe8_dst``: the rope columns), which ``_widen_slot`` widens in place."""
+    if kv_ptr.dtype.element_ty == gl.float8e4nv:
+        chunk_layout: gl.constexpr = gl.BlockedLayout([1, 16], [8, 4], [4, 1], [1, 0])
+        j = gl.arange(0, 8 * BLOCK_N, layout=gl.SliceLayout(1, chunk_layout))
+        cols = gl.arange(0, 64, layout=gl.SliceLayout(0, chunk_layout))
+        page_base = kv_ptr + _safe_page(page, NUM_PAGES).to(gl.int64) * stride_kv_page
+        r = j % BLOCK_N
+        ok = (n0 + r >= start) & (n0 + r < end)
+        ptrs = page_base + ((n0 % PAGE_SIZE + r) * stride_kv_row + (j // BLOCK_N) * 64)[:, None]
+        async_copy.async_copy_global_to_shared(c8_dst, ptrs + cols[None, :], mask=ok[:, None])
+        r = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, chunk_layout))
+        ok = (n0 + r >= start) & (n0 + r < end)
+        _copy_rows(
+            pe8_dst, page_base + LORA, n0 % PAGE_SIZE + r, ok, stride_kv_row, ROPE, chunk_layout
+        )
+        async_copy.mbarrier_arrive(ready, increment_count=True)
+        gl.thread_barrier()
+        mbarrier.arrive(ready)
+    elif (n0 >= start) & (n0 + BLOCK_N <= end):
         row0 = _safe_page(page, NUM_PAGES) * PAGE_SIZE + n0 % PAGE_SIZE
         mbarrier.expect(ready, BLOCK_N * (LORA + ROPE) * kv_c_dst.dtype.primitive_bitwidth // 8)
         tma.async_copy_global_to_shared(kv_c_desc, [row0, 0], ready, kv_c_dst)
@@ -1763,6 +1789,33 @@ def _seesaw_copy_block(
 
 
 @gluon.jit
+def _widen_slot(kv_c, k_pe, c8, pe8, WIDEN: gl.constexpr):
+    """Widens a slot's fp8 block in place (one warpgroup): ``c8`` (``[8 * 64, 64]``
+    fp8, latent chunk ``c`` in rows ``64 c``...) lies on the back half of ``kv_c``
+    (``[64, 512]``, 16-bit, whose 64-column chunk ``c`` is its bytes ``[8c, 8c + 8)``
+    KB), ``pe8`` on the back half of ``k_pe``. Chunk ``c`` is read from ``32 + 4c`` KB
+    and written to ``8c`` KB: chunks 0-3 write below every fp8 byte; 4 and 5 over
+    chunks 0-3's, so after a barrier; 6 and 7 over 4-7's, so after a second one, all
+    four read by then (as the rope part, read before the first). Ends with the slot
+    published to this warpgroup's MMAs (fence + barrier)."""
+    layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
+    for c in gl.static_range(4):
+        _widen(kv_c.slice(64 * c, 64, dim=1), c8.slice(64 * c, 64), layout, WIDEN)
+    pe = pe8.load(layout)
+    gl.thread_barrier()
+    k_pe.store(_widened(pe, k_pe, WIDEN))
+    for c in gl.static_range(4, 6):
+        _widen(kv_c.slice(64 * c, 64, dim=1), c8.slice(64 * c, 64), layout, WIDEN)
+    x6 = c8.slice(384, 64).load(layout)
+    x7 = c8.slice(448, 64).load(layout)
+    gl.thread_barrier()
+    kv_c.slice(384, 64, dim=1).store(_widened(x6, kv_c, WIDEN))
+    kv_c.slice(448, 64, dim=1).store(_widened(x7, kv_c, WIDEN))
+    fence_async_shared()  # generic-proxy stores, read by wgmma through the async one
+    gl.thread_barrier()
+
+
+@gluon.jit
 def _opaque_zero(i):
     """0, which the compiler cannot see through (it depends on ``i``)."""
     return gl.inline_asm_elementwise(
@@ -1776,6 +1829,8 @@ def _seesaw_wg0(
     q_pe_smem,
     kv_c_smem,
     k_pe_smem,
+    c8_smem,
+    pe8_smem,
     m_smem,
     l_smem,
     bars,
@@ -1799,6 +1854,7 @@ def _seesaw_wg0(
     stride_buf_b: gl.constexpr,
     stride_buf_h: gl.constexpr,
     stride_buf_s: gl.constexpr,
+    WIDEN: gl.constexpr,
 ):
     """Warpgroup 0 (the default partition): S and P of the even blocks (slot 0), and
     O_L (output columns 0-255) over every block. See "Seesaw schedule"."""
@@ -1842,8 +1898,11 @@ def _seesaw_wg0(
         kv_c1 = kv_c_smem.index(z + 1)
         p0_smem = k_pe_smem.index(z)
         p1_smem = k_pe_smem.index(z + 1)
-        # (1) S0 = Q K0^T, the whole 64 x 64, once the even block has landed.
+        # (1) S0 = Q K0^T, the whole 64 x 64, once the even block has landed (and,
+        # from an fp8 cache, been widened in its slot).
         mbarrier.wait(ready0, ph)
+        if c8_smem.dtype == gl.float8e4nv:
+            _widen_slot(kv_c0, p0_smem, c8_smem.index(2 * z + 1), pe8_smem.index(2 * z + 1), WIDEN)
         fence_async_shared()  # cp.async wrote through the generic proxy; wgmma reads async
         s = warpgroup_mma(q_nope, kv_c0.permute((1, 0)), s_init, use_acc=False, is_async=True)
         s = warpgroup_mma(q_pe, p0_smem.permute((1, 0)), s, is_async=True)
@@ -1920,6 +1979,8 @@ def _seesaw_wg1(
     q_pe_smem,
     kv_c_smem,
     k_pe_smem,
+    c8_smem,
+    pe8_smem,
     m_smem,
     l_smem,
     bars,
@@ -1952,6 +2013,7 @@ def _seesaw_wg1(
     stride_buf_b: gl.constexpr,
     stride_buf_h: gl.constexpr,
     stride_buf_s: gl.constexpr,
+    WIDEN: gl.constexpr,
 ):
     """Warpgroup 1 (the worker partition): S and P of the odd blocks (slot 1), O_R
     (output columns 256-511) over every block, and every latent copy after the first
@@ -2005,6 +2067,8 @@ def _seesaw_wg1(
         page1 = gl.load(bt_row + nxt1 // PAGE_SIZE, mask=more & (nxt1 < end), other=0)
         # (1) S1 = Q K1^T, concurrently with warpgroup 0's S0.
         mbarrier.wait(ready1, ph)
+        if c8_smem.dtype == gl.float8e4nv:
+            _widen_slot(kv_c1, p1_smem, c8_smem.index(2 * z + 3), pe8_smem.index(2 * z + 3), WIDEN)
         fence_async_shared()
         s = warpgroup_mma(q_nope, kv_c1.permute((1, 0)), s_init, use_acc=False, is_async=True)
         s = warpgroup_mma(q_pe, p1_smem.permute((1, 0)), s, is_async=True)
@@ -2046,6 +2110,8 @@ def _seesaw_wg1(
             _seesaw_copy_block(
                 kv_c0,
                 p0_smem,
+                c8_smem.index(2 * z + 1),
+                pe8_smem.index(2 * z + 1),
                 kv_c_desc,
                 k_pe_desc,
                 kv_ptr,
@@ -2069,6 +2135,8 @@ def _seesaw_wg1(
             _seesaw_copy_block(
                 kv_c1,
                 p1_smem,
+                c8_smem.index(2 * z + 3),
+                pe8_smem.index(2 * z + 3),
                 kv_c_desc,
                 k_pe_desc,
                 kv_ptr,
@@ -2148,10 +2216,12 @@ def mla_decode_stage1_gluon_seesaw(
     stride_buf_s: gl.constexpr,
     BLOCK_H: gl.constexpr,
     BLOCK_N: gl.constexpr,
+    WIDEN: gl.constexpr,
 ):
     gl.static_assert(PAGE_SIZE % BLOCK_N == 0, "blocks must lie inside one page")
     gl.static_assert(gl.num_warps() == 4, "one warpgroup here, the worker adds the other")
-    dtype: gl.constexpr = kv_ptr.dtype.element_ty
+    dtype: gl.constexpr = q_nope_ptr.dtype.element_ty  # the MMAs' (an fp8 block is widened)
+    FP8: gl.constexpr = kv_ptr.dtype.element_ty == gl.float8e4nv
 
     tile = gl.program_id(0)
     row = gl.program_id(1)
@@ -2184,16 +2254,37 @@ def mla_decode_stage1_gluon_seesaw(
     bars = gl.allocate_shared_memory(gl.int64, [8, 1], mbarrier.MBarrierLayout())
     for b in gl.static_range(8):
         mbarrier.init(bars.index(b), count=1)
-    # TMA descriptors of the cache as rows of tokens (pages back to back), made here
-    # in the program's global scratch: the latent and the rope columns of a block.
-    gl.static_assert(stride_kv_page == PAGE_SIZE * stride_kv_row, "pages back to back")
-    tokens: gl.constexpr = NUM_PAGES * PAGE_SIZE
-    kv_c_desc = tma.make_tensor_descriptor(
-        kv_ptr, [tokens, LORA], [stride_kv_row, 1], [BLOCK_N, LORA], nope_layout
-    )
-    k_pe_desc = tma.make_tensor_descriptor(
-        kv_ptr + LORA, [tokens, ROPE], [stride_kv_row, 1], [BLOCK_N, ROPE], rope_layout
-    )
+    if FP8:
+        # An fp8 block lands in the back half of its slot's bytes (``_widen_slot``):
+        # the latent part by 64-column chunks, chunk-major.
+        stage_layout: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
+        kv_dtype: gl.constexpr = kv_ptr.dtype.element_ty
+        # Halves: slot s's back half is view 2 s + 1.
+        c8_smem = kv_c_smem._reinterpret(kv_dtype, [4, 8 * BLOCK_N, 64], stage_layout)
+        pe8_smem = k_pe_smem._reinterpret(kv_dtype, [4, BLOCK_N, ROPE], stage_layout)
+        c8_first = c8_smem.index(1)
+        pe8_first = pe8_smem.index(1)
+        c8_second = c8_smem.index(3)
+        pe8_second = pe8_smem.index(3)
+        kv_c_desc = kv_ptr  # no TMA: unused (warp_specialize takes no None)
+        k_pe_desc = kv_ptr
+    else:
+        c8_smem = kv_c_smem
+        pe8_smem = k_pe_smem
+        c8_first = kv_c_smem.index(0)
+        pe8_first = k_pe_smem.index(0)
+        c8_second = kv_c_smem.index(1)
+        pe8_second = k_pe_smem.index(1)
+        # TMA descriptors of the cache as rows of tokens (pages back to back), made
+        # here in the program's global scratch: the latent and the rope columns.
+        gl.static_assert(stride_kv_page == PAGE_SIZE * stride_kv_row, "pages back to back")
+        tokens: gl.constexpr = NUM_PAGES * PAGE_SIZE
+        kv_c_desc = tma.make_tensor_descriptor(
+            kv_ptr, [tokens, LORA], [stride_kv_row, 1], [BLOCK_N, LORA], nope_layout
+        )
+        k_pe_desc = tma.make_tensor_descriptor(
+            kv_ptr + LORA, [tokens, ROPE], [stride_kv_row, 1], [BLOCK_N, ROPE], rope_layout
+        )
 
     bt_row = block_table_ptr + row * stride_bt_b
     if num_pairs > 0:
@@ -2230,6 +2321,8 @@ def mla_decode_stage1_gluon_seesaw(
         _seesaw_copy_block(
             kv_c_smem.index(0),
             k_pe_smem.index(0),
+            c8_first,
+            pe8_first,
             kv_c_desc,
             k_pe_desc,
             kv_ptr,
@@ -2249,6 +2342,8 @@ def mla_decode_stage1_gluon_seesaw(
         _seesaw_copy_block(
             kv_c_smem.index(1),
             k_pe_smem.index(1),
+            c8_second,
+            pe8_second,
             kv_c_desc,
             k_pe_desc,
             kv_ptr,
@@ -2277,6 +2372,8 @@ def mla_decode_stage1_gluon_seesaw(
                     q_pe_smem,
                     kv_c_smem,
                     k_pe_smem,
+                    c8_smem,
+                    pe8_smem,
                     m_smem,
                     l_smem,
                     bars,
@@ -2300,6 +2397,7 @@ def mla_decode_stage1_gluon_seesaw(
                     stride_buf_b,
                     stride_buf_h,
                     stride_buf_s,
+                    WIDEN,
                 ),
             ),
             (
@@ -2309,6 +2407,8 @@ def mla_decode_stage1_gluon_seesaw(
                     q_pe_smem,
                     kv_c_smem,
                     k_pe_smem,
+                    c8_smem,
+                    pe8_smem,
                     m_smem,
                     l_smem,
                     bars,
@@ -2341,6 +2441,7 @@ def mla_decode_stage1_gluon_seesaw(
                     stride_buf_b,
                     stride_buf_h,
                     stride_buf_s,
+                    WIDEN,
                 ),
             ),
         ],
