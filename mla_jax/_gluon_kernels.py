@@ -300,6 +300,7 @@ _TL_TILING = ("BLOCK_H", "BLOCK_N", "DOT_PRECISION", "PAGED_LOADS", "LORA_CHUNKS
 _CP_ASYNC_BYTES = 16
 # How the fp8 kernel widens its tile (``_widen``): "auto", "bits" or "cvt".
 FP8_WIDEN = "auto"
+SEESAW_VARIANT = 0  # experiment knobs (temporary)
 
 
 def supports(
@@ -375,6 +376,7 @@ def launch_params(kv_dtype: str | None = None, **problem: Any) -> dict:
     }
     if not small:
         constexprs["WIDEN"] = FP8_WIDEN
+        constexprs["VARIANT"] = SEESAW_VARIANT
     if small:
         num_warps = SMALL_NUM_WARPS
     else:
@@ -1735,6 +1737,7 @@ def _seesaw_copy_block(
     BLOCK_N: gl.constexpr,
     stride_kv_page: gl.constexpr,
     stride_kv_row: gl.constexpr,
+    VARIANT: gl.constexpr,
 ):
     """The block at token ``n0`` (raw page index ``page``) into a slot, signalling
     ``ready`` (count 1) when it has landed. A block wholly inside ``[start, end)``
@@ -1747,26 +1750,56 @@ def _seesaw_copy_block(
     arrival that its copies complete, and after a warpgroup barrier one plain arrival
     completes the phase once they all have.
 
-    An fp8 block always comes by ``cp.async``, into the slot's fp8 views (``c8_dst``:
-    ``[8 * BLOCK_N, 64]``, the latent columns by 64-column chunks, chunk-major;
-    ``pe8_dst``: the rope columns), which ``_widen_slot`` widens in place."""
+    An fp8 block comes into the slot's fp8 views (``c8_dst.slice(64 * c, 64)``: its
+    64-column latent chunk ``c``, ``pe8_dst``: the rope columns), which
+    ``_widen_slot`` widens in place: by ``cp.async``, or where ``VARIANT & 2`` and
+    the block lies inside the split by TMA (nine boxes)."""
     if kv_ptr.dtype.element_ty == gl.float8e4nv:
-        chunk_layout: gl.constexpr = gl.BlockedLayout([1, 16], [8, 4], [4, 1], [1, 0])
-        j = gl.arange(0, 8 * BLOCK_N, layout=gl.SliceLayout(1, chunk_layout))
-        cols = gl.arange(0, 64, layout=gl.SliceLayout(0, chunk_layout))
-        page_base = kv_ptr + _safe_page(page, NUM_PAGES).to(gl.int64) * stride_kv_page
-        r = j % BLOCK_N
-        ok = (n0 + r >= start) & (n0 + r < end)
-        ptrs = page_base + ((n0 % PAGE_SIZE + r) * stride_kv_row + (j // BLOCK_N) * 64)[:, None]
-        async_copy.async_copy_global_to_shared(c8_dst, ptrs + cols[None, :], mask=ok[:, None])
-        r = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, chunk_layout))
-        ok = (n0 + r >= start) & (n0 + r < end)
-        _copy_rows(
-            pe8_dst, page_base + LORA, n0 % PAGE_SIZE + r, ok, stride_kv_row, ROPE, chunk_layout
-        )
-        async_copy.mbarrier_arrive(ready, increment_count=True)
-        gl.thread_barrier()
-        mbarrier.arrive(ready)
+        if VARIANT & 2:
+            if (n0 >= start) & (n0 + BLOCK_N <= end):
+                row0 = _safe_page(page, NUM_PAGES) * PAGE_SIZE + n0 % PAGE_SIZE
+                mbarrier.expect(ready, BLOCK_N * (LORA + ROPE))
+                for c in gl.static_range(LORA // 64):
+                    tma.async_copy_global_to_shared(
+                        kv_c_desc, [row0, 64 * c], ready, c8_dst.slice(64 * c, 64)
+                    )
+                tma.async_copy_global_to_shared(kv_c_desc, [row0, LORA], ready, pe8_dst)
+            else:
+                _seesaw_copy_fp8(
+                    c8_dst,
+                    pe8_dst,
+                    kv_ptr,
+                    page,
+                    n0,
+                    start,
+                    end,
+                    ready,
+                    PAGE_SIZE,
+                    NUM_PAGES,
+                    LORA,
+                    ROPE,
+                    BLOCK_N,
+                    stride_kv_page,
+                    stride_kv_row,
+                )
+        else:
+            _seesaw_copy_fp8(
+                c8_dst,
+                pe8_dst,
+                kv_ptr,
+                page,
+                n0,
+                start,
+                end,
+                ready,
+                PAGE_SIZE,
+                NUM_PAGES,
+                LORA,
+                ROPE,
+                BLOCK_N,
+                stride_kv_page,
+                stride_kv_row,
+            )
     elif (n0 >= start) & (n0 + BLOCK_N <= end):
         row0 = _safe_page(page, NUM_PAGES) * PAGE_SIZE + n0 % PAGE_SIZE
         mbarrier.expect(ready, BLOCK_N * (LORA + ROPE) * kv_c_dst.dtype.primitive_bitwidth // 8)
@@ -1789,7 +1822,43 @@ def _seesaw_copy_block(
 
 
 @gluon.jit
-def _widen_slot(kv_c, k_pe, c8, pe8, WIDEN: gl.constexpr):
+def _seesaw_copy_fp8(
+    c8_dst,
+    pe8_dst,
+    kv_ptr,
+    page,
+    n0,
+    start,
+    end,
+    ready,
+    PAGE_SIZE: gl.constexpr,
+    NUM_PAGES: gl.constexpr,
+    LORA: gl.constexpr,
+    ROPE: gl.constexpr,
+    BLOCK_N: gl.constexpr,
+    stride_kv_page: gl.constexpr,
+    stride_kv_row: gl.constexpr,
+):
+    """``_seesaw_copy_block``'s ``cp.async`` of an fp8 block (rows outside
+    ``[start, end)`` zero-filled), chunk by chunk."""
+    layout: gl.constexpr = gl.BlockedLayout([1, 16], [8, 4], [4, 1], [1, 0])
+    j = gl.arange(0, 8 * BLOCK_N, layout=gl.SliceLayout(1, layout))
+    cols = gl.arange(0, 64, layout=gl.SliceLayout(0, layout))
+    page_base = kv_ptr + _safe_page(page, NUM_PAGES).to(gl.int64) * stride_kv_page
+    r = j % BLOCK_N
+    ok = (n0 + r >= start) & (n0 + r < end)
+    ptrs = page_base + ((n0 % PAGE_SIZE + r) * stride_kv_row + (j // BLOCK_N) * 64)[:, None]
+    async_copy.async_copy_global_to_shared(c8_dst, ptrs + cols[None, :], mask=ok[:, None])
+    r = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, layout))
+    ok = (n0 + r >= start) & (n0 + r < end)
+    _copy_rows(pe8_dst, page_base + LORA, n0 % PAGE_SIZE + r, ok, stride_kv_row, ROPE, layout)
+    async_copy.mbarrier_arrive(ready, increment_count=True)
+    gl.thread_barrier()
+    mbarrier.arrive(ready)
+
+
+@gluon.jit
+def _widen_slot(kv_c, k_pe, c8, pe8, WIDEN: gl.constexpr, VARIANT: gl.constexpr):
     """Widens a slot's fp8 block in place (one warpgroup): ``c8`` (``[8 * 64, 64]``
     fp8, latent chunk ``c`` in rows ``64 c``...) lies on the back half of ``kv_c``
     (``[64, 512]``, 16-bit, whose 64-column chunk ``c`` is its bytes ``[8c, 8c + 8)``
@@ -1798,6 +1867,8 @@ def _widen_slot(kv_c, k_pe, c8, pe8, WIDEN: gl.constexpr):
     chunks 0-3's, so after a barrier; 6 and 7 over 4-7's, so after a second one, all
     four read by then (as the rope part, read before the first). Ends with the slot
     published to this warpgroup's MMAs (fence + barrier)."""
+    if VARIANT & 1:
+        return  # timing only: no widening (the MMAs read whatever the slot holds)
     layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
     for c in gl.static_range(4):
         _widen(kv_c.slice(64 * c, 64, dim=1), c8.slice(64 * c, 64), layout, WIDEN)
@@ -1855,6 +1926,7 @@ def _seesaw_wg0(
     stride_buf_h: gl.constexpr,
     stride_buf_s: gl.constexpr,
     WIDEN: gl.constexpr,
+    VARIANT: gl.constexpr,
 ):
     """Warpgroup 0 (the default partition): S and P of the even blocks (slot 0), and
     O_L (output columns 0-255) over every block. See "Seesaw schedule"."""
@@ -1902,7 +1974,9 @@ def _seesaw_wg0(
         # from an fp8 cache, been widened in its slot).
         mbarrier.wait(ready0, ph)
         if c8_smem.dtype == gl.float8e4nv:
-            _widen_slot(kv_c0, p0_smem, c8_smem.index(2 * z + 1), pe8_smem.index(2 * z + 1), WIDEN)
+            _widen_slot(
+                kv_c0, p0_smem, c8_smem.index(2 * z + 1), pe8_smem.index(2 * z + 1), WIDEN, VARIANT
+            )
         fence_async_shared()  # cp.async wrote through the generic proxy; wgmma reads async
         s = warpgroup_mma(q_nope, kv_c0.permute((1, 0)), s_init, use_acc=False, is_async=True)
         s = warpgroup_mma(q_pe, p0_smem.permute((1, 0)), s, is_async=True)
@@ -2014,6 +2088,7 @@ def _seesaw_wg1(
     stride_buf_h: gl.constexpr,
     stride_buf_s: gl.constexpr,
     WIDEN: gl.constexpr,
+    VARIANT: gl.constexpr,
 ):
     """Warpgroup 1 (the worker partition): S and P of the odd blocks (slot 1), O_R
     (output columns 256-511) over every block, and every latent copy after the first
@@ -2068,7 +2143,9 @@ def _seesaw_wg1(
         # (1) S1 = Q K1^T, concurrently with warpgroup 0's S0.
         mbarrier.wait(ready1, ph)
         if c8_smem.dtype == gl.float8e4nv:
-            _widen_slot(kv_c1, p1_smem, c8_smem.index(2 * z + 3), pe8_smem.index(2 * z + 3), WIDEN)
+            _widen_slot(
+                kv_c1, p1_smem, c8_smem.index(2 * z + 3), pe8_smem.index(2 * z + 3), WIDEN, VARIANT
+            )
         fence_async_shared()
         s = warpgroup_mma(q_nope, kv_c1.permute((1, 0)), s_init, use_acc=False, is_async=True)
         s = warpgroup_mma(q_pe, p1_smem.permute((1, 0)), s, is_async=True)
@@ -2098,6 +2175,32 @@ def _seesaw_wg1(
         acc = _rescale_rows(acc, scale0, i, o_rows, _WG1_SCALE0_ANY)
         acc = warpgroup_mma(p0_smem, kv_c0.slice(HALF, HALF, dim=1), acc, is_async=True)
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+        # (4b) VARIANT & 4: slot 0's refill before P1 V1_R is issued.
+        if VARIANT & 4:
+            if more:
+                mbarrier.wait(free0, ph)
+                _seesaw_copy_block(
+                    kv_c0,
+                    p0_smem,
+                    c8_smem.index(2 * z + 1),
+                    pe8_smem.index(2 * z + 1),
+                    kv_c_desc,
+                    k_pe_desc,
+                    kv_ptr,
+                    page0,
+                    nxt0,
+                    start,
+                    end,
+                    ready0,
+                    PAGE_SIZE,
+                    NUM_PAGES,
+                    LORA,
+                    ROPE,
+                    BLOCK_N,
+                    stride_kv_page,
+                    stride_kv_row,
+                    VARIANT,
+                )
         # (5) O_R = O_R * scale1 + P1 V1_R, P1 from registers.
         acc = _rescale_rows(acc, scale1, i, o_rows, _WG1_SCALE1_ANY)
         acc = warpgroup_mma(
@@ -2105,29 +2208,31 @@ def _seesaw_wg1(
         )
         # (6) while P1 V1_R runs: slot 0 is free once warpgroup 0's P0 V0_L is done
         # too; refill it with the next pair's even block.
-        if more:
-            mbarrier.wait(free0, ph)
-            _seesaw_copy_block(
-                kv_c0,
-                p0_smem,
-                c8_smem.index(2 * z + 1),
-                pe8_smem.index(2 * z + 1),
-                kv_c_desc,
-                k_pe_desc,
-                kv_ptr,
-                page0,
-                nxt0,
-                start,
-                end,
-                ready0,
-                PAGE_SIZE,
-                NUM_PAGES,
-                LORA,
-                ROPE,
-                BLOCK_N,
-                stride_kv_page,
-                stride_kv_row,
-            )
+        if VARIANT & 4 == 0:
+            if more:
+                mbarrier.wait(free0, ph)
+                _seesaw_copy_block(
+                    kv_c0,
+                    p0_smem,
+                    c8_smem.index(2 * z + 1),
+                    pe8_smem.index(2 * z + 1),
+                    kv_c_desc,
+                    k_pe_desc,
+                    kv_ptr,
+                    page0,
+                    nxt0,
+                    start,
+                    end,
+                    ready0,
+                    PAGE_SIZE,
+                    NUM_PAGES,
+                    LORA,
+                    ROPE,
+                    BLOCK_N,
+                    stride_kv_page,
+                    stride_kv_row,
+                    VARIANT,
+                )
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
         # (7) slot 1, once warpgroup 0's P1 V1_L is done too: the next odd block.
         if more:
@@ -2152,6 +2257,7 @@ def _seesaw_wg1(
                 BLOCK_N,
                 stride_kv_page,
                 stride_kv_row,
+                VARIANT,
             )
         m_i = m1
 
@@ -2217,6 +2323,7 @@ def mla_decode_stage1_gluon_seesaw(
     BLOCK_H: gl.constexpr,
     BLOCK_N: gl.constexpr,
     WIDEN: gl.constexpr,
+    VARIANT: gl.constexpr,
 ):
     gl.static_assert(PAGE_SIZE % BLOCK_N == 0, "blocks must lie inside one page")
     gl.static_assert(gl.num_warps() == 4, "one warpgroup here, the worker adds the other")
@@ -2257,17 +2364,33 @@ def mla_decode_stage1_gluon_seesaw(
     if FP8:
         # An fp8 block lands in the back half of its slot's bytes (``_widen_slot``):
         # the latent part by 64-column chunks, chunk-major.
-        stage_layout: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
         kv_dtype: gl.constexpr = kv_ptr.dtype.element_ty
-        # Halves: slot s's back half is view 2 s + 1.
+        # Slot s's fp8 latent chunk c is 4 KB view 16 s + 8 + c (its back half), its
+        # fp8 rope part view 2 s + 1.
+        stage_layout: gl.constexpr = (
+            gl.NVMMASharedLayout(0, 8, rank=2)
+            if VARIANT & 2
+            else gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
+        )
         c8_smem = kv_c_smem._reinterpret(kv_dtype, [4, 8 * BLOCK_N, 64], stage_layout)
         pe8_smem = k_pe_smem._reinterpret(kv_dtype, [4, BLOCK_N, ROPE], stage_layout)
         c8_first = c8_smem.index(1)
         pe8_first = pe8_smem.index(1)
         c8_second = c8_smem.index(3)
         pe8_second = pe8_smem.index(3)
-        kv_c_desc = kv_ptr  # no TMA: unused (warp_specialize takes no None)
-        k_pe_desc = kv_ptr
+        if VARIANT & 2:
+            gl.static_assert(stride_kv_page == PAGE_SIZE * stride_kv_row, "pages back to back")
+            box_layout: gl.constexpr = gl.NVMMASharedLayout(0, 8, rank=2)
+            kv_c_desc = tma.make_tensor_descriptor(
+                kv_ptr,
+                [NUM_PAGES * PAGE_SIZE, LORA + ROPE],
+                [stride_kv_row, 1],
+                [BLOCK_N, 64],
+                box_layout,
+            )
+        else:
+            kv_c_desc = kv_ptr  # no TMA: unused (warp_specialize takes no None)
+        k_pe_desc = kv_c_desc
     else:
         c8_smem = kv_c_smem
         pe8_smem = k_pe_smem
@@ -2338,6 +2461,7 @@ def mla_decode_stage1_gluon_seesaw(
             BLOCK_N,
             stride_kv_page,
             stride_kv_row,
+            VARIANT,
         )
         _seesaw_copy_block(
             kv_c_smem.index(1),
@@ -2359,6 +2483,7 @@ def mla_decode_stage1_gluon_seesaw(
             BLOCK_N,
             stride_kv_page,
             stride_kv_row,
+            VARIANT,
         )
 
     kv_scale = gl.load(kv_scale_ptr)
@@ -2398,6 +2523,7 @@ def mla_decode_stage1_gluon_seesaw(
                     stride_buf_h,
                     stride_buf_s,
                     WIDEN,
+                    VARIANT,
                 ),
             ),
             (
@@ -2442,6 +2568,7 @@ def mla_decode_stage1_gluon_seesaw(
                     stride_buf_h,
                     stride_buf_s,
                     WIDEN,
+                    VARIANT,
                 ),
             ),
         ],
