@@ -1887,6 +1887,44 @@ def _widen_slot(kv_c, k_pe, c8, pe8, WIDEN: gl.constexpr, VARIANT: gl.constexpr)
 
 
 @gluon.jit
+def _seesaw_qk(
+    q_nope, q_pe, kv_c, k_pe, c8, pe8, s_init, WIDEN: gl.constexpr, VARIANT: gl.constexpr
+):
+    """S = Q K^T of a slot's block, issued (async; the caller waits). From an fp8 cache
+    with ``VARIANT & 8`` the block is widened chunk by chunk (``_widen_slot``'s
+    placement) and each chunk's MMA issued once it is published, so that the
+    widening of the next chunk runs under it: per chunk, store it, fence, load the
+    next one's fp8, a warpgroup barrier (every thread's loads up to that chunk done:
+    chunk c's store overwrites fp8 chunks 2c - 8 and 2c - 7), then its MMA."""
+    if c8.dtype == gl.float8e4nv:
+        if VARIANT & 8:
+            layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
+            x = pe8.load(layout)
+            gl.thread_barrier()
+            k_pe.store(_widened(x, k_pe, WIDEN))
+            fence_async_shared()
+            x = c8.slice(0, 64).load(layout)
+            gl.thread_barrier()
+            s = warpgroup_mma(q_pe, k_pe.permute((1, 0)), s_init, use_acc=False, is_async=True)
+            for c in gl.static_range(8):
+                dst = kv_c.slice(64 * c, 64, dim=1)
+                dst.store(_widened(x, dst, WIDEN))
+                fence_async_shared()
+                if c < 7:
+                    x = c8.slice(64 * (c + 1), 64).load(layout)
+                gl.thread_barrier()
+                s = warpgroup_mma(
+                    q_nope.slice(64 * c, 64, dim=1), dst.permute((1, 0)), s, is_async=True
+                )
+            return s
+        else:
+            _widen_slot(kv_c, k_pe, c8, pe8, WIDEN, VARIANT)
+    fence_async_shared()  # cp.async wrote through the generic proxy; wgmma reads async
+    s = warpgroup_mma(q_nope, kv_c.permute((1, 0)), s_init, use_acc=False, is_async=True)
+    return warpgroup_mma(q_pe, k_pe.permute((1, 0)), s, is_async=True)
+
+
+@gluon.jit
 def _opaque_zero(i):
     """0, which the compiler cannot see through (it depends on ``i``)."""
     return gl.inline_asm_elementwise(
@@ -1973,13 +2011,17 @@ def _seesaw_wg0(
         # (1) S0 = Q K0^T, the whole 64 x 64, once the even block has landed (and,
         # from an fp8 cache, been widened in its slot).
         mbarrier.wait(ready0, ph)
-        if c8_smem.dtype == gl.float8e4nv:
-            _widen_slot(
-                kv_c0, p0_smem, c8_smem.index(2 * z + 1), pe8_smem.index(2 * z + 1), WIDEN, VARIANT
-            )
-        fence_async_shared()  # cp.async wrote through the generic proxy; wgmma reads async
-        s = warpgroup_mma(q_nope, kv_c0.permute((1, 0)), s_init, use_acc=False, is_async=True)
-        s = warpgroup_mma(q_pe, p0_smem.permute((1, 0)), s, is_async=True)
+        s = _seesaw_qk(
+            q_nope,
+            q_pe,
+            kv_c0,
+            p0_smem,
+            c8_smem.index(2 * z + 1),
+            pe8_smem.index(2 * z + 1),
+            s_init,
+            WIDEN,
+            VARIANT,
+        )
         s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
         # (2) softmax of the even block against the running max m_i (lazy rescaling).
         tokens = n0 + s_cols
@@ -2142,13 +2184,17 @@ def _seesaw_wg1(
         page1 = gl.load(bt_row + nxt1 // PAGE_SIZE, mask=more & (nxt1 < end), other=0)
         # (1) S1 = Q K1^T, concurrently with warpgroup 0's S0.
         mbarrier.wait(ready1, ph)
-        if c8_smem.dtype == gl.float8e4nv:
-            _widen_slot(
-                kv_c1, p1_smem, c8_smem.index(2 * z + 3), pe8_smem.index(2 * z + 3), WIDEN, VARIANT
-            )
-        fence_async_shared()
-        s = warpgroup_mma(q_nope, kv_c1.permute((1, 0)), s_init, use_acc=False, is_async=True)
-        s = warpgroup_mma(q_pe, p1_smem.permute((1, 0)), s, is_async=True)
+        s = _seesaw_qk(
+            q_nope,
+            q_pe,
+            kv_c1,
+            p1_smem,
+            c8_smem.index(2 * z + 3),
+            pe8_smem.index(2 * z + 3),
+            s_init,
+            WIDEN,
+            VARIANT,
+        )
         s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
         tokens = n1 + s_cols
         live = (tokens >= start) & (tokens < end)
