@@ -1925,6 +1925,31 @@ def _seesaw_qk(
 
 
 @gluon.jit
+def _seesaw_q_f16(q_nope16, q_pe16, q_nope, q_pe, LORA: gl.constexpr):
+    """The landed bf16 query tile (``q_nope16``/``q_pe16``, bf16 views) rewritten in
+    place as fp16 (``q_nope``/``q_pe``, fp16 views of the same bytes), each head scaled
+    by the power of two that puts its largest finite magnitude in ``[2^14, 2^15)``
+    (``_copy_query_f16``'s rule). Returns each head's logit factor, the inverse (one
+    warpgroup; a thread rewrites only what it read)."""
+    layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
+    big = float("inf")
+    x = gl.abs(q_pe16.load(layout).to(gl.float32))
+    amax = gl.max(gl.where(x < big, x, 0.0), 1)
+    for c in gl.static_range(LORA // 64):
+        x = gl.abs(q_nope16.slice(64 * c, 64, dim=1).load(layout).to(gl.float32))
+        amax = gl.maximum(amax, gl.max(gl.where(x < big, x, 0.0), 1))
+    e = (amax.to(gl.int32, bitcast=True) >> 23) & 0xFF
+    k = gl.minimum(gl.maximum(141 - e, -120), 120)
+    scale = ((k + 127) << 23).to(gl.float32, bitcast=True)
+    x = q_pe16.load(layout).to(gl.float32)
+    q_pe.store((x * scale[:, None]).to(gl.float16))
+    for c in gl.static_range(LORA // 64):
+        x = q_nope16.slice(64 * c, 64, dim=1).load(layout).to(gl.float32)
+        q_nope.slice(64 * c, 64, dim=1).store((x * scale[:, None]).to(gl.float16))
+    return ((127 - k) << 23).to(gl.float32, bitcast=True)
+
+
+@gluon.jit
 def _opaque_zero(i):
     """0, which the compiler cannot see through (it depends on ``i``)."""
     return gl.inline_asm_elementwise(
@@ -1936,6 +1961,9 @@ def _opaque_zero(i):
 def _seesaw_wg0(
     q_nope_smem,
     q_pe_smem,
+    q16_nope_smem,
+    q16_pe_smem,
+    f_smem,
     kv_c_smem,
     k_pe_smem,
     c8_smem,
@@ -1993,6 +2021,23 @@ def _seesaw_wg0(
     acc = gl.zeros([BLOCK_H, HALF], gl.float32, layout=o_layout)
     s_init = gl.zeros([BLOCK_H, BLOCK_N], gl.float32, layout=s_layout)
     s_cols = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+    F16Q: gl.constexpr = q_nope_smem.dtype != q16_nope_smem.dtype
+    if F16Q:
+        # bf16 q, fp16 MMAs: this warpgroup rewrites Q as fp16 once it has landed.
+        qk_rows = gl.full([BLOCK_H], 0.0, gl.float32, layout=s_rows)
+        if num_pairs > 0:
+            mbarrier.wait(ready0, 0)
+            factor = _seesaw_q_f16(
+                q16_nope_smem.index(0),
+                q16_pe_smem.index(0),
+                q_nope_smem.index(0),
+                q_pe_smem.index(0),
+                LORA,
+            )
+            f_smem.store(factor)
+            fence_async_shared()  # generic stores, read by wgmma through the async proxy
+            mbarrier.arrive(bars.index(8))
+            qk_rows = gl.convert_layout(factor, s_rows) * qk_scale
 
     for i in range(num_pairs):
         ph = i & 1
@@ -2026,7 +2071,10 @@ def _seesaw_wg0(
         # (2) softmax of the even block against the running max m_i (lazy rescaling).
         tokens = n0 + s_cols
         live = (tokens >= start) & (tokens < end)
-        s = gl.where(live[None, :], s * qk_scale, float("-inf"))
+        if F16Q:
+            s = gl.where(live[None, :], s * qk_rows[:, None], float("-inf"))
+        else:
+            s = gl.where(live[None, :], s * qk_scale, float("-inf"))
         m_blk = gl.maximum(m_i, gl.max(s, 1))
         m0 = gl.where(m_blk - m_i > RESCALE_THRESHOLD, m_blk, m_i)
         scale0 = gl.exp2(m_i - m0)
@@ -2093,6 +2141,9 @@ def _seesaw_wg0(
 def _seesaw_wg1(
     q_nope_smem,
     q_pe_smem,
+    q16_nope_smem,
+    q16_pe_smem,
+    f_smem,
     kv_c_smem,
     k_pe_smem,
     c8_smem,
@@ -2160,6 +2211,12 @@ def _seesaw_wg1(
     acc = gl.zeros([BLOCK_H, HALF], gl.float32, layout=o_layout)
     s_init = gl.zeros([BLOCK_H, BLOCK_N], gl.float32, layout=s_layout)
     s_cols = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+    F16Q: gl.constexpr = q_nope_smem.dtype != q16_nope_smem.dtype
+    if F16Q:
+        qk_rows = gl.full([BLOCK_H], 0.0, gl.float32, layout=s_rows)
+        if num_pairs > 0:
+            mbarrier.wait(bars.index(8), 0)  # warpgroup 0 rewrote Q as fp16
+            qk_rows = f_smem.load(s_rows) * qk_scale
 
     for i in range(num_pairs):
         ph = i & 1
@@ -2198,7 +2255,10 @@ def _seesaw_wg1(
         s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
         tokens = n1 + s_cols
         live = (tokens >= start) & (tokens < end)
-        s = gl.where(live[None, :], s * qk_scale, float("-inf"))
+        if F16Q:
+            s = gl.where(live[None, :], s * qk_rows[:, None], float("-inf"))
+        else:
+            s = gl.where(live[None, :], s * qk_scale, float("-inf"))
         # (2) m0 from warpgroup 0, then the odd block's softmax against it: this runs
         # while warpgroup 0's P0 V0_L is on the tensor cores.
         mbarrier.wait(p0_bar, ph)
@@ -2373,8 +2433,12 @@ def mla_decode_stage1_gluon_seesaw(
 ):
     gl.static_assert(PAGE_SIZE % BLOCK_N == 0, "blocks must lie inside one page")
     gl.static_assert(gl.num_warps() == 4, "one warpgroup here, the worker adds the other")
-    dtype: gl.constexpr = q_nope_ptr.dtype.element_ty  # the MMAs' (an fp8 block is widened)
     FP8: gl.constexpr = kv_ptr.dtype.element_ty == gl.float8e4nv
+    q_dtype: gl.constexpr = q_nope_ptr.dtype.element_ty
+    # The MMAs' dtype: q's, but fp16 for bf16 q on an fp8 cache where VARIANT & 16.
+    dtype: gl.constexpr = (
+        gl.float16 if FP8 and (VARIANT & 16 != 0) and q_dtype == gl.bfloat16 else q_dtype
+    )
 
     tile = gl.program_id(0)
     row = gl.program_id(1)
@@ -2404,9 +2468,19 @@ def mla_decode_stage1_gluon_seesaw(
     l_smem = gl.allocate_shared_memory(gl.float32, [2, BLOCK_H], vec_layout)
     # ready0/1 (a block landed, _seesaw_copy_block), p0/p1 (P and m published),
     # free0/1 (warpgroup 0 done with a slot), l0/l1 (row sums published).
-    bars = gl.allocate_shared_memory(gl.int64, [8, 1], mbarrier.MBarrierLayout())
-    for b in gl.static_range(8):
+    # and, for fp16 MMAs on bf16 q, qready (warpgroup 0 rewrote Q as fp16).
+    NUM_BARS: gl.constexpr = 8 if dtype == q_dtype else 9
+    bars = gl.allocate_shared_memory(gl.int64, [NUM_BARS, 1], mbarrier.MBarrierLayout())
+    for b in gl.static_range(NUM_BARS):
         mbarrier.init(bars.index(b), count=1)
+    if dtype != q_dtype:
+        f_smem = gl.allocate_shared_memory(gl.float32, [BLOCK_H], vec_layout)
+        q16_nope_smem = q_nope_smem._reinterpret(q_dtype, [1, BLOCK_H, LORA], nope_layout)
+        q16_pe_smem = q_pe_smem._reinterpret(q_dtype, [1, BLOCK_H, ROPE], rope_layout)
+    else:
+        f_smem = l_smem  # unused
+        q16_nope_smem = q_nope_smem
+        q16_pe_smem = q_pe_smem
     if FP8:
         # An fp8 block lands in the back half of its slot's bytes (``_widen_slot``):
         # the latent part by 64-column chunks, chunk-major.
@@ -2463,8 +2537,8 @@ def mla_decode_stage1_gluon_seesaw(
         # copies complete, all before the blocks' own arrivals (the warpgroup barrier).
         copy_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
         _copy_query(
-            q_nope_smem.index(0),
-            q_pe_smem.index(0),
+            q16_nope_smem.index(0),
+            q16_pe_smem.index(0),
             q_nope_ptr,
             q_pe_ptr,
             tile,
@@ -2541,6 +2615,9 @@ def mla_decode_stage1_gluon_seesaw(
                 (
                     q_nope_smem,
                     q_pe_smem,
+                    q16_nope_smem,
+                    q16_pe_smem,
+                    f_smem,
                     kv_c_smem,
                     k_pe_smem,
                     c8_smem,
@@ -2577,6 +2654,9 @@ def mla_decode_stage1_gluon_seesaw(
                 (
                     q_nope_smem,
                     q_pe_smem,
+                    q16_nope_smem,
+                    q16_pe_smem,
+                    f_smem,
                     kv_c_smem,
                     k_pe_smem,
                     c8_smem,
