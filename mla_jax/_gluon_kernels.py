@@ -300,7 +300,7 @@ _TL_TILING = ("BLOCK_H", "BLOCK_N", "DOT_PRECISION", "PAGED_LOADS", "LORA_CHUNKS
 _CP_ASYNC_BYTES = 16
 # How the fp8 kernel widens its tile (``_widen``): "auto", "bits" or "cvt".
 FP8_WIDEN = "auto"
-SEESAW_VARIANT = 0  # experiment knobs (temporary)
+SEESAW_VARIANT = 48  # experiment knobs (temporary)
 
 
 def supports(
@@ -739,6 +739,16 @@ _E4M3_TO_BF16_ASM = gl.constexpr(
 _E4M3_TO_F16_ASM = gl.constexpr(
     _E4M3_WIDEN_ASM.format(shift=7, mask="0xBF80BF80", scale="0x5C005C00", ty="f16")
 )
+# The same without the multiply: the fp16 value 2^-8 times the e4m3 one (exact, subnormals
+# included), for kernels that fold 2^8 into their scales ("raw").
+_E4M3_TO_F16_RAW_ASM = gl.constexpr("""{
+prmt.b32 $0, $2, 0, 0x9180;
+prmt.b32 $1, $2, 0, 0xB3A2;
+shl.b32 $0, $0, 7;
+shl.b32 $1, $1, 7;
+and.b32 $0, $0, 0xBF80BF80;
+and.b32 $1, $1, 0xBF80BF80;
+}""")
 
 
 @gluon.jit
@@ -758,7 +768,17 @@ def _widened(x, dst, WIDEN: gl.constexpr):
     """``x`` (fp8 e4m3, registers) in the dtype of ``dst`` (shared), the way ``_widen``
     says."""
     bits: gl.constexpr = WIDEN == "bits" or (WIDEN == "auto" and dst.dtype == gl.bfloat16)
-    if bits:
+    if WIDEN == "raw":
+        gl.static_assert(dst.dtype == gl.float16, "raw widening is to fp16")
+        return gl.inline_asm_elementwise(
+            _E4M3_TO_F16_RAW_ASM,
+            "=r,=r,r",
+            [x.to(gl.uint8, bitcast=True)],
+            dtype=dst.dtype,
+            is_pure=True,
+            pack=4,
+        )
+    elif bits:
         asm: gl.constexpr = _E4M3_TO_BF16_ASM if dst.dtype == gl.bfloat16 else _E4M3_TO_F16_ASM
         return gl.inline_asm_elementwise(
             asm, "=r,=r,r", [x.to(gl.uint8, bitcast=True)], dtype=dst.dtype, is_pure=True, pack=4
@@ -2607,7 +2627,10 @@ def mla_decode_stage1_gluon_seesaw(
         )
 
     kv_scale = gl.load(kv_scale_ptr)
+    if FP8 and (VARIANT & 32 != 0):
+        kv_scale = kv_scale * 256.0  # the blocks widen to 2^-8 of their values ("raw")
     qk_scale = SM_SCALE * _LOG2E * kv_scale
+    W: gl.constexpr = "raw" if FP8 and (VARIANT & 32 != 0) else WIDEN
     gl.warp_specialize(
         [
             (
@@ -2645,7 +2668,7 @@ def mla_decode_stage1_gluon_seesaw(
                     stride_buf_b,
                     stride_buf_h,
                     stride_buf_s,
-                    WIDEN,
+                    W,
                     VARIANT,
                 ),
             ),
@@ -2693,7 +2716,7 @@ def mla_decode_stage1_gluon_seesaw(
                     stride_buf_b,
                     stride_buf_h,
                     stride_buf_s,
-                    WIDEN,
+                    W,
                     VARIANT,
                 ),
             ),
