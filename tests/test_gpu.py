@@ -408,8 +408,8 @@ def test_gluon_stage1_through_mla_decode(batch, heads, length, dtype, cache, max
     text = step.lower(q, kv, bt, sl, buffer).as_text()
     names = [kernel_call(line)["kernel_name"] for line in custom_calls(text)]
     stage1 = "mla_decode_stage1_gluon_seesaw"
-    if cache == "fp8":
-        stage1 = "mla_decode_stage1_gluon_fp8" + ("_h16" if heads < 64 else "")
+    if cache == "fp8" and heads < 64:
+        stage1 = "mla_decode_stage1_gluon_fp8_h16"
     one_split = (
         mla_jax.kv_splits(
             buffer.policy,
