@@ -109,7 +109,7 @@ CROSSOVER = [
     (64, 64, 1024),
 ]
 # ``--crossover`` on an fp8 cache: the seesaw at 128-1024 tokens a split,
-# around its bound (``_triton_backend.FP8_MIN_SPLIT_TOKENS``).
+# around its bound (``_triton_backend.SEESAW_MIN_SPLIT_TOKENS``, 128).
 CROSSOVER_FP8 = [
     (1, 128, 4096),
     (4, 128, 4096),

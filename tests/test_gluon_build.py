@@ -358,7 +358,9 @@ FP8_H16 = "mla_decode_stage1_gluon_fp8_h16"
         (128, 64, 4096, 90, jnp.float16, None, SEESAW),  # 1 split
         (16, 128, 4096, 90, BF16, FP8, SEESAW),
         (16, 128, 1024, 90, BF16, None, SEESAW),  # 4 splits of 256
-        (16, 128, 1024, 90, BF16, FP8, TL),  # 4 splits of 256
+        (16, 128, 1024, 90, BF16, FP8, SEESAW),  # 4 splits of 256
+        (4, 64, 4096, 90, BF16, FP8, SEESAW),  # 32 splits of 128
+        (1, 128, 1024, 90, BF16, FP8, TL),  # 16 splits of 64
         (16, 64, 4096, 90, BF16, FP8, SEESAW),  # 8 splits of 512
         (1, 128, 4096, 90, BF16, None, SEESAW),  # 32 splits of 128
         (1, 128, 1024, 90, BF16, None, TL),  # 16 splits of 64
@@ -384,8 +386,7 @@ def test_stage1_is_the_gluon_kernel_where_it_wins(
     batch, heads, length, cc, dtype, kv_dtype, kernel
 ):
     """``mla_decode`` lowers stage 1 to a Gluon kernel on sm_90 for a problem they
-    support whose splits hold at least 128 tokens for a 16-bit cache (512 for an fp8
-    one, 64 for the 16-head fp8 kernel;
+    support whose splits hold at least 128 tokens (64 for the 16-head fp8 kernel;
     ``_triton_backend.use_gluon``): the seesaw, on a 16-bit or an fp8 cache (the
     16-head fp8 kernel on an fp8 cache under 64 heads); else to the tl kernel.
     Stage 2 is the same either way, and absent where the grid has one split."""
