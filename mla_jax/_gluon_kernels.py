@@ -171,10 +171,10 @@ in all.
   pair parity. Every reader of a generic-proxy write (cp.async, P stores) through
   wgmma runs ``fence_async_shared`` after its wait (and the P writer before its
   arrive).
-* No CTA-wide barrier inside the loop: each warpgroup syncs itself (named 128-thread barriers) and the other through
-  mbarriers. The sm_90 build: 255 registers, no spills, 88 HGMMA; every
-  ``wgmma.wait_group`` is 0, the overlap being across warpgroups and, in each,
-  across an mbarrier wait (WG0) or the refill's issue (WG1).
+* No CTA-wide barrier inside the loop: each warpgroup syncs itself (named 128-thread
+  barriers) and the other through mbarriers. The sm_90 build: 255 registers, no
+  spills, 88 HGMMA; every ``wgmma.wait_group`` is 0, the overlap being across
+  warpgroups and, in each, across an mbarrier wait (WG0) or the refill's issue (WG1).
 * The views of Q and the slots are indexed by an opaque 0 (``_opaque_zero``) inside
   the loop: with fixed views every wgmma descriptor is loop-invariant, LLVM hoists
   them all (Q's 36 alone are 72 registers) and ptxas spilled 920 bytes.

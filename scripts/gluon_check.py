@@ -129,9 +129,7 @@ class Launch:
     buffer. ``tl()`` / ``gluon()`` run stage 1 then stage 2 on that buffer and leave
     ``out``/``lse``."""
 
-    def __init__(
-        self, q, pool, table, lens, splits, kv_scale=1.0, gluon=True, routed=True
-    ):
+    def __init__(self, q, pool, table, lens, splits, kv_scale=1.0, gluon=True, routed=True):
         """``kv_scale``: the cache's dequantisation scale (fp8); ``gluon=False``: the tl path only
         (a problem no Gluon kernel supports); ``routed=False``: the Gluon kernel also
         where ``supports`` would not send the problem to it (``--heads``)."""
