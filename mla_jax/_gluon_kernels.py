@@ -608,6 +608,26 @@ def _permuted_cols(COLS: gl.constexpr, layout: gl.constexpr):
 
 
 @gluon.jit
+def _finite_amax(x):
+    """The largest finite magnitude of each row of ``x`` (float32; NaN fails the
+    comparison), 0 for a row with none."""
+    return gl.max(gl.where(gl.abs(x) < float("inf"), gl.abs(x), 0.0), 1)
+
+
+@gluon.jit
+def _f16_head_scale(amax):
+    """For a head whose largest finite magnitude is ``amax``: the power of two that
+    takes it into ``[2^14, 2^15)`` and its inverse (the head's logit factor). amax <
+    2^(e - 126) for its biased exponent e, so 2^(141 - e) does; the clamp keeps both
+    powers normal float32s (a zero head: any scale)."""
+    e = (amax.to(gl.int32, bitcast=True) >> 23) & 0xFF
+    k = gl.minimum(gl.maximum(141 - e, -120), 120)
+    return ((k + 127) << 23).to(gl.float32, bitcast=True), ((127 - k) << 23).to(
+        gl.float32, bitcast=True
+    )
+
+
+@gluon.jit
 def _copy_query_f16(
     q_nope_dst,
     q_pe_dst,
@@ -650,19 +670,8 @@ def _copy_query_f16(
         other=0.0,
     ).to(gl.float32)
     if q_nope_ptr.dtype.element_ty == gl.bfloat16:
-        # The largest finite magnitude of each head (NaN fails the comparison).
-        big = float("inf")
-        amax = gl.maximum(
-            gl.max(gl.where(gl.abs(q_nope) < big, gl.abs(q_nope), 0.0), 1),
-            gl.max(gl.where(gl.abs(q_pe) < big, gl.abs(q_pe), 0.0), 1),
-        )
-        # amax < 2^(e - 126) for its biased exponent e, so 2^(141 - e) takes it into
-        # [2^14, 2^15); the clamp keeps both powers normal float32s (a zero head: any
-        # scale).
-        e = (amax.to(gl.int32, bitcast=True) >> 23) & 0xFF
-        k = gl.minimum(gl.maximum(141 - e, -120), 120)
-        scale = ((k + 127) << 23).to(gl.float32, bitcast=True)
-        logit_factor = ((127 - k) << 23).to(gl.float32, bitcast=True)
+        amax = gl.maximum(_finite_amax(q_nope), _finite_amax(q_pe))
+        scale, logit_factor = _f16_head_scale(amax)
     else:
         scale = gl.full([BLOCK_H], 1.0, gl.float32, layout=gl.SliceLayout(1, layout))
         logit_factor = scale
@@ -1394,21 +1403,17 @@ def _seesaw_q_f16(q_nope16, q_pe16, q_nope, q_pe, LORA: gl.constexpr):
     (``_copy_query_f16``'s rule). Returns each head's logit factor, the inverse (one
     warpgroup; a thread rewrites only what it read)."""
     layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
-    big = float("inf")
-    x = gl.abs(q_pe16.load(layout).to(gl.float32))
-    amax = gl.max(gl.where(x < big, x, 0.0), 1)
+    amax = _finite_amax(q_pe16.load(layout).to(gl.float32))
     for c in gl.static_range(LORA // 64):
-        x = gl.abs(q_nope16.slice(64 * c, 64, dim=1).load(layout).to(gl.float32))
-        amax = gl.maximum(amax, gl.max(gl.where(x < big, x, 0.0), 1))
-    e = (amax.to(gl.int32, bitcast=True) >> 23) & 0xFF
-    k = gl.minimum(gl.maximum(141 - e, -120), 120)
-    scale = ((k + 127) << 23).to(gl.float32, bitcast=True)
+        x = q_nope16.slice(64 * c, 64, dim=1).load(layout).to(gl.float32)
+        amax = gl.maximum(amax, _finite_amax(x))
+    scale, logit_factor = _f16_head_scale(amax)
     x = q_pe16.load(layout).to(gl.float32)
     q_pe.store((x * scale[:, None]).to(gl.float16))
     for c in gl.static_range(LORA // 64):
         x = q_nope16.slice(64 * c, 64, dim=1).load(layout).to(gl.float32)
         q_nope.slice(64 * c, 64, dim=1).store((x * scale[:, None]).to(gl.float16))
-    return ((127 - k) << 23).to(gl.float32, bitcast=True)
+    return logit_factor
 
 
 @gluon.jit
@@ -1907,8 +1912,8 @@ def mla_decode_stage1_gluon_seesaw(
         # An fp8 block lands in the back half of its slot's bytes (``_widen_slot``):
         # the latent part by 64-column chunks, chunk-major.
         kv_dtype: gl.constexpr = kv_ptr.dtype.element_ty
-        # Slot s's fp8 latent chunk c is 4 KB view 16 s + 8 + c (its back half), its
-        # fp8 rope part view 2 s + 1.
+        # Slot s's back halves are views 2 s + 1 ([8 * BLOCK_N, 64] of latent chunks
+        # and [BLOCK_N, ROPE] of rope).
         stage_layout: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
         c8_smem = kv_c_smem._reinterpret(kv_dtype, [4, 8 * BLOCK_N, 64], stage_layout)
         pe8_smem = k_pe_smem._reinterpret(kv_dtype, [4, BLOCK_N, ROPE], stage_layout)
