@@ -1308,9 +1308,7 @@ def _seesaw_copy_block(
         ok = (n0 + offs >= start) & (n0 + offs < end)
         _copy_rows(kv_c_dst, page_base, rows, ok, stride_kv_row, LORA, copy_layout)
         _copy_rows(k_pe_dst, page_base + LORA, rows, ok, stride_kv_row, ROPE, copy_layout)
-        async_copy.mbarrier_arrive(ready, increment_count=True)
-        gl.thread_barrier()
-        mbarrier.arrive(ready)
+        _arrive_once_landed(ready)
 
 
 @gluon.jit
@@ -1346,6 +1344,14 @@ def _seesaw_copy_fp8(
     r = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, layout))
     ok = (n0 + r >= start) & (n0 + r < end)
     _copy_rows(pe8_dst, page_base + LORA, n0 % PAGE_SIZE + r, ok, stride_kv_row, ROPE, layout)
+    _arrive_once_landed(ready)
+
+
+@gluon.jit
+def _arrive_once_landed(ready):
+    """Completes ``ready`` (count 1) once this warpgroup's ``cp.async`` copies so far
+    have landed: each thread's ``cp.async.mbarrier.arrive`` adds a pending arrival that
+    its copies complete, then, after a warpgroup barrier, one plain arrival."""
     async_copy.mbarrier_arrive(ready, increment_count=True)
     gl.thread_barrier()
     mbarrier.arrive(ready)
