@@ -5,95 +5,15 @@ partition, clamps and output: the normalised partial ``acc / l * kv_scale`` in
 columns ``[0, LORA)`` of the float32 buffer and the natural-log lse in column
 ``LORA``; empty splits write nothing), so ``kernels.mla_decode_stage2`` merges its
 partials unchanged; with one split, the output and lse themselves, as the tl kernel
-writes them. Three kernels (``kernel_for``): for 64-head tiles
-``mla_decode_stage1_gluon_seesaw`` for a 16-bit cache of q's dtype and
-``mla_decode_stage1_gluon_fp8`` for a ``float8_e4m3fn`` cache with 16-bit q; under 64
-heads, ``mla_decode_stage1_gluon_fp8_h16`` for an fp8 cache (16-head tiles). What they
+writes them. Two kernels (``kernel_for``): ``mla_decode_stage1_gluon_seesaw`` for
+64-head tiles, on a 16-bit cache of q's dtype or a ``float8_e4m3fn`` one; under 64
+heads on an fp8 cache, ``mla_decode_stage1_gluon_fp8_h16`` (16-head tiles). What they
 support is ``supports``: ``LORA = 512``, ``ROPE = 64``, pages of a multiple of 64
 tokens, at least 32 heads (16 for an fp8 cache); everything else stays with the tl
-kernel.
-
-Common to the two 64-head kernels (one CTA per (head tile, row, split), as the tl
-kernel):
-
-* Eight warps, two warpgroups, ``BLOCK_H = 64`` heads, ``BLOCK_N = 64`` tokens a
-  block. A warpgroup MMA has M = 64 rows, so 64 heads is its natural tile; 128 heads
-  would need a 128 x 512 float32 accumulator, 256 registers a thread at 8 warps, more
-  than a thread may hold. The 64 x 512 output accumulator is split by columns, 64 x 256
-  a warpgroup (128 registers a thread).
-* Q (64 x 512 + 64 x 64) stays in shared memory for the whole split; latent blocks
-  (64 x 512 + 64 x 64) are double-buffered in shared memory, filled by ``cp.async``
-  in the fp8 kernel and by TMA in the seesaw wherever a block lies wholly inside
-  the split (its descriptors made on the device, in the global scratch the launch
-  route passes; a split's first and last blocks come by ``cp.async``, which
-  zero-fills the rows outside the split). A block
-  serves as K (all 576 columns, a transposed shared-memory view) and V (its first 512
-  columns) without a second copy.
-* Online softmax in base 2 with the tl kernel's lazy per-row rescaling. With lazy
-  rescaling most blocks move no row's max, so the kernels ask first (a vote) and
-  rescale only where one moves (``_cta_any``, ``_rescale_rows``): the result is the
-  same bit for bit, without the work that would multiply by 1.
-
-The fp8 kernel, ``mla_decode_stage1_gluon_fp8``, splits every MMA across the two
-warpgroups by columns (``warps_per_cta = [4, 2]``):
-
-* ``S = Q K^T`` (64 x 64) is 64 x 32 a warpgroup: splitting S by tokens, not
-  computing it twice, halves its tensor-core work (the 576-deep QK^T is more than
-  half of all the FLOPs); the price is a cross-warpgroup row max (the compiler's
-  reduction through shared memory), taken only in blocks where the CTA vote says
-  some row grew past the running max by more than the threshold (P is stored on the
-  running max first; ``_attend_block``). P is stored to shared memory for
-  ``O += P V``; the row sum of P is kept as a 64 x 64 per-thread partial and reduced
-  once at the end (``_attend_block``, ``_write_partials``).
-* Synchronisation, per block: ``cp.async.wait_group`` + a CTA barrier + a proxy
-  fence (cp.async writes through the generic proxy, wgmma reads through the async
-  one) before the MMAs read a block; a fence + barrier between the P stores and the
-  PV MMA; each MMA waited for before its inputs or output are reused.
-
-How the fp8 kernel gets its latent block into shared memory: ``warpgroup_mma``
-multiplies 16-bit operands from shared memory (an fp8 wgmma would need q quantised to
-fp8, and V K-major, i.e. transposed), so the fp8 block is widened there once:
-
-* ``cp.async`` copies the fp8 block (64 x 576 bytes, 16 bytes a thread: 9 copies a
-  thread a block) into one of two unswizzled fp8 staging slots.
-* After ``cp.async.wait_group`` and a CTA barrier (which make every thread's copies
-  visible), each thread loads 8-byte pieces of the block, widens them to q's dtype
-  (exact: every e4m3 value is a bf16 and an fp16 value) and stores them into one
-  16-bit tile in the swizzled layout wgmma reads; a proxy fence and a CTA barrier
-  publish the tile. 8 bytes a thread, 16 threads a row, keep both sides free of bank
-  conflicts: a half-warp's loads read 128 contiguous staging bytes, a quarter-warp's
-  16-byte stores one row's eight swizzled chunks. (With 16 bytes a thread, as the
-  copies move them, lanes t and t + 4 of a quarter-warp store to the same banks of two
-  64-column atoms: Nsight Compute counted 7.1-way conflicts, 44% of the stores'
-  wavefronts.)
-* Pipeline: the staging slot is free as soon as it is widened, so the copy of block
-  j + 2 is issued right after block j is widened (one commit group per block, empty
-  past the split's end, so ``wait_group(1)`` always means "block j has landed"): each
-  copy has about two iterations to land, not one.
-* Per block: ``wait_group(1)``; a barrier (every warpgroup's PV of block j - 1 is
-  done, so the 16-bit tile may be overwritten); widen; fence + barrier; copy of
-  j + 2; then ``_attend_block``.
-* Widening (``_widen``, ``WIDEN``, default ``FP8_WIDEN = "auto"``): for bf16 q an
-  integer sequence (``_E4M3_WIDEN_ASM``: prmt, shift, and, and a bf16x2 multiply by
-  2^120 for two values), because Triton's e4m3 -> bf16 goes through fp16 with one
-  scalar ``cvt.bf16.f16`` (F2F, a slow conversion) per value; for fp16 q Triton's
-  ``cvt.rn.f16x2.e4m3x2`` (one instruction for two values). ``"bits"``/``"cvt"``
-  force one way for both dtypes (``scripts/gluon_check.py`` times both).
-* The scale folds as in the tl kernel: ``qk_scale = SM_SCALE * log2(e) * kv_scale``
-  and the partial output times ``kv_scale``.
-* Shared memory: 72 KB Q + 2 x 36 KB fp8 staging + 72 KB 16-bit tile + 8 KB P =
-  224 KB (229888 bytes with the row-max scratch). The sm_90 build: 254 registers,
-  no spills, 40 HGMMA, no serialised wgmma, 45 cp.async (``tests/test_gluon_build.py``).
-* The widening is serial with the MMAs (the one 16-bit tile is read by QK^T and PV
-  of the same block): 144 fp8 values a thread a block, 18 shared loads, 18 shared
-  stores and 72 prmt + 72 shifts + 72 ands + 72 multiplies (bf16). At 64-head tiles
-  the 16-bit kernels are compute-bound (they move under 2 TB/s at H=128), so halving
-  the bytes cannot make this kernel faster than a 16-bit one of the same schedule; it
-  comes within the widening's cost of one, far ahead of the tl fp8 kernel, which
-  widens in registers and spills (docs/performance.md, "Gluon stage 1").
-* Why not the seesaw schedule: its two 16-bit latent slots (144 KB) and Q (72 KB)
-  leave no room for fp8 staging (72 KB), and its two warpgroups hold the whole
-  register file, so no producer partition could widen from registers instead.
+kernel. Both run online softmax in base 2 with the tl kernel's lazy rescaling; with
+lazy rescaling most blocks move no running max, so the kernels ask first (a vote) and
+rescale only where one moves (``_cta_any``, ``_rescale_rows``): the result is the
+same bit for bit, without the work that would multiply by 1.
 
 The 16-head fp8 kernel, ``mla_decode_stage1_gluon_fp8_h16`` (grid ``(cdiv(H, 16), B,
 splits)``, heads past ``H`` masked): at 16 heads an fp8 cache should make stage 1
@@ -185,10 +105,24 @@ of every MMA and be compute-bound. So the products are transposed, tokens on M:
   the ring (its one worker was the bottleneck); 32-head tiles (N = 32) would need 128
   accumulator registers a thread; fp8 MMAs (q quantised, an opt-in accuracy trade).
 
-The 16-bit kernel, ``mla_decode_stage1_gluon_seesaw``: FlashMLA's "seesaw" schedule
-(its 2025-04 deep dive) as far as Gluon on triton 3.6 goes. It is launched with
-``num_warps = 4`` (``launch_params``), the default partition; the build adds a 4-warp
-worker, 8 warps in all.
+The 64-head kernel, ``mla_decode_stage1_gluon_seesaw``: FlashMLA's "seesaw" schedule
+(its 2025-04 deep dive) as far as Gluon on triton 3.6 goes, one CTA per (head tile,
+row, split) as the tl kernel. It is launched with ``num_warps = 4``
+(``launch_params``), the default partition; the build adds a 4-warp worker, 8 warps
+in all.
+
+* ``BLOCK_H = 64`` heads, ``BLOCK_N = 64`` tokens a block. A warpgroup MMA has M = 64
+  rows, so 64 heads is its natural tile; 128 heads would need a 128 x 512 float32
+  accumulator, 256 registers a thread at 8 warps, more than a thread may hold. The
+  64 x 512 output accumulator is split by columns, 64 x 256 a warpgroup (128
+  registers a thread).
+* Q (64 x 512 + 64 x 64) stays in shared memory for the whole split; latent blocks
+  (64 x 512 + 64 x 64) are double-buffered in shared memory, filled by TMA wherever a
+  block of a 16-bit cache lies wholly inside the split (its descriptors made on the
+  device, in the global scratch the launch route passes) and otherwise by
+  ``cp.async``, which zero-fills the rows outside the split. A block serves as K (all
+  576 columns, a transposed shared-memory view) and V (its first 512 columns) without
+  a second copy.
 
 * ``gl.warp_specialize`` gives each warpgroup its own code: warpgroup 0 is the
   default partition, warpgroup 1 the worker (256 registers each, ``setmaxnreg``).
@@ -237,11 +171,10 @@ worker, 8 warps in all.
   pair parity. Every reader of a generic-proxy write (cp.async, P stores) through
   wgmma runs ``fence_async_shared`` after its wait (and the P writer before its
   arrive).
-* No CTA-wide barrier inside the loop (the fp8 kernel has several a block): each
-  warpgroup syncs itself (named 128-thread barriers) and the other through
-  mbarriers. The sm_90 build: 255 registers, no spills, 88 HGMMA; every
-  ``wgmma.wait_group`` is 0, the overlap being across warpgroups and, in each,
-  across an mbarrier wait (WG0) or the refill's issue (WG1).
+* No CTA-wide barrier inside the loop: each warpgroup syncs itself (named 128-thread
+  barriers) and the other through mbarriers. The sm_90 build: 255 registers, no
+  spills, 88 HGMMA; every ``wgmma.wait_group`` is 0, the overlap being across
+  warpgroups and, in each, across an mbarrier wait (WG0) or the refill's issue (WG1).
 * The views of Q and the slots are indexed by an opaque 0 (``_opaque_zero``) inside
   the loop: with fixed views every wgmma descriptor is loop-invariant, LLVM hoists
   them all (Q's 36 alone are 72 registers) and ptxas spilled 920 bytes.
@@ -255,6 +188,39 @@ worker, 8 warps in all.
   its two PV MMAs (the other order, FlashMLA's, would make WG0 wait for scale1
   before publishing P0) and at 255 registers there is no room for a second
   accumulator or for P0 in registers.
+
+On an fp8 cache the seesaw multiplies in fp16 (``warpgroup_mma`` takes 16-bit operands
+from shared memory; an fp8 one would need q quantised to fp8, and V K-major), so each
+block is widened once, in its own slot:
+
+* Every block comes by ``cp.async`` (``_seesaw_copy_fp8``), 36 KB of fp8 into the back
+  half of its slot's 72 KB: the latent columns by 64-column chunks, chunk-major (4 KB
+  each, from 32 KB on), the rope columns into the back half of the slot's k_pe. The
+  shared memory is the 16-bit kernel's: Q and two slots, no staging.
+* The warpgroup that takes a block's S widens it in place (``_widen_slot``), after
+  its ready barrier and before its QK^T: e4m3 to fp16 is exact and one
+  ``cvt.rn.f16x2.e4m3x2`` for two values. The 16-bit chunk ``c`` is bytes
+  ``[8c, 8c + 8)`` KB of the slot (a 64-column atom of the 128-byte swizzle), its fp8
+  source ``[32 + 4c, 36 + 4c)``: chunks 0-3 land below every fp8 byte, 4 and 5 over
+  chunks 0-3's, 6 and 7 over 4-7's, so two warpgroup barriers order the stores after
+  the loads they overwrite. The other warpgroup reads the widened block (its PV half)
+  only after the P handshake of the same block, which the widening warpgroup
+  publishes after its fence.
+* bf16 q: warpgroup 0 rewrites Q in place as fp16 once it has landed
+  (``_seesaw_q_f16``), each head scaled by the power of two that puts its largest
+  finite magnitude in ``[2^14, 2^15)`` (``_copy_query_f16``'s rule: exact within 2^29
+  of it; NaN or inf in one head leaves the others alone), and publishes each head's
+  logit factor (the inverse, times ``qk_scale``) with a ninth barrier. P, rounded
+  to fp16's 11 significant bits instead of bf16's 8, is at most
+  ``2^RESCALE_THRESHOLD``. fp16 q needs no rewrite.
+* The scale folds as in the tl kernel: ``qk_scale = SM_SCALE * log2(e) * kv_scale``
+  and the partial output times ``kv_scale``. The sm_90 build (bf16 q, splits): 255
+  registers, no spills, 88 HGMMA, 114 cp.async, 288 e4m3 cvt, 224,076 bytes of shared
+  memory, no global scratch.
+* The widening is not hidden: with it skipped (wrong values, the timing of a free
+  widening) a bf16-MMA build took 1029 µs at B=128, H=128, L=16384 against 1377-1383
+  with it (1300 with fp16 MMAs, as built); issuing each 64-column chunk's MMA under
+  the next chunk's widening was slower (``docs/performance.md``, "The fp8 cache").
 """
 
 from __future__ import annotations
@@ -277,9 +243,8 @@ from mla_jax import kernels
 
 BLOCK_H = 64
 BLOCK_N = 64
-# The fp8 kernel's two warpgroups; the seesaw kernel is launched with its default
-# partition's 4 warps, and its build adds the worker's 4 (its metadata says 8).
-NUM_WARPS = 8
+# The seesaw kernel is launched with its default partition's 4 warps, and its build
+# adds the worker's 4 (its metadata says 8).
 SEESAW_NUM_WARPS = 4
 # The 16-head fp8 kernel: one warpgroup, 16 heads (the MMAs' N).
 SMALL_BLOCK_H = 16
@@ -298,8 +263,6 @@ RESCALE_THRESHOLD = kernels.RESCALE_THRESHOLD
 # The tl stage 1's constexprs that are its own tiling, not the problem's.
 _TL_TILING = ("BLOCK_H", "BLOCK_N", "DOT_PRECISION", "PAGED_LOADS", "LORA_CHUNKS")
 _CP_ASYNC_BYTES = 16
-# How the fp8 kernel widens its tile (``_widen``): "auto", "bits" or "cvt".
-FP8_WIDEN = "auto"
 
 
 def supports(
@@ -351,12 +314,11 @@ def small_heads(kv_dtype: str | None, num_heads: int) -> bool:
 
 def kernel_for(kv_dtype: str, num_heads: int = BLOCK_H) -> Any:
     """The Gluon stage 1 for a cache of dtype ``kv_dtype`` (a name, as in ``supports``)
-    and ``num_heads`` query heads: the 16-head fp8 kernel where ``small_heads``. All
-    take the same arguments; ``launch_params`` gives each its launch."""
+    and ``num_heads`` query heads: the 16-head fp8 kernel where ``small_heads``, else
+    the seesaw (a 16-bit cache of q's dtype or an fp8 one). Both take the same
+    arguments; ``launch_params`` gives each its launch."""
     if small_heads(kv_dtype, num_heads):
         return mla_decode_stage1_gluon_fp8_h16
-    if kv_dtype == FP8:
-        return mla_decode_stage1_gluon_fp8
     return mla_decode_stage1_gluon_seesaw
 
 
@@ -366,8 +328,7 @@ def launch_params(kv_dtype: str | None = None, **problem: Any) -> dict:
     ``problem`` is ``kernels.launch_params``' keywords but ``float32_inputs`` and
     ``config``. The problem's constexprs are the tl stage 1's (one definition), less
     its tiling; the buffer is the tl kernel's, so stage 2 is launched from
-    ``kernels.launch_params``. The 64-head fp8 kernel adds ``WIDEN`` (``_widen``:
-    ``FP8_WIDEN``); the 16-head one has one widening."""
+    ``kernels.launch_params``."""
     tl_stage1, _ = kernels.launch_params(**problem, float32_inputs=False)
     small = small_heads(kv_dtype, problem["num_heads"])
     block_h = SMALL_BLOCK_H if small else BLOCK_H
@@ -375,19 +336,13 @@ def launch_params(kv_dtype: str | None = None, **problem: Any) -> dict:
         "BLOCK_H": block_h,
         "BLOCK_N": BLOCK_N,
     }
-    if kv_dtype == FP8 and not small:
-        constexprs["WIDEN"] = FP8_WIDEN
-    if small:
-        num_warps = SMALL_NUM_WARPS
-    else:
-        num_warps = NUM_WARPS if kv_dtype == FP8 else SEESAW_NUM_WARPS
     return {
         "grid": (
             triton.cdiv(problem["num_heads"], block_h),
             problem["batch"],
             problem["grid_splits"],
         ),
-        "num_warps": num_warps,
+        "num_warps": SMALL_NUM_WARPS if small else SEESAW_NUM_WARPS,
         "num_stages": 1,
         "constexprs": constexprs,
     }
@@ -448,66 +403,6 @@ def _copy_query(
     )
     q_pe_row = q_pe_ptr + row * stride_qp_b + QP_OFFSET
     _copy_rows(q_pe_dst, q_pe_row, heads, head_ok, stride_qp_h, ROPE, layout)
-
-
-@gluon.jit
-def _attend_block(
-    q_nope_smem,
-    q_pe_smem,
-    kv_c,
-    k_pe,
-    p_smem,
-    s_init,
-    s_cols,
-    n0,
-    start,
-    end,
-    qk_scale,
-    m_i,
-    l_acc,
-    acc,
-    o_rows: gl.constexpr,
-):
-    """One 64-token block of the online softmax, its latent block in shared memory
-    (16-bit, published: fenced and behind a barrier): returns ``(m_i, l_acc, acc)``."""
-    # S = Q K^T over the 512 latent and 64 rope dims: the latent block seen
-    # transposed ([576, 64]); each warpgroup computes 32 of the 64 tokens.
-    s = warpgroup_mma(q_nope_smem, kv_c.permute((1, 0)), s_init, use_acc=False, is_async=True)
-    s = warpgroup_mma(q_pe_smem, k_pe.permute((1, 0)), s, is_async=True)
-    s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
-
-    tokens = n0 + s_cols
-    live = (tokens >= start) & (tokens < end)
-    s = gl.where(live[None, :], s * qk_scale, float("-inf"))
-    # Lazy rescaling (kernels._attend): a row's max moves only when it grew by more
-    # than 2^RESCALE_THRESHOLD; until then p <= 2^8, harmless in 16 bits. P goes to
-    # shared memory for the second MMA (its A operand needs all 64 tokens, computed
-    # half by each warpgroup) on the running max at once; one CTA vote (a barrier,
-    # which also publishes P) says whether any row grew past it. Only then the exact
-    # row max (across the warpgroups, through shared memory), the rescale and P
-    # again: the first block, and rarely after. Otherwise alpha = 1 and m_i stands,
-    # as the exact max would have found: the same result bit for bit, without the
-    # exchange or the accumulator's rescale.
-    p = gl.exp2(s - m_i[:, None])
-    p_smem.store(p.to(p_smem.dtype))
-    fence_async_shared()
-    if _cta_any((s - m_i[:, None] > RESCALE_THRESHOLD).to(gl.int32), n0, 16) != 0:
-        m_new = gl.maximum(m_i, gl.max(s, 1))
-        grow = m_new - m_i > RESCALE_THRESHOLD
-        alpha = gl.where(grow, gl.exp2(m_i - m_new), 1.0)
-        m_i = gl.where(grow, m_new, m_i)
-        p = gl.exp2(s - m_i[:, None])
-        l_acc = l_acc * alpha[:, None] + p
-        acc = acc * gl.convert_layout(alpha, o_rows)[:, None]
-        p_smem.store(p.to(p_smem.dtype))
-        fence_async_shared()
-        gl.thread_barrier()
-    else:
-        l_acc = l_acc + p
-    # O += P V: V is the block's first LORA columns; each warpgroup owns 256.
-    acc = warpgroup_mma(p_smem, kv_c, acc, is_async=True)
-    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
-    return m_i, l_acc, acc
 
 
 @gluon.jit
@@ -631,375 +526,6 @@ def _write_empty_row(
     gl.store(lse_ptr + row * NUM_HEADS + heads, empty, mask=ok)
 
 
-@gluon.jit
-def _copy_block_fp8(
-    c8_dst,
-    pe8_dst,
-    kv_ptr,
-    page,
-    n0,
-    start,
-    end,
-    PAGE_SIZE: gl.constexpr,
-    NUM_PAGES: gl.constexpr,
-    LORA: gl.constexpr,
-    ROPE: gl.constexpr,
-    BLOCK_N: gl.constexpr,
-    stride_kv_page: gl.constexpr,
-    stride_kv_row: gl.constexpr,
-    nope_layout: gl.constexpr,
-    rope_layout: gl.constexpr,
-):
-    """``cp.async`` of the fp8 block at token ``n0`` (raw page index ``page``) into the
-    staging slot (``c8_dst``: its first ``LORA`` columns, ``pe8_dst``: the ``ROPE``
-    after them); rows outside ``[start, end)`` are zero-filled. Not committed."""
-    block = (
-        kv_ptr
-        + _safe_page(page, NUM_PAGES).to(gl.int64) * stride_kv_page
-        + (n0 % PAGE_SIZE) * stride_kv_row
-    )
-    rows = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, nope_layout))
-    ok = (n0 + rows >= start) & (n0 + rows < end)
-    _copy_rows(c8_dst, block, rows, ok, stride_kv_row, LORA, nope_layout)
-    rows = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, rope_layout))
-    ok = (n0 + rows >= start) & (n0 + rows < end)
-    _copy_rows(pe8_dst, block + LORA, rows, ok, stride_kv_row, ROPE, rope_layout)
-
-
-@gluon.jit
-def _copy_ahead_fp8(
-    c8_dst,
-    pe8_dst,
-    kv_ptr,
-    bt_row,
-    page,
-    nxt,
-    start,
-    end,
-    PAGE_SIZE: gl.constexpr,
-    NUM_PAGES: gl.constexpr,
-    LORA: gl.constexpr,
-    ROPE: gl.constexpr,
-    BLOCK_N: gl.constexpr,
-    stride_kv_page: gl.constexpr,
-    stride_kv_row: gl.constexpr,
-    nope_layout: gl.constexpr,
-    rope_layout: gl.constexpr,
-):
-    """The copy of the block at token ``nxt`` if it starts before ``end``, and one commit
-    group either way (an empty one past the end), so the groups in flight count blocks.
-    Returns the raw page index of the block after it, loaded a block ahead: checked
-    against the pool where used, not where loaded, so nothing waits for that load
-    before the next block."""
-    if nxt < end:
-        _copy_block_fp8(
-            c8_dst,
-            pe8_dst,
-            kv_ptr,
-            page,
-            nxt,
-            start,
-            end,
-            PAGE_SIZE,
-            NUM_PAGES,
-            LORA,
-            ROPE,
-            BLOCK_N,
-            stride_kv_page,
-            stride_kv_row,
-            nope_layout,
-            rope_layout,
-        )
-    async_copy.commit_group()
-    after = nxt + BLOCK_N
-    return gl.load(bt_row + after // PAGE_SIZE, mask=after < end, other=0)
-
-
-# e4m3 -> bf16 / fp16 by integer operations, 4 values (one 32-bit register) at a time:
-# each byte sign-extended to 16 bits (prmt), shifted so its 4 exponent and 3 mantissa
-# bits land at the top of the 16-bit exponent and mantissa fields, masked to the sign
-# and those 7 bits, then multiplied by 2^(bias difference): 2^120 for bf16, 2^8 for
-# fp16. Exact for every finite e4m3 value, subnormals and -0 included (the 16-bit
-# multiply keeps subnormal inputs); the e4m3 NaN (0x7f/0xff) becomes +-480.
-_E4M3_WIDEN_ASM = """{{
-.reg .b32 lo, hi, k;
-prmt.b32 lo, $2, 0, 0x9180;
-prmt.b32 hi, $2, 0, 0xB3A2;
-shl.b32 lo, lo, {shift};
-shl.b32 hi, hi, {shift};
-and.b32 lo, lo, {mask};
-and.b32 hi, hi, {mask};
-mov.b32 k, {scale};
-mul.rn.{ty}x2 $0, lo, k;
-mul.rn.{ty}x2 $1, hi, k;
-}}"""
-_E4M3_TO_BF16_ASM = gl.constexpr(
-    _E4M3_WIDEN_ASM.format(shift=4, mask="0x87F087F0", scale="0x7B807B80", ty="bf16")
-)
-_E4M3_TO_F16_ASM = gl.constexpr(
-    _E4M3_WIDEN_ASM.format(shift=7, mask="0xBF80BF80", scale="0x5C005C00", ty="f16")
-)
-
-
-@gluon.jit
-def _widen(dst, src, layout: gl.constexpr, WIDEN: gl.constexpr):
-    """``src`` (fp8 e4m3, shared) into ``dst`` (16-bit, shared), through registers in
-    ``layout`` (each thread reads what it copied there with that layout).
-
-    ``WIDEN``: ``"cvt"``, Triton's conversion (``cvt.rn.f16x2.e4m3x2``, one instruction
-    for two values; to bf16 it adds a scalar ``cvt.bf16.f16`` per value); ``"bits"``,
-    ``_E4M3_WIDEN_ASM`` (three integer instructions and a 16-bit multiply for two
-    values); ``"auto"``: ``"bits"`` for bf16, ``"cvt"`` for fp16."""
-    x = src.load(layout)
-    bits: gl.constexpr = WIDEN == "bits" or (WIDEN == "auto" and dst.dtype == gl.bfloat16)
-    if bits:
-        asm: gl.constexpr = _E4M3_TO_BF16_ASM if dst.dtype == gl.bfloat16 else _E4M3_TO_F16_ASM
-        wide = gl.inline_asm_elementwise(
-            asm, "=r,=r,r", [x.to(gl.uint8, bitcast=True)], dtype=dst.dtype, is_pure=True, pack=4
-        )
-    else:
-        wide = x.to(dst.dtype)
-    dst.store(wide)
-
-
-@gluon.jit
-def mla_decode_stage1_gluon_fp8(
-    q_nope_ptr,
-    q_pe_ptr,
-    kv_ptr,
-    block_table_ptr,
-    seq_lens_ptr,
-    num_splits_ptr,
-    kv_scale_ptr,
-    buf_in_ptr,  # noqa: ARG001 (the aliased buffer as an input, never read)
-    buf_ptr,
-    out_ptr,
-    lse_ptr,
-    SM_SCALE: gl.constexpr,
-    NUM_HEADS: gl.constexpr,
-    PAGE_SIZE: gl.constexpr,
-    NUM_PAGES: gl.constexpr,
-    CAPACITY: gl.constexpr,
-    LORA: gl.constexpr,
-    ROPE: gl.constexpr,
-    stride_qn_b: gl.constexpr,
-    stride_qn_h: gl.constexpr,
-    stride_qp_b: gl.constexpr,
-    stride_qp_h: gl.constexpr,
-    QP_OFFSET: gl.constexpr,
-    stride_kv_page: gl.constexpr,
-    stride_kv_row: gl.constexpr,
-    stride_bt_b: gl.constexpr,
-    stride_buf_b: gl.constexpr,
-    stride_buf_h: gl.constexpr,
-    stride_buf_s: gl.constexpr,
-    BLOCK_H: gl.constexpr,
-    BLOCK_N: gl.constexpr,
-    WIDEN: gl.constexpr,
-):
-    gl.static_assert(PAGE_SIZE % BLOCK_N == 0, "blocks must lie inside one page")
-    gl.static_assert(gl.num_warps() == 8, "two warpgroups")
-    gl.static_assert(kv_ptr.dtype.element_ty == gl.float8e4nv, "a float8_e4m3fn cache")
-    dtype: gl.constexpr = q_nope_ptr.dtype.element_ty  # the MMAs' (the tile is widened)
-    kv_dtype: gl.constexpr = kv_ptr.dtype.element_ty
-
-    tile = gl.program_id(0)
-    row = gl.program_id(1)
-    split = gl.program_id(2)
-    # Loaded at one split too, where it is 1: as a constant, ptxas keeps the loop's
-    # counters in 64 bits, and the loop runs 5% slower.
-    num_splits = gl.load(num_splits_ptr)
-    if split >= num_splits:
-        return
-    start, end = _split_range(seq_lens_ptr, row, num_splits, split, CAPACITY)
-    if end <= start:
-        if out_ptr is not None:
-            _write_empty_row(out_ptr, lse_ptr, tile, row, NUM_HEADS, LORA, BLOCK_H)
-        return  # stage 2 skips empty splits; nothing to write.
-
-    # Register layouts. Q: 16 bytes (8 elements) a thread. fp8 copies: 16 bytes (16
-    # elements) a thread; a warp covers 2 rows x 256 columns of the latent part (512
-    # contiguous staging bytes) and 8 rows x 64 columns of the rope part. The latent
-    # part widens from 8 bytes a thread (``w8_layout``): each 16-byte store of a
-    # quarter-warp then fills one row's eight swizzled chunks of a 64-column atom, all
-    # 32 banks (16 bytes a thread would put lanes t and t + 4 on the same banks of two
-    # atoms), and a half-warp's 8-byte loads read 128 contiguous staging bytes.
-    copy_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [8, 1], [1, 0])
-    c8_layout: gl.constexpr = gl.BlockedLayout([1, 16], [2, 16], [8, 1], [1, 0])
-    w8_layout: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [8, 1], [1, 0])
-    pe8_layout: gl.constexpr = gl.BlockedLayout([1, 16], [8, 4], [8, 1], [1, 0])
-    s_layout: gl.constexpr = gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[4, 2], instr_shape=[16, BLOCK_N // 2, 16]
-    )
-    o_layout: gl.constexpr = gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[4, 2], instr_shape=[16, LORA // 2, 16]
-    )
-    s_rows: gl.constexpr = gl.SliceLayout(1, s_layout)
-    o_rows: gl.constexpr = gl.SliceLayout(1, o_layout)
-
-    # Shared memory: Q, the widened 16-bit block and P in the swizzled layouts warpgroup
-    # MMA reads; two fp8 staging slots, unswizzled (each warp's accesses are contiguous).
-    nope_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_H, LORA], dtype)
-    rope_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_H, ROPE], dtype)
-    p_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_H, BLOCK_N], dtype)
-    stage_layout: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
-    q_nope_smem = gl.allocate_shared_memory(dtype, [BLOCK_H, LORA], nope_layout)
-    q_pe_smem = gl.allocate_shared_memory(dtype, [BLOCK_H, ROPE], rope_layout)
-    c8_smem = gl.allocate_shared_memory(kv_dtype, [2, BLOCK_N, LORA], stage_layout)
-    pe8_smem = gl.allocate_shared_memory(kv_dtype, [2, BLOCK_N, ROPE], stage_layout)
-    kv_c_smem = gl.allocate_shared_memory(dtype, [BLOCK_N, LORA], nope_layout)
-    k_pe_smem = gl.allocate_shared_memory(dtype, [BLOCK_N, ROPE], rope_layout)
-    p_smem = gl.allocate_shared_memory(dtype, [BLOCK_H, BLOCK_N], p_layout)
-
-    # Q and the first block in the first copy group, the second block in the second.
-    _copy_query(
-        q_nope_smem,
-        q_pe_smem,
-        q_nope_ptr,
-        q_pe_ptr,
-        tile,
-        row,
-        NUM_HEADS,
-        BLOCK_H,
-        LORA,
-        ROPE,
-        QP_OFFSET,
-        stride_qn_b,
-        stride_qn_h,
-        stride_qp_b,
-        stride_qp_h,
-        copy_layout,
-    )
-    bt_row = block_table_ptr + row * stride_bt_b
-    first = start - start % BLOCK_N
-    page = gl.load(bt_row + first // PAGE_SIZE)
-    second_page = gl.load(
-        bt_row + (first + BLOCK_N) // PAGE_SIZE, mask=first + BLOCK_N < end, other=0
-    )
-    _copy_block_fp8(
-        c8_smem.index(0),
-        pe8_smem.index(0),
-        kv_ptr,
-        page,
-        first,
-        start,
-        end,
-        PAGE_SIZE,
-        NUM_PAGES,
-        LORA,
-        ROPE,
-        BLOCK_N,
-        stride_kv_page,
-        stride_kv_row,
-        c8_layout,
-        pe8_layout,
-    )
-    async_copy.commit_group()
-    next_page = _copy_ahead_fp8(
-        c8_smem.index(1),
-        pe8_smem.index(1),
-        kv_ptr,
-        bt_row,
-        second_page,
-        first + BLOCK_N,
-        start,
-        end,
-        PAGE_SIZE,
-        NUM_PAGES,
-        LORA,
-        ROPE,
-        BLOCK_N,
-        stride_kv_page,
-        stride_kv_row,
-        c8_layout,
-        pe8_layout,
-    )
-
-    # The scale of the cache: k = kv_c * kv_scale folds into the softmax scale, and
-    # v = kv_c * kv_scale into the output (_write_partials).
-    kv_scale = gl.load(kv_scale_ptr)
-    qk_scale = SM_SCALE * _LOG2E * kv_scale
-    m_i = gl.full([BLOCK_H], float("-inf"), gl.float32, layout=s_rows)
-    l_acc = gl.zeros([BLOCK_H, BLOCK_N], gl.float32, layout=s_layout)
-    acc = gl.zeros([BLOCK_H, LORA], gl.float32, layout=o_layout)
-    s_init = gl.zeros([BLOCK_H, BLOCK_N], gl.float32, layout=s_layout)
-    s_cols = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
-
-    for n0 in range(first, end, BLOCK_N):
-        slot = ((n0 - first) // BLOCK_N) % 2
-        # This thread's copies of the block have landed (one group a block: at most the
-        # next one in flight). The barrier makes every thread's visible (the latent part
-        # widens in another layout than it was copied in) and proves every warpgroup's
-        # PV MMA of the last block is done: the 16-bit tile may be overwritten.
-        async_copy.wait_group(1)
-        gl.thread_barrier()
-        _widen(kv_c_smem, c8_smem.index(slot), w8_layout, WIDEN)
-        _widen(k_pe_smem, pe8_smem.index(slot), pe8_layout, WIDEN)
-        fence_async_shared()  # generic-proxy stores, read by wgmma through the async one
-        gl.thread_barrier()
-        # The slot is widened: the block after next may go there now, two iterations
-        # ahead of its use.
-        next_page = _copy_ahead_fp8(
-            c8_smem.index(slot),
-            pe8_smem.index(slot),
-            kv_ptr,
-            bt_row,
-            next_page,
-            n0 + 2 * BLOCK_N,
-            start,
-            end,
-            PAGE_SIZE,
-            NUM_PAGES,
-            LORA,
-            ROPE,
-            BLOCK_N,
-            stride_kv_page,
-            stride_kv_row,
-            c8_layout,
-            pe8_layout,
-        )
-        m_i, l_acc, acc = _attend_block(
-            q_nope_smem,
-            q_pe_smem,
-            kv_c_smem,
-            k_pe_smem,
-            p_smem,
-            s_init,
-            s_cols,
-            n0,
-            start,
-            end,
-            qk_scale,
-            m_i,
-            l_acc,
-            acc,
-            o_rows,
-        )
-
-    _write_partials(
-        buf_ptr,
-        out_ptr,
-        lse_ptr,
-        acc,
-        gl.sum(l_acc, 1),
-        m_i,
-        kv_scale,
-        tile,
-        row,
-        split,
-        True,  # empty splits returned early
-        None,
-        0,
-        True,
-        NUM_HEADS,
-        LORA,
-        BLOCK_H,
-        stride_buf_b,
-        stride_buf_h,
-        stride_buf_s,
-    )
-
-
 # --------------------------------------------------------------------------------------
 # The fp8 kernel for 16-head tiles: tokens on the MMA's M (see the module docstring).
 
@@ -1082,6 +608,26 @@ def _permuted_cols(COLS: gl.constexpr, layout: gl.constexpr):
 
 
 @gluon.jit
+def _finite_amax(x):
+    """The largest finite magnitude of each row of ``x`` (float32; NaN fails the
+    comparison), 0 for a row with none."""
+    return gl.max(gl.where(gl.abs(x) < float("inf"), gl.abs(x), 0.0), 1)
+
+
+@gluon.jit
+def _f16_head_scale(amax):
+    """For a head whose largest finite magnitude is ``amax``: the power of two that
+    takes it into ``[2^14, 2^15)`` and its inverse (the head's logit factor). amax <
+    2^(e - 126) for its biased exponent e, so 2^(141 - e) does; the clamp keeps both
+    powers normal float32s (a zero head: any scale)."""
+    e = (amax.to(gl.int32, bitcast=True) >> 23) & 0xFF
+    k = gl.minimum(gl.maximum(141 - e, -120), 120)
+    return ((k + 127) << 23).to(gl.float32, bitcast=True), ((127 - k) << 23).to(
+        gl.float32, bitcast=True
+    )
+
+
+@gluon.jit
 def _copy_query_f16(
     q_nope_dst,
     q_pe_dst,
@@ -1124,19 +670,8 @@ def _copy_query_f16(
         other=0.0,
     ).to(gl.float32)
     if q_nope_ptr.dtype.element_ty == gl.bfloat16:
-        # The largest finite magnitude of each head (NaN fails the comparison).
-        big = float("inf")
-        amax = gl.maximum(
-            gl.max(gl.where(gl.abs(q_nope) < big, gl.abs(q_nope), 0.0), 1),
-            gl.max(gl.where(gl.abs(q_pe) < big, gl.abs(q_pe), 0.0), 1),
-        )
-        # amax < 2^(e - 126) for its biased exponent e, so 2^(141 - e) takes it into
-        # [2^14, 2^15); the clamp keeps both powers normal float32s (a zero head: any
-        # scale).
-        e = (amax.to(gl.int32, bitcast=True) >> 23) & 0xFF
-        k = gl.minimum(gl.maximum(141 - e, -120), 120)
-        scale = ((k + 127) << 23).to(gl.float32, bitcast=True)
-        logit_factor = ((127 - k) << 23).to(gl.float32, bitcast=True)
+        amax = gl.maximum(_finite_amax(q_nope), _finite_amax(q_pe))
+        scale, logit_factor = _f16_head_scale(amax)
     else:
         scale = gl.full([BLOCK_H], 1.0, gl.float32, layout=gl.SliceLayout(1, layout))
         logit_factor = scale
@@ -1162,9 +697,7 @@ def _thread_any_asm(n: int) -> str:
 
 
 _THREAD_ANY_8_ASM = gl.constexpr(_thread_any_asm(8))
-_THREAD_ANY_16_ASM = gl.constexpr(_thread_any_asm(16))
 _THREAD_ANY_8_CONSTRAINTS = gl.constexpr(",".join(["=r"] * 8 + ["r"] * 8))
-_THREAD_ANY_16_CONSTRAINTS = gl.constexpr(",".join(["=r"] * 16 + ["r"] * 16))
 # A CTA barrier that also ORs %mla_any over the CTA (bar.red): a scalar, 1 or 0.
 _CTA_OR_ASM = gl.constexpr("""{
 .reg .pred p;
@@ -1174,18 +707,13 @@ selp.b32 $0, 1, 0, p;
 
 
 @gluon.jit
-def _cta_any(flags, i, PER_THREAD: gl.constexpr):
-    """1 if any element of ``flags`` (int32, ``PER_THREAD`` a thread: 8 or 16) is
-    nonzero anywhere in the CTA, else 0: a scalar, the same in every thread (``i``: any
-    scalar, the asm's required operand). It is a CTA barrier (``bar.red.or``): the
-    softmax's vote on whether a row's running max must move (see its callers)."""
-    gl.static_assert(PER_THREAD == 8 or PER_THREAD == 16)
-    asm: gl.constexpr = _THREAD_ANY_8_ASM if PER_THREAD == 8 else _THREAD_ANY_16_ASM
-    constraints: gl.constexpr = (
-        _THREAD_ANY_8_CONSTRAINTS if PER_THREAD == 8 else _THREAD_ANY_16_CONSTRAINTS
-    )
+def _cta_any(flags, i):
+    """1 if any element of ``flags`` (int32, 8 a thread) is nonzero anywhere in the CTA,
+    else 0: a scalar, the same in every thread (``i``: any scalar, the asm's required
+    operand). It is a CTA barrier (``bar.red.or``): the softmax's vote on whether a
+    column's running max must move (see its caller)."""
     gl.inline_asm_elementwise(
-        asm, constraints, [flags], dtype=gl.int32, is_pure=False, pack=PER_THREAD
+        _THREAD_ANY_8_ASM, _THREAD_ANY_8_CONSTRAINTS, [flags], dtype=gl.int32, is_pure=False, pack=8
     )
     return gl.inline_asm_elementwise(
         _CTA_OR_ASM, "=r,r", [i], dtype=gl.int32, is_pure=False, pack=1
@@ -1619,7 +1147,7 @@ def mla_decode_stage1_gluon_fp8_h16(
         p = gl.exp2(s - m_i[None, :])
         pt.store(p.to(dtype))
         fence_async_shared()
-        if _cta_any((s - m_i[None, :] > RESCALE_THRESHOLD).to(gl.int32), n0, 8) != 0:
+        if _cta_any((s - m_i[None, :] > RESCALE_THRESHOLD).to(gl.int32), n0) != 0:
             m_new = gl.maximum(m_i, gl.max(s, 0))
             grow = m_new - m_i > RESCALE_THRESHOLD
             alpha = gl.where(grow, gl.exp2(m_i - m_new), 1.0)
@@ -1715,6 +1243,8 @@ def mla_decode_stage1_gluon_fp8_h16(
 def _seesaw_copy_block(
     kv_c_dst,
     k_pe_dst,
+    c8_dst,
+    pe8_dst,
     kv_c_desc,
     k_pe_desc,
     kv_ptr,
@@ -1740,8 +1270,29 @@ def _seesaw_copy_block(
     threads, those rows zero-filled so that no value outside the row's tokens reaches
     an MMA: each thread's ``cp.async.mbarrier.arrive`` adds one pending
     arrival that its copies complete, and after a warpgroup barrier one plain arrival
-    completes the phase once they all have."""
-    if (n0 >= start) & (n0 + BLOCK_N <= end):
+    completes the phase once they all have.
+
+    An fp8 block always comes by ``cp.async`` (``_seesaw_copy_fp8``), into the slot's
+    fp8 views, which ``_widen_slot`` widens in place."""
+    if kv_ptr.dtype.element_ty == gl.float8e4nv:
+        _seesaw_copy_fp8(
+            c8_dst,
+            pe8_dst,
+            kv_ptr,
+            page,
+            n0,
+            start,
+            end,
+            ready,
+            PAGE_SIZE,
+            NUM_PAGES,
+            LORA,
+            ROPE,
+            BLOCK_N,
+            stride_kv_page,
+            stride_kv_row,
+        )
+    elif (n0 >= start) & (n0 + BLOCK_N <= end):
         row0 = _safe_page(page, NUM_PAGES) * PAGE_SIZE + n0 % PAGE_SIZE
         mbarrier.expect(ready, BLOCK_N * (LORA + ROPE) * kv_c_dst.dtype.primitive_bitwidth // 8)
         tma.async_copy_global_to_shared(kv_c_desc, [row0, 0], ready, kv_c_dst)
@@ -1757,9 +1308,118 @@ def _seesaw_copy_block(
         ok = (n0 + offs >= start) & (n0 + offs < end)
         _copy_rows(kv_c_dst, page_base, rows, ok, stride_kv_row, LORA, copy_layout)
         _copy_rows(k_pe_dst, page_base + LORA, rows, ok, stride_kv_row, ROPE, copy_layout)
-        async_copy.mbarrier_arrive(ready, increment_count=True)
-        gl.thread_barrier()
-        mbarrier.arrive(ready)
+        _arrive_once_landed(ready)
+
+
+@gluon.jit
+def _seesaw_copy_fp8(
+    c8_dst,
+    pe8_dst,
+    kv_ptr,
+    page,
+    n0,
+    start,
+    end,
+    ready,
+    PAGE_SIZE: gl.constexpr,
+    NUM_PAGES: gl.constexpr,
+    LORA: gl.constexpr,
+    ROPE: gl.constexpr,
+    BLOCK_N: gl.constexpr,
+    stride_kv_page: gl.constexpr,
+    stride_kv_row: gl.constexpr,
+):
+    """``_seesaw_copy_block`` for an fp8 block: ``cp.async`` of its latent columns into
+    ``c8_dst`` (``[8 * BLOCK_N, 64]``: 64-column chunk ``c`` in rows ``64 c`` to
+    ``64 c + 63``) and its rope columns into ``pe8_dst``, rows outside
+    ``[start, end)`` zero-filled; ``ready`` completes once they have all landed."""
+    layout: gl.constexpr = gl.BlockedLayout([1, 16], [8, 4], [4, 1], [1, 0])
+    j = gl.arange(0, 8 * BLOCK_N, layout=gl.SliceLayout(1, layout))
+    cols = gl.arange(0, 64, layout=gl.SliceLayout(0, layout))
+    page_base = kv_ptr + _safe_page(page, NUM_PAGES).to(gl.int64) * stride_kv_page
+    r = j % BLOCK_N
+    ok = (n0 + r >= start) & (n0 + r < end)
+    ptrs = page_base + ((n0 % PAGE_SIZE + r) * stride_kv_row + (j // BLOCK_N) * 64)[:, None]
+    async_copy.async_copy_global_to_shared(c8_dst, ptrs + cols[None, :], mask=ok[:, None])
+    r = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, layout))
+    ok = (n0 + r >= start) & (n0 + r < end)
+    _copy_rows(pe8_dst, page_base + LORA, n0 % PAGE_SIZE + r, ok, stride_kv_row, ROPE, layout)
+    _arrive_once_landed(ready)
+
+
+@gluon.jit
+def _arrive_once_landed(ready):
+    """Completes ``ready`` (count 1) once this warpgroup's ``cp.async`` copies so far
+    have landed: each thread's ``cp.async.mbarrier.arrive`` adds a pending arrival that
+    its copies complete, then, after a warpgroup barrier, one plain arrival."""
+    async_copy.mbarrier_arrive(ready, increment_count=True)
+    gl.thread_barrier()
+    mbarrier.arrive(ready)
+
+
+@gluon.jit
+def _widen_slot(kv_c, k_pe, c8, pe8):
+    """Widens a slot's fp8 block in place into fp16 (one warpgroup; e4m3 widens to fp16
+    exactly, ``cvt.rn.f16x2.e4m3x2``). ``c8`` (``[8 * 64, 64]`` fp8, latent chunk ``c``
+    in rows ``64 c``...) lies on the back half of ``kv_c`` (``[64, 512]`` fp16, whose
+    64-column chunk ``c`` is its bytes ``[8c, 8c + 8)`` KB), ``pe8`` on the back half
+    of ``k_pe``. Chunk ``c`` is read from ``32 + 4c`` KB and written to ``8c`` KB:
+    chunks 0-3 write below every fp8 byte; 4 and 5 over chunks 0-3's, so after a
+    barrier; 6 and 7 over 4-7's, so after a second one, all four read by then (as the
+    rope part, read before the first). Ends with the slot published to this
+    warpgroup's MMAs (fence + barrier)."""
+    # 8 bytes a thread, 8 threads a row: a half-warp's loads read 128 contiguous fp8
+    # bytes, a quarter-warp's 16-byte stores one row's eight swizzled 16-byte units.
+    layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
+    dtype: gl.constexpr = kv_c.dtype
+    for c in gl.static_range(4):
+        x = c8.slice(64 * c, 64).load(layout)
+        kv_c.slice(64 * c, 64, dim=1).store(x.to(dtype))
+    pe = pe8.load(layout)
+    gl.thread_barrier()
+    k_pe.store(pe.to(dtype))
+    for c in gl.static_range(4, 6):
+        x = c8.slice(64 * c, 64).load(layout)
+        kv_c.slice(64 * c, 64, dim=1).store(x.to(dtype))
+    x6 = c8.slice(384, 64).load(layout)
+    x7 = c8.slice(448, 64).load(layout)
+    gl.thread_barrier()
+    kv_c.slice(384, 64, dim=1).store(x6.to(dtype))
+    kv_c.slice(448, 64, dim=1).store(x7.to(dtype))
+    fence_async_shared()  # generic-proxy stores, read by wgmma through the async one
+    gl.thread_barrier()
+
+
+@gluon.jit
+def _seesaw_qk(q_nope, q_pe, kv_c, k_pe, c8, pe8, s_init):
+    """S = Q K^T of a slot's block (its ready barrier waited), issued async (the
+    caller waits); a block from an fp8 cache is widened first (``_widen_slot``)."""
+    if c8.dtype == gl.float8e4nv:
+        _widen_slot(kv_c, k_pe, c8, pe8)
+    fence_async_shared()  # cp.async wrote through the generic proxy; wgmma reads async
+    s = warpgroup_mma(q_nope, kv_c.permute((1, 0)), s_init, use_acc=False, is_async=True)
+    return warpgroup_mma(q_pe, k_pe.permute((1, 0)), s, is_async=True)
+
+
+@gluon.jit
+def _seesaw_q_f16(q_nope16, q_pe16, q_nope, q_pe, LORA: gl.constexpr):
+    """The landed bf16 query tile (``q_nope16``/``q_pe16``, bf16 views) rewritten in
+    place as fp16 (``q_nope``/``q_pe``, fp16 views of the same bytes), each head scaled
+    by the power of two that puts its largest finite magnitude in ``[2^14, 2^15)``
+    (``_copy_query_f16``'s rule). Returns each head's logit factor, the inverse (one
+    warpgroup; a thread rewrites only what it read)."""
+    layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
+    amax = _finite_amax(q_pe16.load(layout).to(gl.float32))
+    for c in gl.static_range(LORA // 64):
+        x = q_nope16.slice(64 * c, 64, dim=1).load(layout).to(gl.float32)
+        amax = gl.maximum(amax, _finite_amax(x))
+    scale, logit_factor = _f16_head_scale(amax)
+    x = q_pe16.load(layout).to(gl.float32)
+    q_pe.store((x * scale[:, None]).to(gl.float16))
+    for c in gl.static_range(LORA // 64):
+        x = q_nope16.slice(64 * c, 64, dim=1).load(layout).to(gl.float32)
+        q_nope.slice(64 * c, 64, dim=1).store((x * scale[:, None]).to(gl.float16))
+    return logit_factor
 
 
 @gluon.jit
@@ -1774,8 +1434,13 @@ def _opaque_zero(i):
 def _seesaw_wg0(
     q_nope_smem,
     q_pe_smem,
+    q16_nope_smem,
+    q16_pe_smem,
+    f_smem,
     kv_c_smem,
     k_pe_smem,
+    c8_smem,
+    pe8_smem,
     m_smem,
     l_smem,
     bars,
@@ -1827,6 +1492,23 @@ def _seesaw_wg0(
     acc = gl.zeros([BLOCK_H, HALF], gl.float32, layout=o_layout)
     s_init = gl.zeros([BLOCK_H, BLOCK_N], gl.float32, layout=s_layout)
     s_cols = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+    F16Q: gl.constexpr = q_nope_smem.dtype != q16_nope_smem.dtype
+    if F16Q:
+        # bf16 q, fp16 MMAs: this warpgroup rewrites Q as fp16 once it has landed.
+        qk_rows = gl.full([BLOCK_H], 0.0, gl.float32, layout=s_rows)
+        if num_pairs > 0:
+            mbarrier.wait(ready0, 0)
+            factor = _seesaw_q_f16(
+                q16_nope_smem.index(0),
+                q16_pe_smem.index(0),
+                q_nope_smem.index(0),
+                q_pe_smem.index(0),
+                LORA,
+            )
+            f_smem.store(factor)
+            fence_async_shared()  # generic stores, read by wgmma through the async proxy
+            mbarrier.arrive(bars.index(8))
+            qk_rows = gl.convert_layout(factor, s_rows) * qk_scale
 
     for i in range(num_pairs):
         ph = i & 1
@@ -1842,16 +1524,26 @@ def _seesaw_wg0(
         kv_c1 = kv_c_smem.index(z + 1)
         p0_smem = k_pe_smem.index(z)
         p1_smem = k_pe_smem.index(z + 1)
-        # (1) S0 = Q K0^T, the whole 64 x 64, once the even block has landed.
+        # (1) S0 = Q K0^T, the whole 64 x 64, once the even block has landed (and,
+        # from an fp8 cache, been widened in its slot).
         mbarrier.wait(ready0, ph)
-        fence_async_shared()  # cp.async wrote through the generic proxy; wgmma reads async
-        s = warpgroup_mma(q_nope, kv_c0.permute((1, 0)), s_init, use_acc=False, is_async=True)
-        s = warpgroup_mma(q_pe, p0_smem.permute((1, 0)), s, is_async=True)
+        s = _seesaw_qk(
+            q_nope,
+            q_pe,
+            kv_c0,
+            p0_smem,
+            c8_smem.index(2 * z + 1),
+            pe8_smem.index(2 * z + 1),
+            s_init,
+        )
         s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
         # (2) softmax of the even block against the running max m_i (lazy rescaling).
         tokens = n0 + s_cols
         live = (tokens >= start) & (tokens < end)
-        s = gl.where(live[None, :], s * qk_scale, float("-inf"))
+        if F16Q:
+            s = gl.where(live[None, :], s * qk_rows[:, None], float("-inf"))
+        else:
+            s = gl.where(live[None, :], s * qk_scale, float("-inf"))
         m_blk = gl.maximum(m_i, gl.max(s, 1))
         m0 = gl.where(m_blk - m_i > RESCALE_THRESHOLD, m_blk, m_i)
         scale0 = gl.exp2(m_i - m0)
@@ -1918,8 +1610,12 @@ def _seesaw_wg0(
 def _seesaw_wg1(
     q_nope_smem,
     q_pe_smem,
+    q16_nope_smem,
+    f_smem,
     kv_c_smem,
     k_pe_smem,
+    c8_smem,
+    pe8_smem,
     m_smem,
     l_smem,
     bars,
@@ -1981,6 +1677,12 @@ def _seesaw_wg1(
     acc = gl.zeros([BLOCK_H, HALF], gl.float32, layout=o_layout)
     s_init = gl.zeros([BLOCK_H, BLOCK_N], gl.float32, layout=s_layout)
     s_cols = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+    F16Q: gl.constexpr = q_nope_smem.dtype != q16_nope_smem.dtype
+    if F16Q:
+        qk_rows = gl.full([BLOCK_H], 0.0, gl.float32, layout=s_rows)
+        if num_pairs > 0:
+            mbarrier.wait(bars.index(8), 0)  # warpgroup 0 rewrote Q as fp16
+            qk_rows = f_smem.load(s_rows) * qk_scale
 
     for i in range(num_pairs):
         ph = i & 1
@@ -2005,13 +1707,22 @@ def _seesaw_wg1(
         page1 = gl.load(bt_row + nxt1 // PAGE_SIZE, mask=more & (nxt1 < end), other=0)
         # (1) S1 = Q K1^T, concurrently with warpgroup 0's S0.
         mbarrier.wait(ready1, ph)
-        fence_async_shared()
-        s = warpgroup_mma(q_nope, kv_c1.permute((1, 0)), s_init, use_acc=False, is_async=True)
-        s = warpgroup_mma(q_pe, p1_smem.permute((1, 0)), s, is_async=True)
+        s = _seesaw_qk(
+            q_nope,
+            q_pe,
+            kv_c1,
+            p1_smem,
+            c8_smem.index(2 * z + 3),
+            pe8_smem.index(2 * z + 3),
+            s_init,
+        )
         s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
         tokens = n1 + s_cols
         live = (tokens >= start) & (tokens < end)
-        s = gl.where(live[None, :], s * qk_scale, float("-inf"))
+        if F16Q:
+            s = gl.where(live[None, :], s * qk_rows[:, None], float("-inf"))
+        else:
+            s = gl.where(live[None, :], s * qk_scale, float("-inf"))
         # (2) m0 from warpgroup 0, then the odd block's softmax against it: this runs
         # while warpgroup 0's P0 V0_L is on the tensor cores.
         mbarrier.wait(p0_bar, ph)
@@ -2046,6 +1757,8 @@ def _seesaw_wg1(
             _seesaw_copy_block(
                 kv_c0,
                 p0_smem,
+                c8_smem.index(2 * z + 1),
+                pe8_smem.index(2 * z + 1),
                 kv_c_desc,
                 k_pe_desc,
                 kv_ptr,
@@ -2069,6 +1782,8 @@ def _seesaw_wg1(
             _seesaw_copy_block(
                 kv_c1,
                 p1_smem,
+                c8_smem.index(2 * z + 3),
+                pe8_smem.index(2 * z + 3),
                 kv_c_desc,
                 k_pe_desc,
                 kv_ptr,
@@ -2151,7 +1866,12 @@ def mla_decode_stage1_gluon_seesaw(
 ):
     gl.static_assert(PAGE_SIZE % BLOCK_N == 0, "blocks must lie inside one page")
     gl.static_assert(gl.num_warps() == 4, "one warpgroup here, the worker adds the other")
-    dtype: gl.constexpr = kv_ptr.dtype.element_ty
+    FP8: gl.constexpr = kv_ptr.dtype.element_ty == gl.float8e4nv
+    q_dtype: gl.constexpr = q_nope_ptr.dtype.element_ty
+    # The MMAs' dtype: q's for a 16-bit cache, fp16 for an fp8 one (a block widens to
+    # fp16 in one conversion for two values; bf16 q is rewritten as fp16, its heads
+    # scaled, _seesaw_q_f16).
+    dtype: gl.constexpr = gl.float16 if FP8 else q_dtype
 
     tile = gl.program_id(0)
     row = gl.program_id(1)
@@ -2181,19 +1901,51 @@ def mla_decode_stage1_gluon_seesaw(
     l_smem = gl.allocate_shared_memory(gl.float32, [2, BLOCK_H], vec_layout)
     # ready0/1 (a block landed, _seesaw_copy_block), p0/p1 (P and m published),
     # free0/1 (warpgroup 0 done with a slot), l0/l1 (row sums published).
-    bars = gl.allocate_shared_memory(gl.int64, [8, 1], mbarrier.MBarrierLayout())
-    for b in gl.static_range(8):
+    # and, for fp16 MMAs on bf16 q, qready (warpgroup 0 rewrote Q as fp16).
+    NUM_BARS: gl.constexpr = 8 if dtype == q_dtype else 9
+    bars = gl.allocate_shared_memory(gl.int64, [NUM_BARS, 1], mbarrier.MBarrierLayout())
+    for b in gl.static_range(NUM_BARS):
         mbarrier.init(bars.index(b), count=1)
-    # TMA descriptors of the cache as rows of tokens (pages back to back), made here
-    # in the program's global scratch: the latent and the rope columns of a block.
-    gl.static_assert(stride_kv_page == PAGE_SIZE * stride_kv_row, "pages back to back")
-    tokens: gl.constexpr = NUM_PAGES * PAGE_SIZE
-    kv_c_desc = tma.make_tensor_descriptor(
-        kv_ptr, [tokens, LORA], [stride_kv_row, 1], [BLOCK_N, LORA], nope_layout
-    )
-    k_pe_desc = tma.make_tensor_descriptor(
-        kv_ptr + LORA, [tokens, ROPE], [stride_kv_row, 1], [BLOCK_N, ROPE], rope_layout
-    )
+    if dtype != q_dtype:
+        f_smem = gl.allocate_shared_memory(gl.float32, [BLOCK_H], vec_layout)
+        q16_nope_smem = q_nope_smem._reinterpret(q_dtype, [1, BLOCK_H, LORA], nope_layout)
+        q16_pe_smem = q_pe_smem._reinterpret(q_dtype, [1, BLOCK_H, ROPE], rope_layout)
+    else:
+        f_smem = l_smem  # unused
+        q16_nope_smem = q_nope_smem
+        q16_pe_smem = q_pe_smem
+    if FP8:
+        # An fp8 block lands in the back half of its slot's bytes (``_widen_slot``):
+        # the latent part by 64-column chunks, chunk-major.
+        kv_dtype: gl.constexpr = kv_ptr.dtype.element_ty
+        # Slot s's back halves are views 2 s + 1 ([8 * BLOCK_N, 64] of latent chunks
+        # and [BLOCK_N, ROPE] of rope).
+        stage_layout: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
+        c8_smem = kv_c_smem._reinterpret(kv_dtype, [4, 8 * BLOCK_N, 64], stage_layout)
+        pe8_smem = k_pe_smem._reinterpret(kv_dtype, [4, BLOCK_N, ROPE], stage_layout)
+        c8_first = c8_smem.index(1)
+        pe8_first = pe8_smem.index(1)
+        c8_second = c8_smem.index(3)
+        pe8_second = pe8_smem.index(3)
+        kv_c_desc = kv_ptr  # no TMA: unused (warp_specialize takes no None)
+        k_pe_desc = kv_c_desc
+    else:
+        c8_smem = kv_c_smem
+        pe8_smem = k_pe_smem
+        c8_first = kv_c_smem.index(0)
+        pe8_first = k_pe_smem.index(0)
+        c8_second = kv_c_smem.index(1)
+        pe8_second = k_pe_smem.index(1)
+        # TMA descriptors of the cache as rows of tokens (pages back to back), made
+        # here in the program's global scratch: the latent and the rope columns.
+        gl.static_assert(stride_kv_page == PAGE_SIZE * stride_kv_row, "pages back to back")
+        tokens: gl.constexpr = NUM_PAGES * PAGE_SIZE
+        kv_c_desc = tma.make_tensor_descriptor(
+            kv_ptr, [tokens, LORA], [stride_kv_row, 1], [BLOCK_N, LORA], nope_layout
+        )
+        k_pe_desc = tma.make_tensor_descriptor(
+            kv_ptr + LORA, [tokens, ROPE], [stride_kv_row, 1], [BLOCK_N, ROPE], rope_layout
+        )
 
     bt_row = block_table_ptr + row * stride_bt_b
     if num_pairs > 0:
@@ -2203,8 +1955,8 @@ def mla_decode_stage1_gluon_seesaw(
         # copies complete, all before the blocks' own arrivals (the warpgroup barrier).
         copy_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
         _copy_query(
-            q_nope_smem.index(0),
-            q_pe_smem.index(0),
+            q16_nope_smem.index(0),
+            q16_pe_smem.index(0),
             q_nope_ptr,
             q_pe_ptr,
             tile,
@@ -2230,6 +1982,8 @@ def mla_decode_stage1_gluon_seesaw(
         _seesaw_copy_block(
             kv_c_smem.index(0),
             k_pe_smem.index(0),
+            c8_first,
+            pe8_first,
             kv_c_desc,
             k_pe_desc,
             kv_ptr,
@@ -2249,6 +2003,8 @@ def mla_decode_stage1_gluon_seesaw(
         _seesaw_copy_block(
             kv_c_smem.index(1),
             k_pe_smem.index(1),
+            c8_second,
+            pe8_second,
             kv_c_desc,
             k_pe_desc,
             kv_ptr,
@@ -2275,8 +2031,13 @@ def mla_decode_stage1_gluon_seesaw(
                 (
                     q_nope_smem,
                     q_pe_smem,
+                    q16_nope_smem,
+                    q16_pe_smem,
+                    f_smem,
                     kv_c_smem,
                     k_pe_smem,
+                    c8_smem,
+                    pe8_smem,
                     m_smem,
                     l_smem,
                     bars,
@@ -2307,8 +2068,12 @@ def mla_decode_stage1_gluon_seesaw(
                 (
                     q_nope_smem,
                     q_pe_smem,
+                    q16_nope_smem,
+                    f_smem,
                     kv_c_smem,
                     k_pe_smem,
+                    c8_smem,
+                    pe8_smem,
                     m_smem,
                     l_smem,
                     bars,

@@ -22,17 +22,12 @@ import jax.numpy as jnp
 
 from mla_jax import _gluon_kernels, _launch, kernels
 
-# The seesaw (a 16-bit cache) beats the tl stage 1 on the H200 from 128 tokens a split
-# (two 64-token blocks) on, at the split count the tl kernel gets: both stages
+# The seesaw beats the tl stage 1 on the H200 from 128 tokens a split (two 64-token
+# blocks) on, at the split count the tl kernel gets, both stages: on a 16-bit cache
 # 1.16-1.80x at the twelve shapes of `gluon_check --crossover` (1-64 rows, 32-128
-# heads; docs/performance.md, "Gluon stage 1 (sm_90)"). One-block splits are
-# unmeasured.
+# heads), on an fp8 one 1.45-2.03x at its eight (docs/performance.md, "Gluon stage 1
+# (sm_90)", "The fp8 cache"). One-block splits are unmeasured.
 SEESAW_MIN_SPLIT_TOKENS = 128
-# The 64-head fp8 kernel against the tl stage 1 on the same fp8 cache, both stages at
-# the tl kernel's split count: 1.27-1.31x at 512 tokens a split (16/64/4096,
-# 64/64/1024), even at 256 (0.99-1.04x), slower at 128 (0.84-0.99x; `gluon_check
-# --crossover`, docs/performance.md, "The fp8 cache").
-FP8_MIN_SPLIT_TOKENS = 512
 # The 16-head fp8 kernel against the tl stage 1 on the same fp8 cache, both stages at
 # the same split count: 1.31-1.33x at 64 tokens a split (1/16/4096, 4/16/1024),
 # 1.50-1.82x at 128, 2.2-3.8x from 256 on (docs/performance.md, "The fp8 cache"); the
@@ -61,17 +56,13 @@ def use_gluon(
 ) -> bool:
     """Whether stage 1 runs as a Gluon kernel: an sm_90 build, a problem one supports
     (``_gluon_kernels.supports``), and splits of at least ``SEESAW_MIN_SPLIT_TOKENS``
-    tokens for a 16-bit cache (``FP8_MIN_SPLIT_TOKENS`` for an fp8 one,
-    ``FP8_SMALL_HEADS_MIN_SPLIT_TOKENS`` under ``BLOCK_H`` heads) when a row holds
-    ``max_tokens``."""
+    tokens (``FP8_SMALL_HEADS_MIN_SPLIT_TOKENS`` for the 16-head fp8 kernel) when a
+    row holds ``max_tokens``."""
     kv_page_stride, kv_row_stride = _strides(kv_cache)[:2]
     num_heads = q_nope.shape[1]
     kv_dtype = jnp.dtype(kv_cache.dtype).name
-    small_fp8 = _gluon_kernels.small_heads(kv_dtype, num_heads)
-    if small_fp8:
+    if _gluon_kernels.small_heads(kv_dtype, num_heads):
         min_tokens = FP8_SMALL_HEADS_MIN_SPLIT_TOKENS
-    elif kv_dtype == _gluon_kernels.FP8:
-        min_tokens = FP8_MIN_SPLIT_TOKENS
     else:
         min_tokens = SEESAW_MIN_SPLIT_TOKENS
     return (

@@ -19,15 +19,16 @@ fp8 (``float8_e4m3fn``) cache, after the 16-bit dtypes: a bf16 pool quantised wi
 one scale as ``mla_jax.cache.quantize_fp8`` does (amax / 448), the scale passed as
 ``kv_scale``; the reference is float64 on the dequantised values (fp8 * scale), and
 the partials are compared against the tl kernel's fp8 path. The same uniform grid
-with bf16 q, a subset with fp16 q, both ways of widening (``WIDEN`` "bits" and
-"cvt") for each q dtype, and the ragged cases with bf16 q. Then, last in the log,
-timing: tl fp8, Gluon fp8 (both widenings) and, on the bf16 pool it was quantised
-from, tl and Gluon bf16 (``FP8_TIMING``). Exits 1 on any mismatch.
+with bf16 q, a subset with fp16 q (and a partial head tile), bf16 q whose heads span
+2^-12 to 2^3 with NaN or inf in two heads (the kernel rewrites bf16 q as fp16, each
+head scaled on its own), and the ragged cases with bf16 q. Then, last in the log,
+timing: tl and Gluon fp8 and, on the bf16 pool it was quantised from, tl and Gluon
+bf16 (``FP8_TIMING``). Exits 1 on any mismatch.
 
 ``--only-fp8-h16`` alone: the 16-head fp8 kernel (``mla_decode_stage1_gluon_fp8_h16``, the
 one ``kernel_for`` picks for an fp8 cache under 64 heads): the same checks on an fp8
 pool (H 16, 20, 32; bf16 and fp16 q; B 1/4/16/128, L 1024/4096/16384; the ragged
-cases; it has one widening), then its timing against the tl kernel on the fp8
+cases), then its timing against the tl kernel on the fp8
 pool and on the bf16 pool it was quantised from (``H16_TIMING``; there is no Gluon
 16-bit kernel under 64 heads).
 
@@ -39,7 +40,7 @@ grid, the ragged cases, then its timing against the tl kernel at each head count
 ``--crossover`` alone: where the Gluon kernel starts to win, at shapes whose
 occupancy splits are short: tl at its occupancy split count against the Gluon kernel
 at that count and at fewer, longer splits, on a bf16 cache (``CROSSOVER``: the seesaw)
-and on the fp8 cache quantised from it (``CROSSOVER_FP8``: the 64-head fp8 kernel).
+and on the fp8 cache quantised from it (``CROSSOVER_FP8``: the seesaw on fp8).
 
 All cases share one latent pool and one table width (``NUM_PAGES``, ``CAPACITY``)
 and a buffer with a fixed split axis, so each kernel compiles once per (dtype, H).
@@ -107,8 +108,8 @@ CROSSOVER = [
     (16, 64, 1024),
     (64, 64, 1024),
 ]
-# ``--crossover`` on an fp8 cache: the 64-head fp8 kernel at 128-1024 tokens a split,
-# around its bound (``_triton_backend.FP8_MIN_SPLIT_TOKENS``).
+# ``--crossover`` on an fp8 cache: the seesaw at 128-1024 tokens a split,
+# around its bound (``_triton_backend.SEESAW_MIN_SPLIT_TOKENS``, 128).
 CROSSOVER_FP8 = [
     (1, 128, 4096),
     (4, 128, 4096),
@@ -128,11 +129,8 @@ class Launch:
     buffer. ``tl()`` / ``gluon()`` run stage 1 then stage 2 on that buffer and leave
     ``out``/``lse``."""
 
-    def __init__(
-        self, q, pool, table, lens, splits, kv_scale=1.0, widen=None, gluon=True, routed=True
-    ):
-        """``kv_scale``: the cache's dequantisation scale (fp8); ``widen``: the fp8
-        kernel's ``WIDEN`` instead of ``gk.FP8_WIDEN``; ``gluon=False``: the tl path only
+    def __init__(self, q, pool, table, lens, splits, kv_scale=1.0, gluon=True, routed=True):
+        """``kv_scale``: the cache's dequantisation scale (fp8); ``gluon=False``: the tl path only
         (a problem no Gluon kernel supports); ``routed=False``: the Gluon kernel also
         where ``supports`` would not send the problem to it (``--heads``)."""
         batch, heads, _ = q.shape
@@ -167,9 +165,6 @@ class Launch:
         self.s1, self.s2 = kernels.launch_params(**geometry, float32_inputs=False)
         fp8 = kv_name == gk.FP8
         self.g1 = gk.launch_params(kv_dtype=kv_name if fp8 else None, **geometry)
-        if widen is not None:
-            assert fp8
-            self.g1["constexprs"]["WIDEN"] = widen
         self.gluon_kernel = gk.kernel_for(kv_name, heads) if gluon else None
         assert not (gluon and routed) or gk.supports(
             num_heads=heads,
@@ -292,9 +287,9 @@ def live_splits(lens, splits, capacity):
     return (s[None, :] < splits) & (per[:, None] * s[None, :] < lens[:, None])
 
 
-def check(name, q, pool, table, lens, splits, kv_scale=1.0, widen=None, routed=True):
+def check(name, q, pool, table, lens, splits, kv_scale=1.0, routed=True):
     """Runs both paths on one problem; prints one line; returns whether it passed."""
-    run = Launch(q, pool, table, lens, splits, kv_scale, widen, routed=routed)
+    run = Launch(q, pool, table, lens, splits, kv_scale, routed=routed)
     ref_out, ref_lse = reference(q, pool, table, lens, SCALE, kv_scale)
     errs, outs = {}, {}
     for path in ("tl", "gluon"):
@@ -398,7 +393,6 @@ def run_checks(
     sm,
     q_dtype=None,
     kv_scale=1.0,
-    widen=None,
     heads_list=(64, 128),
     batches=(1, 4, 16, 128),
     lengths=(1024, 4096, 16384),
@@ -418,7 +412,6 @@ def run_checks(
                     lens,
                     splits,
                     kv_scale,
-                    widen,
                     routed,
                 )
     return ok
@@ -458,26 +451,24 @@ def run_ragged(
 
 
 def run_fp8_checks(pool8, scale, gen, sm):
-    """The fp8 cache: bf16 q on the whole uniform grid (``FP8_WIDEN``'s widening), fp16
-    q on a subset, and each q dtype with each way of widening at a few shapes."""
+    """The fp8 cache: bf16 q on the whole uniform grid, fp16 q on a subset and on a
+    partial head tile, then bf16 q's heads at many magnitudes (``run_head_magnitudes``)."""
     ok = run_checks("fp8/bf16", pool8, gen, sm, torch.bfloat16, scale)
     ok &= run_checks(
         "fp8/fp16", pool8, gen, sm, torch.float16, scale, batches=(1, 16), lengths=(4096,)
     )
-    for q_name in DTYPES:
-        for widen in ("bits", "cvt"):
-            ok &= run_checks(
-                f"fp8/{q_name} {widen}",
-                pool8,
-                gen,
-                sm,
-                DTYPES[q_name],
-                scale,
-                widen,
-                heads_list=(64, 96),
-                batches=(4,),
-                lengths=(1024, 16384),
-            )
+    ok &= run_checks(
+        "fp8/fp16",
+        pool8,
+        gen,
+        sm,
+        torch.float16,
+        scale,
+        heads_list=(96,),
+        batches=(4,),
+        lengths=(1024, 16384),
+    )
+    ok &= run_head_magnitudes(pool8, scale, gen, sm, (64, 96))
     return ok
 
 
@@ -506,7 +497,7 @@ def run_timing(pool, gen, sm, shapes=TIMING, routed=True):
 def time_fp8_paths(pool16, pool8, scale, q, table, lens, splits, gluon16, both):
     """Stage 1 µs of tl on the bf16 pool (and Gluon where ``gluon16``: the 64-head
     kernels), and of tl and Gluon on the fp8 pool quantised from it (the 64-head
-    kernel with ``FP8_WIDEN``'s widening, then each), same q, table and lengths; both
+    kernel), same q, table and lengths; both
     stages too for the keys in ``both`` (``"<key> s1+s2"``)."""
     runs = {
         "bf16": Launch(q, pool16, table, lens, splits, gluon=gluon16),
@@ -516,10 +507,6 @@ def time_fp8_paths(pool16, pool8, scale, q, table, lens, splits, gluon16, both):
     if gluon16:
         paths.append(("gluon bf16", "bf16", "gluon"))
     paths += [("tl fp8", "fp8", "tl"), ("gluon fp8", "fp8", "gluon")]
-    if gluon16:
-        for widen in ("bits", "cvt"):
-            runs["fp8 " + widen] = Launch(q, pool8, table, lens, splits, scale, widen)
-            paths.append(("gluon fp8 " + widen, "fp8 " + widen, "gluon"))
     us = {}
     for key, run_key, path in paths:
         run = runs[run_key]
@@ -531,7 +518,7 @@ def time_fp8_paths(pool16, pool8, scale, q, table, lens, splits, gluon16, both):
 
 
 def run_fp8_timing(pool16, pool8, scale, gen, sm):
-    """tl and Gluon stage 1 on the fp8 pool (Gluon with both widenings) and on the bf16
+    """tl and Gluon stage 1 on the fp8 pool and on the bf16
     pool it was quantised from, same q, table and lengths; ``fp8 TB/s``: the fp8
     latent bytes read once a row (576 a token) over the Gluon fp8 stage 1's time."""
     print("fp8 timing (do_bench_cudagraph, median, us; stage 2 is the same tl kernel):")
@@ -588,24 +575,24 @@ def run_fp8_h16_checks(pool8, scale, gen, sm):
     ok = True
     for q_name, q_dtype in DTYPES.items():
         ok &= run_checks(f"fp8-h16/{q_name}", pool8, gen, sm, q_dtype, scale, heads_list=H16_HEADS)
-    ok &= run_head_magnitudes(pool8, scale, gen, sm)
+    ok &= run_head_magnitudes(pool8, scale, gen, sm, (16, 20))
     for q_name, q_dtype in DTYPES.items():
         ok &= run_ragged(f"fp8-h16/{q_name}", pool8, gen, sm, q_dtype, scale, H16_HEADS)
     return ok
 
 
-def run_head_magnitudes(pool8, scale, gen, sm, batch=4, length=4096):
+def run_head_magnitudes(pool8, scale, gen, sm, heads_list, batch=4, length=4096):
     """bf16 q whose head h is scaled by 2^(h % 16 - 12), checked as the uniform grid;
     then one NaN in head 3 and one inf in head 5 (rope part): the other heads must match
     float64 as usual, and the two heads' out must be NaN exactly where the tl kernel's
-    is."""
+    is. (Both Gluon fp8 kernels scale each head of bf16 q on its own.)"""
     ok = True
-    for heads in (16, 20):
+    for heads in heads_list:
         q, table, lens = uniform_problem(pool8, batch, heads, length, gen, torch.bfloat16)
         factors = 2.0 ** (torch.arange(heads, device="cuda") % 16 - 12)
         q = (q.float() * factors[None, :, None]).to(torch.bfloat16)
         splits = occupancy_kv_splits(batch, heads, length, sm)
-        name = f"magnitudes fp8-h16/bf16 H={heads} B={batch} L={length}"
+        name = f"magnitudes fp8/bf16 H={heads} B={batch} L={length}"
         ok &= check(name, q, pool8, table, lens, splits, scale)
         q[:, 3, 10] = float("nan")
         q[:, 5, LORA + 7] = float("inf")
@@ -637,7 +624,7 @@ def run_head_magnitudes(pool8, scale, gen, sm, batch=4, length=4096):
 
 
 def run_fp8_h16_timing(pool16, pool8, scale, gen, sm):
-    """tl and the 16-head Gluon stage 1 (each widening) on the fp8 pool, and tl on the
+    """tl and the 16-head Gluon stage 1 on the fp8 pool, and tl on the
     bf16 pool it was quantised from, same q, table and lengths; ``TB/s``: the fp8 latent
     bytes read once a row (576 a token) over the Gluon stage 1's time."""
     print("fp8 16-head timing (do_bench_cudagraph, median, us; stage 2 is the same tl kernel):")

@@ -349,6 +349,7 @@ def test_fp8_cache_matches_reference_on_dequantised_values(heads, rng):
         (8, 48, 16384, jnp.float16, "same"),
         (16, 128, 4096, jnp.bfloat16, "fp8"),
         (16, 64, 4096, jnp.bfloat16, "fp8"),  # 8 splits of 512
+        (4, 128, 4096, jnp.bfloat16, "fp8"),  # 16 splits of 256
         (4, 96, 16384, jnp.float16, "fp8"),
         (16, 16, 4096, jnp.bfloat16, "fp8"),  # the 16-head fp8 kernel: 16 splits of 256
         (4, 16, 4096, jnp.float16, "fp8"),  # 64 splits of 64 tokens
@@ -362,10 +363,10 @@ def test_fp8_cache_matches_reference_on_dequantised_values(heads, rng):
 @pytest.mark.parametrize("max_seq_len", ["static", "runtime"])
 def test_gluon_stage1_through_mla_decode(batch, heads, length, dtype, cache, max_seq_len, rng):
     """On sm_90, ``mla_decode`` at shapes whose splits are long enough for a Gluon
-    kernel (``_triton_backend.use_gluon``) lowers stage 1 to one (the seesaw one for a
-    16-bit cache from 32 heads, an fp8 one for an fp8 cache); it matches the float64
-    reference (on the dequantised cache for fp8) on ragged rows: an empty row, page
-    edges, a full row. ``runtime`` leaves ``max_seq_len`` out: the block table's
+    kernel (``_triton_backend.use_gluon``) lowers stage 1 to one (the seesaw from 32
+    heads on either cache, the 16-head fp8 kernel under 64 heads on an fp8 one); it
+    matches the float64 reference (on the dequantised cache for fp8) on ragged rows: an
+    empty row, page edges, a full row. ``runtime`` leaves ``max_seq_len`` out: the block table's
     capacity, ``length``, plans the splits. Where the grid has one split stage 1 writes
     the output and there is no stage 2."""
     from mla_jax import _launch
@@ -408,8 +409,8 @@ def test_gluon_stage1_through_mla_decode(batch, heads, length, dtype, cache, max
     text = step.lower(q, kv, bt, sl, buffer).as_text()
     names = [kernel_call(line)["kernel_name"] for line in custom_calls(text)]
     stage1 = "mla_decode_stage1_gluon_seesaw"
-    if cache == "fp8":
-        stage1 = "mla_decode_stage1_gluon_fp8" + ("_h16" if heads < 64 else "")
+    if cache == "fp8" and heads < 64:
+        stage1 = "mla_decode_stage1_gluon_fp8_h16"
     one_split = (
         mla_jax.kv_splits(
             buffer.policy,
