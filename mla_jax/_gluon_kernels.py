@@ -217,10 +217,9 @@ block is widened once, in its own slot:
   and the partial output times ``kv_scale``. The sm_90 build (bf16 q, splits): 255
   registers, no spills, 88 HGMMA, 114 cp.async, 288 e4m3 cvt, 224,076 bytes of shared
   memory, no global scratch.
-* The widening is not hidden: with it skipped (wrong values, the timing of a free
-  widening) a bf16-MMA build took 1029 µs at B=128, H=128, L=16384 against 1377-1383
-  with it (1300 with fp16 MMAs, as built); issuing each 64-column chunk's MMA under
-  the next chunk's widening was slower (``docs/performance.md``, "The fp8 cache").
+* Not done: hiding the widening under MMAs. It runs before the block's QK^T, when
+  its warpgroup has no MMA queued, and is what separates this build's time from the
+  16-bit one's (``docs/performance.md``, "The fp8 cache" and its open leads).
 """
 
 from __future__ import annotations
