@@ -193,7 +193,7 @@ On an fp8 cache the seesaw multiplies in fp16 (``warpgroup_mma`` takes 16-bit op
 from shared memory; an fp8 one would need q quantised to fp8, and V K-major), so each
 block is widened once, in its own slot:
 
-* Every block comes by ``cp.async`` (``_seesaw_copy_fp8``), 36 KB of fp8 into the back
+* Every block comes by ``cp.async`` (``_seesaw_copy_block``), 36 KB of fp8 into the back
   half of its slot's 72 KB: the latent columns by 64-column chunks, chunk-major (4 KB
   each, from 32 KB on), the rope columns into the back half of the slot's k_pe. The
   shared memory is the 16-bit kernel's: Q and two slots, no staging.
@@ -1267,30 +1267,25 @@ def _seesaw_copy_block(
     with rows outside it (a split's first or last block, or the phantom second block
     of an odd count, all outside) comes by ``cp.async`` from the warpgroup's 128
     threads, those rows zero-filled so that no value outside the row's tokens reaches
-    an MMA: each thread's ``cp.async.mbarrier.arrive`` adds one pending
-    arrival that its copies complete, and after a warpgroup barrier one plain arrival
-    completes the phase once they all have.
+    an MMA (``_arrive_once_landed``).
 
-    An fp8 block always comes by ``cp.async`` (``_seesaw_copy_fp8``), into the slot's
-    fp8 views, which ``_widen_slot`` widens in place."""
+    An fp8 block always comes by ``cp.async``, into the slot's fp8 views (``c8_dst``:
+    ``[8 * BLOCK_N, 64]``, 64-column latent chunk ``c`` in rows ``64 c`` to
+    ``64 c + 63``; ``pe8_dst``: the rope columns), which ``_widen_slot`` widens in
+    place."""
     if kv_ptr.dtype.element_ty == gl.float8e4nv:
-        _seesaw_copy_fp8(
-            c8_dst,
-            pe8_dst,
-            kv_ptr,
-            page,
-            n0,
-            start,
-            end,
-            ready,
-            PAGE_SIZE,
-            NUM_PAGES,
-            LORA,
-            ROPE,
-            BLOCK_N,
-            stride_kv_page,
-            stride_kv_row,
-        )
+        layout: gl.constexpr = gl.BlockedLayout([1, 16], [8, 4], [4, 1], [1, 0])
+        j = gl.arange(0, 8 * BLOCK_N, layout=gl.SliceLayout(1, layout))
+        cols = gl.arange(0, 64, layout=gl.SliceLayout(0, layout))
+        page_base = kv_ptr + _safe_page(page, NUM_PAGES).to(gl.int64) * stride_kv_page
+        r = j % BLOCK_N
+        ok = (n0 + r >= start) & (n0 + r < end)
+        ptrs = page_base + ((n0 % PAGE_SIZE + r) * stride_kv_row + (j // BLOCK_N) * 64)[:, None]
+        async_copy.async_copy_global_to_shared(c8_dst, ptrs + cols[None, :], mask=ok[:, None])
+        r = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, layout))
+        ok = (n0 + r >= start) & (n0 + r < end)
+        _copy_rows(pe8_dst, page_base + LORA, n0 % PAGE_SIZE + r, ok, stride_kv_row, ROPE, layout)
+        _arrive_once_landed(ready)
     elif (n0 >= start) & (n0 + BLOCK_N <= end):
         row0 = _safe_page(page, NUM_PAGES) * PAGE_SIZE + n0 % PAGE_SIZE
         mbarrier.expect(ready, BLOCK_N * (LORA + ROPE) * kv_c_dst.dtype.primitive_bitwidth // 8)
@@ -1308,42 +1303,6 @@ def _seesaw_copy_block(
         _copy_rows(kv_c_dst, page_base, rows, ok, stride_kv_row, LORA, copy_layout)
         _copy_rows(k_pe_dst, page_base + LORA, rows, ok, stride_kv_row, ROPE, copy_layout)
         _arrive_once_landed(ready)
-
-
-@gluon.jit
-def _seesaw_copy_fp8(
-    c8_dst,
-    pe8_dst,
-    kv_ptr,
-    page,
-    n0,
-    start,
-    end,
-    ready,
-    PAGE_SIZE: gl.constexpr,
-    NUM_PAGES: gl.constexpr,
-    LORA: gl.constexpr,
-    ROPE: gl.constexpr,
-    BLOCK_N: gl.constexpr,
-    stride_kv_page: gl.constexpr,
-    stride_kv_row: gl.constexpr,
-):
-    """``_seesaw_copy_block`` for an fp8 block: ``cp.async`` of its latent columns into
-    ``c8_dst`` (``[8 * BLOCK_N, 64]``: 64-column chunk ``c`` in rows ``64 c`` to
-    ``64 c + 63``) and its rope columns into ``pe8_dst``, rows outside
-    ``[start, end)`` zero-filled; ``ready`` completes once they have all landed."""
-    layout: gl.constexpr = gl.BlockedLayout([1, 16], [8, 4], [4, 1], [1, 0])
-    j = gl.arange(0, 8 * BLOCK_N, layout=gl.SliceLayout(1, layout))
-    cols = gl.arange(0, 64, layout=gl.SliceLayout(0, layout))
-    page_base = kv_ptr + _safe_page(page, NUM_PAGES).to(gl.int64) * stride_kv_page
-    r = j % BLOCK_N
-    ok = (n0 + r >= start) & (n0 + r < end)
-    ptrs = page_base + ((n0 % PAGE_SIZE + r) * stride_kv_row + (j // BLOCK_N) * 64)[:, None]
-    async_copy.async_copy_global_to_shared(c8_dst, ptrs + cols[None, :], mask=ok[:, None])
-    r = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, layout))
-    ok = (n0 + r >= start) & (n0 + r < end)
-    _copy_rows(pe8_dst, page_base + LORA, n0 % PAGE_SIZE + r, ok, stride_kv_row, ROPE, layout)
-    _arrive_once_landed(ready)
 
 
 @gluon.jit
