@@ -12,6 +12,7 @@ runs it at the target shapes and a one-block shape, ``ncu-gluon`` with the Gluon
 import argparse
 
 import torch
+from gluon_check import give_triton_scratch
 from stage_times import launchers, make_problem
 from sweep_configs import SM, parse_shapes
 
@@ -21,6 +22,7 @@ LAUNCHES = 3
 
 
 def main():
+    give_triton_scratch()  # the seesaw's TMA descriptors on the 16-bit cache
     parser = argparse.ArgumentParser()
     parser.add_argument("shape", type=parse_shapes, help="one BxHxL")
     parser.add_argument("--splits", type=int, help="default: the occupancy policy's")
