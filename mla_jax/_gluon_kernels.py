@@ -135,11 +135,11 @@ in all.
   P0 = 2^(S0 - m0) -> publishes m0 and P0 (p0 barrier) -> O_L = O_L scale0 + P0 V0_L
   (P0 from registers, async) -> waits m1 and P1 (p1 barrier) while that MMA runs ->
   O_L = O_L 2^(m0 - m1) + P1 V1_L (P1 from shared memory).
-  WG1: S1 (waits ready1; runs with WG0's S0) -> waits m0/P0 -> m1 = max(m0, rowmax S1),
-  scale1 = 2^(m0 - m1), P1 = 2^(S1 - m1) (this softmax runs while WG0's P0 V0_L is on
-  the tensor cores) -> publishes m1 and P1 -> O_R = O_R scale0 + P0 V0_R (P0 from
-  shared memory) -> O_R = O_R scale1 + P1 V1_R (P1 from registers; the refill of slot 0
-  is issued while it runs) -> refills slot 1.
+  WG1: S1 (waits ready1; runs with WG0's S0) -> waits m0/P0 -> issues O_R = O_R scale0
+  + P0 V0_R (P0 from shared memory, async) -> m1 = max(m0, rowmax S1), scale1 =
+  2^(m0 - m1), P1 = 2^(S1 - m1) (this softmax runs while WG0's P0 V0_L and its own
+  P0 V0_R are on the tensor cores) -> publishes m1 and P1 -> O_R = O_R scale1 + P1 V1_R
+  (P1 from registers; the refill of slot 0 is issued while it runs) -> refills slot 1.
   Both warpgroups apply every block in order, so each O half is always relative to
   the same m; a warp multiplies its O rows by a scale only when one of them is not 1
   (a warp vote, ``_rescale_rows``: 128 multiplies a thread saved in most blocks); the
@@ -164,26 +164,30 @@ in all.
   one arrival, ``_seesaw_copy_block``; the first two wait for Q too), p0 (WG0 ->
   WG1: m0 and P0), p1 (WG1 -> WG0: m1 and P1), free0/1 (WG0 ->
   WG1: WG0's MMAs on that slot are done; WG1, the slot's last user, then refills
-  it), l0/l1 (row sums). Every barrier completes once a pair, so pair i waits parity
-  i & 1; none can complete twice before its waiter looks (each next completion needs
-  something the waiter itself does after its wait, e.g. p0's next needs slot 0's
-  refill, issued by WG1 after it waited p0). The m exchange is double-buffered by
-  pair parity. Every reader of a generic-proxy write (cp.async, P stores) through
-  wgmma runs ``fence_async_shared`` after its wait (and the P writer before its
-  arrive).
+  it; on an fp8 cache WG0 refills slot 0 and free0 is unused), vfree0 (fp8 cache,
+  WG1 -> WG0: its P0 V0_R is done), l0/l1 (row sums). Every barrier completes once a
+  pair, so pair i waits parity i & 1 (vfree0: the previous pair's); none can complete
+  twice before its waiter looks (each next completion needs something the waiter
+  itself does after its wait, e.g. p0's next needs slot 0's refill, issued by WG1
+  after it waited p0; on an fp8 cache vfree0's next needs p0, which WG0 publishes
+  after its wait on vfree0). The m exchange is double-buffered by pair parity. Every
+  reader of a generic-proxy write (cp.async, P stores) through wgmma runs
+  ``fence_async_shared`` after its wait (and the P writer before its arrive).
 * No CTA-wide barrier inside the loop: each warpgroup syncs itself (named 128-thread
   barriers) and the other through mbarriers. The sm_90 build: 255 registers, no
   spills, 88 HGMMA; every ``wgmma.wait_group`` is 0, the overlap being across
-  warpgroups and, in each, across an mbarrier wait (WG0) or the refill's issue (WG1).
+  warpgroups and, in each, across an mbarrier wait (WG0; on an fp8 cache WG0 waits
+  its P0 V0_L first, for the refill that overwrites its operand), the softmax (WG1's
+  P0 V0_R) or the refill's issue (WG1's P1 V1_R).
 * The views of Q and the slots are indexed by an opaque 0 (``_opaque_zero``) inside
   the loop: with fixed views every wgmma descriptor is loop-invariant, LLVM hoists
   them all (Q's 36 alone are 72 registers) and ptxas spilled 920 bytes.
 * Not done (and why): FlashMLA's finer pipelining. (1) With two 64-token slots the
   next pair's loads start only as each slot's last MMA ends: WG0's next S waits for
-  slot 0's refill, issued after WG1's P0 V0_R, about two 64 x 256 MMAs ahead of use;
-  WG1's next S waits for slot 1's, issued at the very end of its pair (FlashMLA eases
-  this with 9 per-64-column TMA barriers a block, so S starts on the first column
-  tile; not tried). (2) No wgmma kept in flight past a
+  slot 0's refill, issued after WG1's P0 V0_R (on a 16-bit cache), about two 64 x 256
+  MMAs ahead of use; WG1's next S waits for slot 1's, issued at the very end of its
+  pair (FlashMLA eases this with 9 per-64-column TMA barriers a block, so S starts on
+  the first column tile; not tried). (2) No wgmma kept in flight past a
   ``wgmma.wait_group N > 0``: each warpgroup's accumulator must be rescaled between
   its two PV MMAs (the other order, FlashMLA's, would make WG0 wait for scale1
   before publishing P0) and at 255 registers there is no room for a second
@@ -193,19 +197,25 @@ On an fp8 cache the seesaw multiplies in fp16 (``warpgroup_mma`` takes 16-bit op
 from shared memory; an fp8 one would need q quantised to fp8, and V K-major), so each
 block is widened once, in its own slot:
 
-* Every block comes by ``cp.async`` (``_seesaw_copy_block``), 36 KB of fp8 into the back
-  half of its slot's 72 KB: the latent columns by 64-column chunks, chunk-major (4 KB
-  each, from 32 KB on), the rope columns into the back half of the slot's k_pe. The
-  shared memory is the 16-bit kernel's: Q and two slots, no staging.
+* Every block comes by ``cp.async`` (``_seesaw_copy_block``): its 32 KB of latent fp8
+  into the front half of its slot's latent part, by 64-column chunks, chunk-major (4
+  KB each), its rope columns into 4 KB of rope staging of the slot's own. Besides
+  that staging the shared memory is the 16-bit kernel's: Q and two slots.
+* Slot 0's front half is read only by warpgroup 0 (its S0 and P0 V0_L), so on an fp8
+  cache warpgroup 0 refills slot 0 itself as soon as its P0 V0_L is done, while
+  warpgroup 1 does its softmax, with no wait on warpgroup 1; its widening, which
+  writes the back half and k_pe (read by warpgroup 1's P0 V0_R), waits for warpgroup
+  1's ``vfree0`` (a tenth barrier). Slot 1 is refilled by warpgroup 1 after
+  ``free1``, as on a 16-bit cache.
 * The warpgroup that takes a block's S widens it in place (``_widen_slot``), after
   its ready barrier and before its QK^T: e4m3 to fp16 is exact and one
   ``cvt.rn.f16x2.e4m3x2`` for two values. The 16-bit chunk ``c`` is bytes
   ``[8c, 8c + 8)`` KB of the slot (a 64-column atom of the 128-byte swizzle), its fp8
-  source ``[32 + 4c, 36 + 4c)``: chunks 0-3 land below every fp8 byte, 4 and 5 over
-  chunks 0-3's, 6 and 7 over 4-7's, so two warpgroup barriers order the stores after
-  the loads they overwrite. The other warpgroup reads the widened block (its PV half)
-  only after the P handshake of the same block, which the widening warpgroup
-  publishes after its fence.
+  source ``[4c, 4c + 4)``: from chunk 7 down, chunks 7-4 land above every fp8 byte, 3
+  and 2 over chunks 4-7's, 1 and 0 over 0-3's, so two warpgroup barriers order the
+  stores after the loads they overwrite. The other warpgroup reads the widened block
+  (its PV half) only after the P handshake of the same block, which the widening
+  warpgroup publishes after its fence.
 * bf16 q: warpgroup 0 rewrites Q in place as fp16 once it has landed
   (``_seesaw_q_f16``), each head scaled by the power of two that puts its largest
   finite magnitude in ``[2^14, 2^15)`` (``_copy_query_f16``'s rule: exact within 2^29
@@ -215,7 +225,7 @@ block is widened once, in its own slot:
   ``2^RESCALE_THRESHOLD``. fp16 q needs no rewrite.
 * The scale folds as in the tl kernel: ``qk_scale = SM_SCALE * log2(e) * kv_scale``
   and the partial output times ``kv_scale``. The sm_90 build (bf16 q, splits): 255
-  registers, no spills, 88 HGMMA, 114 cp.async, 288 e4m3 cvt, 224,076 bytes of shared
+  registers, no spills, 88 HGMMA, 114 cp.async, 288 e4m3 cvt, 232,276 bytes of shared
   memory, no global scratch.
 * Not done: hiding the widening under MMAs. It runs before the block's QK^T, when
   its warpgroup has no MMA queued, and is what separates this build's time from the
@@ -1319,31 +1329,31 @@ def _arrive_once_landed(ready):
 def _widen_slot(kv_c, k_pe, c8, pe8):
     """Widens a slot's fp8 block in place into fp16 (one warpgroup; e4m3 widens to fp16
     exactly, ``cvt.rn.f16x2.e4m3x2``). ``c8`` (``[8 * 64, 64]`` fp8, latent chunk ``c``
-    in rows ``64 c``...) lies on the back half of ``kv_c`` (``[64, 512]`` fp16, whose
-    64-column chunk ``c`` is its bytes ``[8c, 8c + 8)`` KB), ``pe8`` on the back half
-    of ``k_pe``. Chunk ``c`` is read from ``32 + 4c`` KB and written to ``8c`` KB:
-    chunks 0-3 write below every fp8 byte; 4 and 5 over chunks 0-3's, so after a
-    barrier; 6 and 7 over 4-7's, so after a second one, all four read by then (as the
-    rope part, read before the first). Ends with the slot published to this
-    warpgroup's MMAs (fence + barrier)."""
+    in rows ``64 c``...) lies on the front half of ``kv_c`` (``[64, 512]`` fp16, whose
+    64-column chunk ``c`` is its bytes ``[8c, 8c + 8)`` KB); ``pe8`` is the slot's own
+    rope staging. Chunk ``c`` is read from ``4c`` KB and written to ``8c`` KB, from 7
+    down: chunks 7-4 land in the back half, above every fp8 byte; 3 and 2 over 4-7's,
+    so after a barrier; 1 and 0 over 0-3's, so after a second one, all four read by
+    then. Ends with the slot published to this warpgroup's MMAs (fence + barrier)."""
     # 8 bytes a thread, 8 threads a row: a half-warp's loads read 128 contiguous fp8
     # bytes, a quarter-warp's 16-byte stores one row's eight swizzled 16-byte units.
     layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
     dtype: gl.constexpr = kv_c.dtype
     for c in gl.static_range(4):
-        x = c8.slice(64 * c, 64).load(layout)
-        kv_c.slice(64 * c, 64, dim=1).store(x.to(dtype))
+        x = c8.slice(64 * (7 - c), 64).load(layout)
+        kv_c.slice(64 * (7 - c), 64, dim=1).store(x.to(dtype))
     pe = pe8.load(layout)
-    gl.thread_barrier()
     k_pe.store(pe.to(dtype))
-    for c in gl.static_range(4, 6):
-        x = c8.slice(64 * c, 64).load(layout)
-        kv_c.slice(64 * c, 64, dim=1).store(x.to(dtype))
-    x6 = c8.slice(384, 64).load(layout)
-    x7 = c8.slice(448, 64).load(layout)
+    x3 = c8.slice(192, 64).load(layout)
+    x2 = c8.slice(128, 64).load(layout)
     gl.thread_barrier()
-    kv_c.slice(384, 64, dim=1).store(x6.to(dtype))
-    kv_c.slice(448, 64, dim=1).store(x7.to(dtype))
+    kv_c.slice(192, 64, dim=1).store(x3.to(dtype))
+    kv_c.slice(128, 64, dim=1).store(x2.to(dtype))
+    x1 = c8.slice(64, 64).load(layout)
+    x0 = c8.slice(0, 64).load(layout)
+    gl.thread_barrier()
+    kv_c.slice(64, 64, dim=1).store(x1.to(dtype))
+    kv_c.slice(0, 64, dim=1).store(x0.to(dtype))
     fence_async_shared()  # generic-proxy stores, read by wgmma through the async one
     gl.thread_barrier()
 
@@ -1415,10 +1425,17 @@ def _seesaw_wg0(
     start,
     end,
     num_pairs,
+    kv_ptr,
+    bt_row,
     NUM_HEADS: gl.constexpr,
+    PAGE_SIZE: gl.constexpr,
+    NUM_PAGES: gl.constexpr,
     LORA: gl.constexpr,
+    ROPE: gl.constexpr,
     BLOCK_H: gl.constexpr,
     BLOCK_N: gl.constexpr,
+    stride_kv_page: gl.constexpr,
+    stride_kv_row: gl.constexpr,
     stride_buf_b: gl.constexpr,
     stride_buf_h: gl.constexpr,
     stride_buf_s: gl.constexpr,
@@ -1451,6 +1468,7 @@ def _seesaw_wg0(
     s_init = gl.zeros([BLOCK_H, BLOCK_N], gl.float32, layout=s_layout)
     s_cols = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
     F16Q: gl.constexpr = q_nope_smem.dtype != q16_nope_smem.dtype
+    FP8: gl.constexpr = c8_smem.dtype == gl.float8e4nv
     if F16Q:
         # bf16 q, fp16 MMAs: this warpgroup rewrites Q as fp16 once it has landed.
         qk_rows = gl.full([BLOCK_H], 0.0, gl.float32, layout=s_rows)
@@ -1482,16 +1500,25 @@ def _seesaw_wg0(
         kv_c1 = kv_c_smem.index(z + 1)
         p0_smem = k_pe_smem.index(z)
         p1_smem = k_pe_smem.index(z + 1)
+        if FP8:
+            # On an fp8 cache this warpgroup refills slot 0: the next pair's even
+            # block's page index, a pair ahead of its copy.
+            more = i + 1 < num_pairs
+            nxt0 = n0 + 2 * BLOCK_N
+            page0 = gl.load(bt_row + nxt0 // PAGE_SIZE, mask=more & (nxt0 < end), other=0)
         # (1) S0 = Q K0^T, the whole 64 x 64, once the even block has landed (and,
-        # from an fp8 cache, been widened in its slot).
+        # from an fp8 cache, been widened in its slot, whose back half and k_pe
+        # warpgroup 1's last P0 V0_R had to be done reading: vfree0).
         mbarrier.wait(ready0, ph)
+        if FP8 and i > 0:
+            mbarrier.wait(bars.index(9), ph ^ 1)
         s = _seesaw_qk(
             q_nope,
             q_pe,
             kv_c0,
             p0_smem,
-            c8_smem.index(2 * z + 1),
-            pe8_smem.index(2 * z + 1),
+            c8_smem.index(2 * z),
+            pe8_smem.index(z),
             s_init,
         )
         s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
@@ -1519,12 +1546,40 @@ def _seesaw_wg0(
         acc = warpgroup_mma(
             gl.convert_layout(pb, p_op_layout), kv_c0.slice(0, HALF, dim=1), acc, is_async=True
         )
+        if FP8:
+            # While warpgroup 1 does its softmax: once P0 V0_L is done, the next even
+            # block into slot 0's front half (free: this warpgroup's S0 and P0 V0_L
+            # were its only readers) and rope staging.
+            acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+            if more:
+                _seesaw_copy_block(
+                    kv_c0,
+                    p0_smem,
+                    c8_smem.index(2 * z),
+                    pe8_smem.index(z),
+                    kv_ptr,
+                    kv_ptr,
+                    kv_ptr,
+                    page0,
+                    nxt0,
+                    start,
+                    end,
+                    ready0,
+                    PAGE_SIZE,
+                    NUM_PAGES,
+                    LORA,
+                    ROPE,
+                    BLOCK_N,
+                    stride_kv_page,
+                    stride_kv_row,
+                )
         # (5) warpgroup 1's m1 and P1 (the odd block, over its k_pe).
         mbarrier.wait(p1_bar, ph)
         m1 = m_smem.index(2 + ph).load(s_rows)
         scale1 = gl.exp2(m0 - m1)
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
-        mbarrier.arrive(free0)  # done with slot 0 (warpgroup 1 refills it)
+        if not FP8:
+            mbarrier.arrive(free0)  # done with slot 0 (warpgroup 1 refills it)
         mbarrier.wait(ready1, ph)  # (completed: warpgroup 1 waited it before P1)
         fence_async_shared()
         # (6) O_L = O_L * scale1 + P1 V1_L, P1 from shared memory.
@@ -1636,6 +1691,7 @@ def _seesaw_wg1(
     s_init = gl.zeros([BLOCK_H, BLOCK_N], gl.float32, layout=s_layout)
     s_cols = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
     F16Q: gl.constexpr = q_nope_smem.dtype != q16_nope_smem.dtype
+    FP8: gl.constexpr = c8_smem.dtype == gl.float8e4nv
     if F16Q:
         qk_rows = gl.full([BLOCK_H], 0.0, gl.float32, layout=s_rows)
         if num_pairs > 0:
@@ -1670,8 +1726,8 @@ def _seesaw_wg1(
             q_pe,
             kv_c1,
             p1_smem,
-            c8_smem.index(2 * z + 3),
-            pe8_smem.index(2 * z + 3),
+            c8_smem.index(2 * z + 2),
+            pe8_smem.index(z + 1),
             s_init,
         )
         s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
@@ -1681,28 +1737,35 @@ def _seesaw_wg1(
             s = gl.where(live[None, :], s * qk_rows[:, None], float("-inf"))
         else:
             s = gl.where(live[None, :], s * qk_scale, float("-inf"))
-        # (2) m0 from warpgroup 0, then the odd block's softmax against it: this runs
-        # while warpgroup 0's P0 V0_L is on the tensor cores.
+        # (2) m0 and P0 from warpgroup 0, then O_R = O_R * scale0 + P0 V0_R (P0 from
+        # shared memory) issued at once: it runs under this warpgroup's softmax.
         mbarrier.wait(p0_bar, ph)
         m0 = m_smem.index(ph).load(s_rows)
         scale0 = gl.exp2(m_i - m0)
+        if not FP8:
+            # (completed: warpgroup 0 waited it before P0). On an fp8 cache the block
+            # is the one warpgroup 0 widened and published with P0, and ready0 may
+            # have completed again already (warpgroup 0's refill under this softmax).
+            mbarrier.wait(ready0, ph)
+        fence_async_shared()
+        acc = _rescale_rows(acc, scale0, i, o_rows, _WG1_SCALE0_ANY)
+        acc = warpgroup_mma(p0_smem, kv_c0.slice(HALF, HALF, dim=1), acc, is_async=True)
+        # (3) the odd block's softmax against m0, while warpgroup 0's P0 V0_L and this
+        # warpgroup's P0 V0_R are on the tensor cores; publish m1 and P1 (over the odd
+        # block's k_pe).
         m_blk = gl.maximum(m0, gl.max(s, 1))
         m1 = gl.where(m_blk - m0 > RESCALE_THRESHOLD, m_blk, m0)
         scale1 = gl.exp2(m0 - m1)
         p = gl.exp2(s - m1[:, None])
         l_i = l_i * (scale0 * scale1) + gl.sum(p, 1)
         pb = p.to(dtype)
-        # (3) publish m1 and P1 (over the odd block's k_pe).
         m_smem.index(2 + ph).store(m1)
         p1_smem.store(pb)
         fence_async_shared()
         mbarrier.arrive(p1_bar)
-        # (4) O_R = O_R * scale0 + P0 V0_R, P0 from shared memory.
-        mbarrier.wait(ready0, ph)  # (completed: warpgroup 0 waited it before P0)
-        fence_async_shared()
-        acc = _rescale_rows(acc, scale0, i, o_rows, _WG1_SCALE0_ANY)
-        acc = warpgroup_mma(p0_smem, kv_c0.slice(HALF, HALF, dim=1), acc, is_async=True)
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+        if FP8:
+            mbarrier.arrive(bars.index(9))  # vfree0: slot 0's back half and P0 read
         # (5) O_R = O_R * scale1 + P1 V1_R, P1 from registers.
         acc = _rescale_rows(acc, scale1, i, o_rows, _WG1_SCALE1_ANY)
         acc = warpgroup_mma(
@@ -1710,7 +1773,7 @@ def _seesaw_wg1(
         )
         # (6) while P1 V1_R runs: slot 0 is free once warpgroup 0's P0 V0_L is done
         # too; refill it with the next pair's even block.
-        if more:
+        if (not FP8) and more:
             mbarrier.wait(free0, ph)
             _seesaw_copy_block(
                 kv_c0,
@@ -1740,8 +1803,8 @@ def _seesaw_wg1(
             _seesaw_copy_block(
                 kv_c1,
                 p1_smem,
-                c8_smem.index(2 * z + 3),
-                pe8_smem.index(2 * z + 3),
+                c8_smem.index(2 * z + 2),
+                pe8_smem.index(z + 1),
                 kv_c_desc,
                 k_pe_desc,
                 kv_ptr,
@@ -1858,9 +1921,10 @@ def mla_decode_stage1_gluon_seesaw(
     m_smem = gl.allocate_shared_memory(gl.float32, [4, BLOCK_H], vec_layout)
     l_smem = gl.allocate_shared_memory(gl.float32, [2, BLOCK_H], vec_layout)
     # ready0/1 (a block landed, _seesaw_copy_block), p0/p1 (P and m published),
-    # free0/1 (warpgroup 0 done with a slot), l0/l1 (row sums published).
-    # and, for fp16 MMAs on bf16 q, qready (warpgroup 0 rewrote Q as fp16).
-    NUM_BARS: gl.constexpr = 8 if dtype == q_dtype else 9
+    # free0/1 (warpgroup 0 done with a slot), l0/l1 (row sums published),
+    # for fp16 MMAs on bf16 q qready (warpgroup 0 rewrote Q as fp16), and on an fp8
+    # cache vfree0 (warpgroup 1's P0 V0_R done: slot 0's back half and P0 read).
+    NUM_BARS: gl.constexpr = 10 if FP8 else 8 if dtype == q_dtype else 9
     bars = gl.allocate_shared_memory(gl.int64, [NUM_BARS, 1], mbarrier.MBarrierLayout())
     for b in gl.static_range(NUM_BARS):
         mbarrier.init(bars.index(b), count=1)
@@ -1873,18 +1937,17 @@ def mla_decode_stage1_gluon_seesaw(
         q16_nope_smem = q_nope_smem
         q16_pe_smem = q_pe_smem
     if FP8:
-        # An fp8 block lands in the back half of its slot's bytes (``_widen_slot``):
-        # the latent part by 64-column chunks, chunk-major.
+        # An fp8 block's latent part lands in the front half of its slot's bytes
+        # (``_widen_slot``), by 64-column chunks, chunk-major: slot s's is view 2 s
+        # ([8 * BLOCK_N, 64]); its rope part in the slot's own staging.
         kv_dtype: gl.constexpr = kv_ptr.dtype.element_ty
-        # Slot s's back halves are views 2 s + 1 ([8 * BLOCK_N, 64] of latent chunks
-        # and [BLOCK_N, ROPE] of rope).
         stage_layout: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
         c8_smem = kv_c_smem._reinterpret(kv_dtype, [4, 8 * BLOCK_N, 64], stage_layout)
-        pe8_smem = k_pe_smem._reinterpret(kv_dtype, [4, BLOCK_N, ROPE], stage_layout)
-        c8_first = c8_smem.index(1)
-        pe8_first = pe8_smem.index(1)
-        c8_second = c8_smem.index(3)
-        pe8_second = pe8_smem.index(3)
+        pe8_smem = gl.allocate_shared_memory(kv_dtype, [2, BLOCK_N, ROPE], stage_layout)
+        c8_first = c8_smem.index(0)
+        pe8_first = pe8_smem.index(0)
+        c8_second = c8_smem.index(2)
+        pe8_second = pe8_smem.index(1)
         kv_c_desc = kv_ptr  # no TMA: unused (warp_specialize takes no None)
         k_pe_desc = kv_c_desc
     else:
@@ -2012,10 +2075,17 @@ def mla_decode_stage1_gluon_seesaw(
                     start,
                     end,
                     num_pairs,
+                    kv_ptr,
+                    bt_row,
                     NUM_HEADS,
+                    PAGE_SIZE,
+                    NUM_PAGES,
                     LORA,
+                    ROPE,
                     BLOCK_H,
                     BLOCK_N,
+                    stride_kv_page,
+                    stride_kv_row,
                     stride_buf_b,
                     stride_buf_h,
                     stride_buf_s,
