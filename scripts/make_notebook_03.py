@@ -109,6 +109,12 @@ grid has more than one split.
 Every cell but the last only reads JSON and draws, so the notebook runs anywhere; the last
 re-measures a few shapes when a CUDA GPU is present. The figures are drawn by
 `mla_jax.tools.bench_report`, the same functions that write the sweep's PNGs.
+
+Since the sweep the seesaw changed (warpgroup 1's P0 V0_R now runs under its softmax):
+its 51 shapes with H ≥ 32 were measured again with vLLM in the same runs, in
+`docs/benchmarks/seesaw/` ([its page](../docs/benchmarks/seesaw/benchmarks.md)): 0.2–11.2 %
+faster than below at B ≥ 16 (128/128/16384 1.022 ms, 16/128/4096 47.7 µs), within +0.7 %
+at B ≤ 4. This notebook reads the sweep, which covers every path and shape.
 """,
     ),
     (
