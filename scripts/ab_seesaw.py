@@ -64,8 +64,10 @@ def parse_variants(specs: list[str], folder: str) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("variants", nargs="+", help="main, or name=a.patch[+b.patch...]")
-    parser.add_argument("--cache", choices=("bf16", "fp8"), default="bf16")
-    parser.add_argument("--q", choices=("bf16", "fp16"), default="bf16", help="q's dtype")
+    parser.add_argument("--cache", choices=("bf16", "fp16", "fp8"), default="bf16")
+    parser.add_argument(
+        "--q", choices=("bf16", "fp16"), default="bf16", help="q's dtype on an fp8 cache"
+    )
     parser.add_argument("--shapes", default=DEFAULT_SHAPES, help="BxHxL,...")
     parser.add_argument("--rep", type=int, default=50, help="ms of CUDA-graph replays a round")
     args = parser.parse_args()
@@ -76,14 +78,16 @@ def main() -> None:
         gc.give_triton_scratch()
         sm = torch.cuda.get_device_properties(0).multi_processor_count
         gen = torch.Generator(device="cuda").manual_seed(0)
-        pool = gc.new_pool(torch.bfloat16, gen)
+        # A 16-bit cache has q's dtype; an fp8 one is quantised from a bf16 pool.
+        q_name = args.q if args.cache == "fp8" else args.cache
+        pool = gc.new_pool(gc.DTYPES["bf16" if args.cache == "fp8" else args.cache], gen)
         kv_scale = 1.0
         if args.cache == "fp8":
             pool, kv_scale = gc.quantize_fp8(pool)
-        print(f"cache {args.cache}, q {args.q}, rounds {' '.join(order)}", flush=True)
+        print(f"cache {args.cache}, q {q_name}, rounds {' '.join(order)}", flush=True)
         for batch, heads, length in shapes:
             splits = occupancy_kv_splits(batch, heads, length, sm)
-            q, table, lens = gc.uniform_problem(pool, batch, heads, length, gen, gc.DTYPES[args.q])
+            q, table, lens = gc.uniform_problem(pool, batch, heads, length, gen, gc.DTYPES[q_name])
             cells = []
             want = None
             for name in order:
