@@ -4,9 +4,9 @@ its design needs: warpgroup MMAs (HGMMA), cp.async loads of the latent tile, no
 register spills (no local memory), shared memory within one SM's 227 KB, global
 scratch only for the TMA descriptors a kernel makes (the 16-bit seesaw's two). The
 seesaw builds are also checked for their schedule: two partitions of one warpgroup each, no CTA-wide
-barrier in the main loops (only 128-thread named barriers and mbarriers), a warpgroup
-MMA left in flight across an mbarrier wait (the overlap the schedule exists for), and
-a split's partials staged through shared memory.
+barrier in the main loops (only 128-thread named barriers and mbarriers), on a 16-bit
+cache a warpgroup MMA left in flight across an mbarrier wait (the overlap the schedule
+exists for), and a split's partials staged through shared memory.
 
 The build is made in a child process with its own Triton cache, so it is compiled
 here rather than read from a cache another test filled."""
@@ -431,3 +431,44 @@ def test_stage1_is_the_gluon_kernel_where_it_wins(
 if __name__ == "__main__":
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     print(json.dumps(build_report(int(sys.argv[1]), *sys.argv[2:])))
+
+
+def test_ab_seesaw_variant_is_the_patched_module(tmp_path):
+    """``scripts/ab_seesaw.py`` times a variant given as patches: the kernel module with
+    each patch applied in order, imported from a copy; ``main`` is the module itself,
+    and a name given twice or without patches is refused."""
+    import difflib
+    from pathlib import Path
+
+    from mla_jax import _gluon_kernels as gk
+
+    scripts = Path(__file__).parents[1] / "scripts"
+    sys.path.insert(0, str(scripts))
+    try:
+        import ab_seesaw
+    finally:
+        sys.path.remove(str(scripts))
+    name = "mla_jax/_gluon_kernels.py"
+    texts = [Path(gk.__file__).read_text()]
+    for marker in ("# variant one\n", "# variant two\n"):
+        texts.append(texts[-1] + marker)
+    patches = []
+    for k in range(2):
+        diff = difflib.unified_diff(
+            texts[k].splitlines(keepends=True),
+            texts[k + 1].splitlines(keepends=True),
+            f"a/{name}",
+            f"b/{name}",
+        )
+        patches.append(tmp_path / f"p{k}.patch")
+        patches[-1].write_text("".join(diff))
+    folder = tmp_path / "variants"
+    variants = ab_seesaw.parse_variants(["main", f"both={patches[0]}+{patches[1]}"], str(folder))
+    assert variants["main"] is None
+    kernel = variants["both"]
+    assert kernel.fn.__module__ == "seesaw_both"
+    assert kernel.fn.__name__ == gk.mla_decode_stage1_gluon_seesaw.fn.__name__
+    assert (folder / "both" / name).read_text() == texts[2]
+    for bad in (["main", "main"], ["other"]):
+        with pytest.raises(SystemExit):
+            ab_seesaw.parse_variants(bad, str(tmp_path / "bad"))
