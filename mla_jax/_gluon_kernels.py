@@ -1714,10 +1714,12 @@ def _seesaw_wg1(
         p1_smem = k_pe_smem.index(z + 1)
         more = i + 1 < num_pairs
         # The next pair's page indices, a pair ahead of their copies (raw: checked
-        # where used; blocks past the end read nothing).
+        # where used; blocks past the end read nothing). On an fp8 cache warpgroup 0
+        # refills slot 0 and loads its page index itself.
         nxt0 = n1 + BLOCK_N
         nxt1 = nxt0 + BLOCK_N
-        page0 = gl.load(bt_row + nxt0 // PAGE_SIZE, mask=more & (nxt0 < end), other=0)
+        if not FP8:
+            page0 = gl.load(bt_row + nxt0 // PAGE_SIZE, mask=more & (nxt0 < end), other=0)
         page1 = gl.load(bt_row + nxt1 // PAGE_SIZE, mask=more & (nxt1 < end), other=0)
         # (1) S1 = Q K1^T, concurrently with warpgroup 0's S0.
         mbarrier.wait(ready1, ph)
@@ -1778,8 +1780,8 @@ def _seesaw_wg1(
             _seesaw_copy_block(
                 kv_c0,
                 p0_smem,
-                c8_smem.index(2 * z + 1),
-                pe8_smem.index(2 * z + 1),
+                c8_smem.index(2 * z),
+                pe8_smem.index(z),
                 kv_c_desc,
                 k_pe_desc,
                 kv_ptr,
