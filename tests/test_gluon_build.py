@@ -428,11 +428,6 @@ def test_stage1_is_the_gluon_kernel_where_it_wins(
     assert calls == [kernel] + (["mla_decode_stage2"] if splits > 1 else [])
 
 
-if __name__ == "__main__":
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    print(json.dumps(build_report(int(sys.argv[1]), *sys.argv[2:])))
-
-
 def test_ab_seesaw_variant_is_the_patched_module(tmp_path):
     """``scripts/ab_seesaw.py`` times a variant given as patches: the kernel module with
     each patch applied in order, imported from a copy; ``main`` is the module itself,
@@ -472,3 +467,8 @@ def test_ab_seesaw_variant_is_the_patched_module(tmp_path):
     for bad in (["main", "main"], ["other"]):
         with pytest.raises(SystemExit):
             ab_seesaw.parse_variants(bad, str(tmp_path / "bad"))
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    print(json.dumps(build_report(int(sys.argv[1]), *sys.argv[2:])))
