@@ -166,19 +166,21 @@ in all.
   WG1: WG0's MMAs on that slot are done; WG1, the slot's last user, then refills
   it; on an fp8 cache WG0 refills slot 0 and free0 is unused), vfree0 (fp8 cache,
   WG1 -> WG0: its P0 V0_R is done), l0/l1 (row sums). Every barrier completes once a
-  pair, so pair i waits parity i & 1 (vfree0: the previous pair's); none can complete
-  twice before its waiter looks (each next completion needs something the waiter
-  itself does after its wait, e.g. p0's next needs slot 0's refill, issued by WG1
-  after it waited p0; on an fp8 cache vfree0's next needs p0, which WG0 publishes
-  after its wait on vfree0). The m exchange is double-buffered by pair parity. Every
+  pair, so pair i waits parity i & 1 (on an fp8 cache WG0 waits the next pair's
+  ready0, parity (i + 1) & 1, in pair i); none can complete twice before its waiter
+  looks (each next completion needs something the waiter itself does after its wait,
+  e.g. p0's next needs slot 0's refill, issued by WG1 after it waited p0; on an fp8
+  cache vfree0's next needs the next pair's p0, which WG0 publishes after its wait on
+  vfree0). The m exchange is double-buffered by pair parity. Every
   reader of a generic-proxy write (cp.async, P stores) through wgmma runs
   ``fence_async_shared`` after its wait (and the P writer before its arrive).
 * No CTA-wide barrier inside the loop: each warpgroup syncs itself (named 128-thread
   barriers) and the other through mbarriers. The sm_90 build: 255 registers, no
   spills, 88 HGMMA; every ``wgmma.wait_group`` is 0, the overlap being across
   warpgroups and, in each, across an mbarrier wait (WG0; on an fp8 cache WG0 waits
-  its P0 V0_L first, for the refill that overwrites its operand), the softmax (WG1's
-  P0 V0_R) or the refill's issue (WG1's P1 V1_R).
+  its P0 V0_L first, for the refill that overwrites its operand, and keeps its P1
+  V1_L in flight across the next even block's waits and widening), the softmax
+  (WG1's P0 V0_R) or the refill's issue (WG1's P1 V1_R).
 * The views of Q and the slots are indexed by an opaque 0 (``_opaque_zero``) inside
   the loop: with fixed views every wgmma descriptor is loop-invariant, LLVM hoists
   them all (Q's 36 alone are 72 registers) and ptxas spilled 920 bytes.
@@ -207,8 +209,10 @@ block is widened once, in its own slot:
   writes the back half and k_pe (read by warpgroup 1's P0 V0_R), waits for warpgroup
   1's ``vfree0`` (a tenth barrier). Slot 1 is refilled by warpgroup 1 after
   ``free1``, as on a 16-bit cache.
-* The warpgroup that takes a block's S widens it in place (``_widen_slot``), after
-  its ready barrier and before its QK^T: e4m3 to fp16 is exact and one
+* The warpgroup that takes a block's S widens it in place (``_widen_slot``) once it
+  has landed: warpgroup 0 under its P1 V1_L of the pair before (the first block
+  before the loop), so that its S0 starts with nothing to wait for; warpgroup 1
+  after its ready barrier, before its QK^T. e4m3 to fp16 is exact and one
   ``cvt.rn.f16x2.e4m3x2`` for two values. The 16-bit chunk ``c`` is bytes
   ``[8c, 8c + 8)`` KB of the slot (a 64-column atom of the 128-byte swizzle), its fp8
   source ``[4c, 4c + 4)``: from chunk 7 down, chunks 7-4 land above every fp8 byte, 3
@@ -225,11 +229,13 @@ block is widened once, in its own slot:
   ``2^RESCALE_THRESHOLD``. fp16 q needs no rewrite.
 * The scale folds as in the tl kernel: ``qk_scale = SM_SCALE * log2(e) * kv_scale``
   and the partial output times ``kv_scale``. The sm_90 build (bf16 q, splits): 255
-  registers, no spills, 88 HGMMA, 114 cp.async, 288 e4m3 cvt, 232,276 bytes of shared
-  memory, no global scratch.
-* Not done: hiding the widening under MMAs. It runs before the block's QK^T, when
-  its warpgroup has no MMA queued, and is what separates this build's time from the
-  16-bit one's (``docs/performance.md``, "The fp8 cache" and its open leads).
+  registers, no spills, 88 HGMMA, 114 cp.async, 432 e4m3 cvt (three widening sites:
+  before the loop and in each warpgroup's loop), 232,276 bytes of shared memory, no
+  global scratch.
+* Not done: hiding warpgroup 1's widening under an MMA. It runs before its block's
+  QK^T, with no MMA of its own queued, and with warpgroup 0's widening is what
+  separates this build's time from the 16-bit one's (``docs/performance.md``, "The
+  fp8 cache" and its open leads).
 """
 
 from __future__ import annotations
@@ -1359,10 +1365,11 @@ def _widen_slot(kv_c, k_pe, c8, pe8):
 
 
 @gluon.jit
-def _seesaw_qk(q_nope, q_pe, kv_c, k_pe, c8, pe8, s_init):
+def _seesaw_qk(q_nope, q_pe, kv_c, k_pe, c8, pe8, s_init, WIDEN: gl.constexpr):
     """S = Q K^T of a slot's block (its ready barrier waited), issued async (the
-    caller waits); a block from an fp8 cache is widened first (``_widen_slot``)."""
-    if c8.dtype == gl.float8e4nv:
+    caller waits); with ``WIDEN`` a block from an fp8 cache is widened first
+    (``_widen_slot``)."""
+    if WIDEN:
         _widen_slot(kv_c, k_pe, c8, pe8)
     fence_async_shared()  # cp.async wrote through the generic proxy; wgmma reads async
     s = warpgroup_mma(q_nope, kv_c.permute((1, 0)), s_init, use_acc=False, is_async=True)
@@ -1485,6 +1492,11 @@ def _seesaw_wg0(
             fence_async_shared()  # generic stores, read by wgmma through the async proxy
             mbarrier.arrive(bars.index(8))
             qk_rows = gl.convert_layout(factor, s_rows) * qk_scale
+    if FP8 and num_pairs > 0:
+        # On an fp8 cache this warpgroup widens each even block as soon as it has
+        # landed: the first here, the others under the pair before's P1 V1_L.
+        mbarrier.wait(ready0, 0)
+        _widen_slot(kv_c_smem.index(0), k_pe_smem.index(0), c8_smem.index(0), pe8_smem.index(0))
 
     for i in range(num_pairs):
         ph = i & 1
@@ -1506,12 +1518,11 @@ def _seesaw_wg0(
             more = i + 1 < num_pairs
             nxt0 = n0 + 2 * BLOCK_N
             page0 = gl.load(bt_row + nxt0 // PAGE_SIZE, mask=more & (nxt0 < end), other=0)
-        # (1) S0 = Q K0^T, the whole 64 x 64, once the even block has landed (and,
-        # from an fp8 cache, been widened in its slot, whose back half and k_pe
-        # warpgroup 1's last P0 V0_R had to be done reading: vfree0).
-        mbarrier.wait(ready0, ph)
-        if FP8 and i > 0:
-            mbarrier.wait(bars.index(9), ph ^ 1)
+        # (1) S0 = Q K0^T, the whole 64 x 64, once the even block has landed (from
+        # an fp8 cache it has been waited and widened already, under the pair
+        # before's P1 V1_L or before the loop).
+        if not FP8:
+            mbarrier.wait(ready0, ph)
         s = _seesaw_qk(
             q_nope,
             q_pe,
@@ -1520,6 +1531,7 @@ def _seesaw_wg0(
             c8_smem.index(2 * z),
             pe8_smem.index(z),
             s_init,
+            False,
         )
         s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
         # (2) softmax of the even block against the running max m_i (lazy rescaling).
@@ -1585,6 +1597,12 @@ def _seesaw_wg0(
         # (6) O_L = O_L * scale1 + P1 V1_L, P1 from shared memory.
         acc = _rescale_rows(acc, scale1, i, o_rows, _WG0_SCALE1_ANY)
         acc = warpgroup_mma(p1_smem, kv_c1.slice(0, HALF, dim=1), acc, is_async=True)
+        if FP8 and more:
+            # While P1 V1_L runs: the next even block, once it has landed and warpgroup
+            # 1's P0 V0_R is done with slot 0's back half and P0 (vfree0), widened.
+            mbarrier.wait(ready0, ph ^ 1)
+            mbarrier.wait(bars.index(9), ph)
+            _widen_slot(kv_c0, p0_smem, c8_smem.index(2 * z), pe8_smem.index(z))
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
         mbarrier.arrive(free1)  # done with slot 1
         l_i = l_i * scale1
@@ -1731,6 +1749,7 @@ def _seesaw_wg1(
             c8_smem.index(2 * z + 2),
             pe8_smem.index(z + 1),
             s_init,
+            FP8,
         )
         s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
         tokens = n1 + s_cols
