@@ -1,9 +1,9 @@
 """Writes notebooks/03_performance.ipynb (committed without outputs).
 
-    docs/gpu/seesaw-crossover/merge.sh              # results.json, page, plots
+    docs/gpu/sweep-c11b1c4/merge.sh                 # results.json, page, plots
     scripts/dev python scripts/make_notebook_03.py  # then the notebook
 
-merge.sh runs `bench --report-only` on the six parts in docs/benchmarks/parts/ (our
+merge.sh runs `bench --report-only` on the five parts in docs/benchmarks/parts/ (our
 paths and vLLM's) and the XLA paths of the six in docs/benchmarks/df8ad0c/parts/.
 
 The commentary quotes docs/benchmarks/results.json, comparing paths by their kernel time
@@ -30,8 +30,8 @@ CELLS = [
 # Performance on an H200
 
 What one decode step costs on the GPU, read from the current sweep in
-`docs/benchmarks/results.json` (`python -m mla_jax bench`, 2026-12-02, kernels of ce5fad3;
-the XLA paths from the previous sweep, see below): NVIDIA H200, 68 shapes with
+`docs/benchmarks/results.json` (`python -m mla_jax bench`, 2026-12-02, kernels of c11b1c4,
+the current ones; the XLA paths from an earlier sweep, see below): NVIDIA H200, 68 shapes with
 B ∈ {1, 4, 16, 64, 128}, H ∈ {16, 32, 64, 128}, L ∈ {1k, 4k, 16k} and L = 64k for B ≤ 4;
 bf16, latent 512 + rope 64, pages of 64 tokens, shuffled block tables. Five paths:
 
@@ -84,37 +84,30 @@ bf16, latent 512 + rope 64, pages of 64 tokens, shuffled block tables. Five path
   K is 5–20 (about 2 ms a run), median of 3 repeats. Below about 40 µs a call the
   host's dispatch, not the GPU, sets the JAX paths' wall time, and it moves from run to
   run: three runs in new processes read 1/16/1024 at 31.7, 30.4 and 35.8 µs and
-  1/128/1024 at 40.5, 29.6 and 25.2 µs, whose kernels take 7.5 and 8.8 µs
+  1/128/1024 at 40.5, 29.6 and 25.2 µs, whose kernels take 7.5 and 8.7 µs
   ([`docs/gpu/bench-wall-with-and-without-traces.log`](../docs/gpu/bench-wall-with-and-without-traces.log);
   its runs with and without `--kernel-time` show that the traced run does not change the
   wall time). The last section but one compares the two instruments.
 
-Our paths and vLLM's kernels ran on 2026-12-02 in six parts (parts 1–6 below), in one
-lease of one H200, all on the kernels of ce5fad3; each part was a separate bench process
+Our paths and vLLM's kernels ran on 2026-12-02 in five parts (parts 1–5 below), in one
+lease of one H200, all on the kernels of c11b1c4; each part was a separate bench process
 measuring its own ceilings, with vLLM's kernels in the same process as ours. They are
 merged from `docs/benchmarks/parts/`: `small.json` (B ≤ 4 at H ∈ {16, 64, 128}, 24
 shapes), `large-b16-b64.json` (B 16 and 64 at those heads, 18), `large-b128.json` (B 128
-at H 16 and 64, 6), `large-h128.json` (128/128/*, 3), `h32.json` (H=32 at every B, 17)
-and `h32-tail.json` (128/32/16384 alone, which `h32.json`'s time budget had left with
-only the `triton` path timed; the merge keeps the part that timed more of a shape's
-paths). The XLA paths (`xla`, `dense`), whose code did not change, are carried from the
-previous sweep (df8ad0c, 2026-12-01; its six parts, parts 7–12 below, are in
-`docs/benchmarks/df8ad0c/parts/`). Each shape's `path_parts` names the part of each
+at H 16 and 64, 6), `large-b128-h32-h128.json` (B 128 at H 32 and 128, 6) and `h32.json`
+(H=32 at B 1–64, 14). The XLA paths (`xla`, `dense`), whose code did not change, are
+carried from an earlier sweep (df8ad0c, 2026-12-01; its six parts, parts 6–11 below, are
+in `docs/benchmarks/df8ad0c/parts/`). Each shape's `path_parts` names the part of each
 path; a path's floor and its speed-up over vLLM's kernels are those of its own part, so
-the XLA paths' are against the previous sweep's ceilings and vLLM run. The first cell
+the XLA paths' are against that sweep's ceilings and vLLM run. The first cell
 checks that both of our paths ran the stage 1 the routing picks (the seesaw where H ≥ 32
 and a split holds at least 128 tokens, else the tl kernel), and stage 2 wherever the
-grid has more than one split.
+grid has more than one split. The sweep before this one, on ce5fad3's kernels, is in
+`docs/benchmarks/ce5fad3/`.
 
 Every cell but the last only reads JSON and draws, so the notebook runs anywhere; the last
 re-measures a few shapes when a CUDA GPU is present. The figures are drawn by
 `mla_jax.tools.bench_report`, the same functions that write the sweep's PNGs.
-
-Since the sweep the seesaw changed (warpgroup 1's P0 V0_R now runs under its softmax):
-its 51 shapes with H ≥ 32 were measured again with vLLM in the same runs, in
-`docs/benchmarks/seesaw/` ([its page](../docs/benchmarks/seesaw/benchmarks.md)): 0.2–11.2 %
-faster than below at B ≥ 16 (128/128/16384 1.022 ms, 16/128/4096 47.7 µs), within +0.7 %
-at B ≤ 4. This notebook reads the sweep, which covers every path and shape.
 """,
     ),
     (
@@ -143,7 +136,7 @@ OURS = [p for p in (DEFAULT, "triton") if p in results["paths"]]
 PARTS = results.get("parts") or [{"ceilings": results["ceilings"],
                                   "shapes": len(results["shapes"])}]
 SEESAW = "mla_decode_stage1_gluon_seesaw"
-# The routing the sweep ran (mla_jax._triton_backend at ce5fad3): the seesaw stage 1 for a
+# The routing the sweep ran (mla_jax._triton_backend at c11b1c4): the seesaw stage 1 for a
 # 16-bit cache with at least 32 heads where each split holds at least this many tokens.
 SEESAW_MIN_TOKENS = 128
 
@@ -266,10 +259,10 @@ $$\text{floor} = \max\left(\frac{\text{KV bytes}}{\text{copy bandwidth}},\;
 \frac{\text{flops}}{\text{matmul rate}}\right)$$
 
 The copy bandwidth is a device copy in JAX (bytes read + written per second), the matmul
-rate a large square bf16 matmul in JAX: 3.34 TB/s and 666–683 TFLOP/s in the six parts
-that timed our paths and vLLM's (3.34–3.35 TB/s and 655–683 TFLOP/s in the XLA paths'
-six). A step does 1.89·H flops per byte, so the ridge point (matmul rate / copy
-bandwidth: 196–205 flop/byte) sits near H ≈ 104–108: **with 16, 32 and 64 heads a step is
+rate a large square bf16 matmul in JAX: 3.34–3.35 TB/s and 673–680 TFLOP/s in the five
+parts that timed our paths and vLLM's (3.34–3.35 TB/s and 655–683 TFLOP/s in the XLA
+paths' six). A step does 1.89·H flops per byte, so the ridge point (matmul rate / copy
+bandwidth: 196–204 flop/byte) sits near H ≈ 104–108: **with 16, 32 and 64 heads a step is
 memory-bound, with 128 heads compute-bound.** The floor is an ideal: no kernel reaches
 both ceilings, and attention's small dot products are not the large GEMM that set the
 matmul rate. The copy counts bytes read and written, a pessimistic ceiling for a kernel
@@ -326,56 +319,56 @@ display(time_vs_len_figure(results, paths, key="device_ms",
 
 In kernel time:
 
-- **H=16 (memory-bound), B ≥ 64, L ≥ 4k: 108–128 % of the floor with occupancy splits
-  (3.62–4.26 TB/s of KV reads), 96–106 % with vLLM's split rule, 50–53 % for vLLM's
-  kernels.** Stage 1 is the tl kernel on both rules. The best, 0.567 ms at 128/16/16384
-  (128 %, 4.26 TB/s; vLLM's kernels 1.369 ms), reads faster than the 3.34 TB/s device
+- **H=16 (memory-bound), B ≥ 64, L ≥ 4k: 108–125 % of the floor with occupancy splits
+  (3.62–4.19 TB/s of KV reads), 96–105 % with vLLM's split rule, 49–53 % for vLLM's
+  kernels.** Stage 1 is the tl kernel on both rules. The best, 0.577 ms at 128/16/16384
+  (125 %, 4.19 TB/s; vLLM's kernels 1.368 ms), reads faster than the 3.34 TB/s device
   copy the bench measured and than the 4.22 TB/s reference copy rate; Nsight Compute
   puts its stage 1 at 91.5 % of the DRAM peak ([`docs/performance.md`, "Hardware
   floors"](../docs/performance.md#hardware-floors)).
-- **H=32, B ≥ 16: 37–119 % of the floor with occupancy splits, stage 1 the Gluon seesaw
-  at all 9 shapes** (1.23–3.98 TB/s), on one 64-head tile with half its rows masked.
-  With splits of ≥ 1024 tokens it reaches 95–119 % (6 shapes, 3.16–3.98 TB/s):
-  0.607 ms at 128/32/16384 (119 %, 3.98 TB/s; vLLM's kernels 2.623 ms), 117 % at
-  128/32/4096, 116 % at 64/32/16384, 103 % at 16/32/16384, 100 % at 64/32/4096, 95 % at
-  128/32/1024 (one 1024-token split a row); at B=128 the grid has one split a row and
-  stage 1 runs alone. With 512-token splits: 66 % at 16/32/4096 and 65 % at 64/32/1024;
-  with 128-token splits, 37 % at 16/32/1024 (15.4 µs). At B ≥ 16, L ≥ 4k vLLM's split
-  rule, on the seesaw with 512-token splits, gives 67–84 % (0.865 ms at 128/32/16384),
-  and vLLM's kernels 25–28 %. At B ≤ 4 the default path runs the seesaw at 5 of the 8
-  shapes: 4/32/65536 (2048-token splits, 103 %), 1/32/65536 and 4/32/16384 (512-token
-  splits, 64 and 67 %), 1/32/16384 and 4/32/4096 (128-token splits, 34 and 36 %).
-- **H=64, B ≥ 64, L ≥ 4k: 91–119 % with occupancy splits** (0.609 ms at 128/64/16384,
-  one split a row, 3.97 TB/s; vLLM's kernels 4.994 ms); 64–70 % with vLLM's rule (the
+- **H=32, B ≥ 16: 37–122 % of the floor with occupancy splits, stage 1 the Gluon seesaw
+  at all 9 shapes** (1.24–4.08 TB/s), on one 64-head tile with half its rows masked.
+  With splits of ≥ 1024 tokens it reaches 96–122 % (6 shapes, 3.20–4.08 TB/s): 122 % at
+  64/32/16384, 0.598 ms at 128/32/16384 (121 %, 4.04 TB/s; vLLM's kernels 2.631 ms),
+  115 % at 128/32/4096, 104 % at 16/32/16384, 102 % at 64/32/4096, 96 % at 128/32/1024
+  (one 1024-token split a row); at B=128 the grid has one split a row and stage 1 runs
+  alone. With 512-token splits: 67 % at 16/32/4096 and 65 % at 64/32/1024; with
+  128-token splits, 37 % at 16/32/1024 (15.2 µs). At B ≥ 16, L ≥ 4k vLLM's split rule,
+  on the seesaw with 512-token splits, gives 68–85 % (0.847 ms at 128/32/16384), and
+  vLLM's kernels 25–28 %. At B ≤ 4 the default path runs the seesaw at 5 of the 8
+  shapes: 4/32/65536 (2048-token splits, 105 %), 1/32/65536 and 4/32/16384 (512-token
+  splits, 64 and 67 %), 1/32/16384 and 4/32/4096 (128-token splits, 34 and 37 %).
+- **H=64, B ≥ 64, L ≥ 4k: 94–117 % with occupancy splits** (0.615 ms at 128/64/16384,
+  one split a row, 3.93 TB/s; vLLM's kernels 5.024 ms); 65–71 % with vLLM's rule (the
   same seesaw on 512-token splits), 14–15 % for vLLM's kernels. The default path runs
   the seesaw at 14 of the 17 H=64 shapes, all but 1/64/1024, 1/64/4096 and 4/64/1024,
-  whose splits hold 64 tokens. With shorter splits at B=16 and 64: 96 % at 16/64/16384
-  (2048 tokens a split), 59 % at 16/64/4096 and 56 % at 64/64/1024 (512 tokens, the
+  whose splits hold 64 tokens. With shorter splits at B=16 and 64: 98 % at 16/64/16384
+  (2048 tokens a split), 59 % at 16/64/4096 and 57 % at 64/64/1024 (512 tokens, the
   split count vLLM's rule also picks: 60 and 57 % on it), 30 % at 16/64/1024 (128
   tokens).
 - **Issue #21's target for H=32 and 64, ≥ 60 % of the floor from B=16 up, holds at 14
   of the 18 shapes.** Under it: 16/32/1024 (37 %), 16/64/1024 (30 %), 16/64/4096 (59 %)
-  and 64/64/1024 (56 %), all on the seesaw with splits of 128 or 512 tokens.
+  and 64/64/1024 (57 %), all on the seesaw with splits of 128 or 512 tokens.
 - **H=128 (compute-bound): at most 84 % with occupancy splits, 47 % with vLLM's rule, 9 %
   for vLLM's kernels.** At the six H=128 shapes with B·L ≥ 256k tokens the default path
-  runs the seesaw at 70–84 % of the floor (476–558 TFLOP/s, against a 666–683 TFLOP/s
-  matmul): 0.523 ms at 64/128/16384 (558 TFLOP/s; vLLM's kernels 4.728 ms), 1.053 ms at
-  128/128/16384 (555 TFLOP/s; vLLM's kernels 9.764 ms), both with one split a row,
+  runs the seesaw at 75–84 % of the floor (512–570 TFLOP/s, against a 673–680 TFLOP/s
+  matmul): 0.512 ms at 64/128/16384 (570 TFLOP/s; vLLM's kernels 4.776 ms), 1.040 ms at
+  128/128/16384 (561 TFLOP/s; vLLM's kernels 9.820 ms), both with one split a row,
   stage 1 alone. vLLM's rule runs the same seesaw on 512-token splits, then stage 2:
-  44–47 % (298–312 TFLOP/s) there, 1.870 ms at 128/128/16384; vLLM's kernels 9 %
-  (58–62 TFLOP/s). In the seesaw schedule two warp-specialised warpgroups each compute
+  45–47 % (304–319 TFLOP/s) there, 1.850 ms at 128/128/16384; vLLM's kernels 9 %
+  (58–61 TFLOP/s). In the seesaw schedule two warp-specialised warpgroups each compute
   the whole of alternate 64-token blocks, so one's softmax runs under the other's MMAs;
   what it still leaves out of FlashMLA's kernel is in [`docs/performance.md`, "Gluon
   stage 1 (sm_90)"](../docs/performance.md#gluon-stage-1-sm_90). vLLM's kernel groups
   16 heads per program (`BLOCK_H = 16`), so at H=128 eight programs each load the same
   KV tiles.
 - **Small shapes (B ≤ 4, L ≤ 4k): a fixed cost, not the work.** The floor there is
-  0.4–6.7 µs. The default path takes 7.5–22.3 µs of kernel time, our kernels on vLLM's
-  rule 21.9–26.1 µs (its 2–8 splits a row, against the occupancy rule's 8–64), `xla`
-  13.6–67.6 µs, `dense` 12.9–49.1 µs, vLLM's kernels 50.7–77.8 µs. The occupancy splits
+  0.4–6.8 µs. The default path takes 7.5–21.6 µs of kernel time, our kernels on vLLM's
+  rule 19.9–26.0 µs (its 2–8 splits a row, against the occupancy rule's 8–64), `xla`
+  13.6–67.6 µs, `dense` 12.9–49.1 µs, vLLM's kernels 50.6–77.9 µs. The occupancy splits
   hold 64–256 tokens there: the default path runs the seesaw at the 5 shapes with H ≥ 32
-  and at least 128 tokens a split (1/128/4096: 14.9 µs, 32 splits of 128 tokens), the
-  tl kernel on 16-head tiles at the other 11 (1/128/1024: 8.8 µs, 16 splits of 64
+  and at least 128 tokens a split (1/128/4096: 15.0 µs, 32 splits of 128 tokens), the
+  tl kernel on 16-head tiles at the other 11 (1/128/1024: 8.7 µs, 16 splits of 64
   tokens). vLLM's rule, at 512 tokens a split, runs the seesaw at all 12 shapes with
   H ≥ 32.
 - The XLA paths (`xla`, `dense`) gather the rows into a dense copy before their einsums;
@@ -458,30 +451,30 @@ ours is faster; for the XLA paths, a part of the previous sweep); vLLM's include
 small torch fills around its kernels.
 
 - **Occupancy splits (the default) are faster than vLLM's kernels at all 68 shapes,
-  1.92–9.27×:** 2.53–9.27× at the 44 shapes where stage 1 is the Gluon seesaw
-  (3.61–9.27× at the 12 of them with one split a row, where it runs alone), 1.92–6.76× at
-  the 24 where it is the tl kernel. By head count: 1.92–6.76× at H=16, 2.53–6.65× at
-  H=32, 2.87–8.21× at H=64, 3.23–9.27× at H=128.
-- **The largest: 128/128/16384, 1.053 ms against vLLM's 9.764 ms (9.27×);**
-  64/128/16384 is 0.523 against 4.728 ms (9.03×), 128/128/4096 0.284 against 2.504 ms
-  (8.82×), all three with one split a row.
-- **The closest: 128/16/1024, 0.0500 against 0.0961 ms (1.92×),** then 64/16/4096
-  (0.0834 against 0.1816 ms, 2.18×) and 64/16/1024 (0.0311 against 0.0684 ms, 2.20×):
+  1.91–9.44×:** 2.55–9.44× at the 44 shapes where stage 1 is the Gluon seesaw
+  (3.66–9.44× at the 12 of them with one split a row, where it runs alone), 1.91–6.77× at
+  the 24 where it is the tl kernel. By head count: 1.91–6.77× at H=16, 2.55–6.67× at
+  H=32, 2.89–8.16× at H=64, 3.31–9.44× at H=128.
+- **The largest: 128/128/16384, 1.040 ms against vLLM's 9.820 ms (9.44×);**
+  64/128/16384 is 0.512 against 4.776 ms (9.33×), 128/128/4096 0.285 against 2.523 ms
+  (8.84×), all three with one split a row.
+- **The closest: 128/16/1024, 0.0501 against 0.0954 ms (1.91×),** then 64/16/4096
+  (0.0834 against 0.1830 ms, 2.19×) and 64/16/1024 (0.0312 against 0.0687 ms, 2.20×):
   H=16 shapes on the tl kernel, 31–83 µs of kernel time; 128/16/1024 with the 2 splits
   a row that vLLM's rule also picks.
-- At the small shapes (B ≤ 4, L ≤ 4k) the default path is 2.90–6.76× faster in kernel
-  time (1/16/1024: 7.5 against 50.7 µs) and 1.43–2.81× in wall time, where the host
+- At the small shapes (B ≤ 4, L ≤ 4k) the default path is 2.92–6.77× faster in kernel
+  time (1/16/1024: 7.5 against 50.6 µs) and 1.54–2.88× in wall time, where the host
   sets our time but not that of vLLM's CUDA graph. Over all 68 shapes the wall-time range
-  is 1.43–9.29×; its closest, 4/16/4096, runs 13.4 µs of kernels in 38.2 µs of wall
+  is 1.54–9.35×; its closest, 1/128/4096, runs 15.0 µs of kernels in 35.8 µs of wall
   time.
 - With vLLM's split rule our kernels (the tl stage 1 at H=16, the seesaw at H ≥ 32) are
-  faster than vLLM's at all 68 shapes, 1.93–5.87×; the closest are 64/16/4096 (1.93×)
-  and 128/16/4096 (1.95×), the largest 1/128/65536 (5.87×), 1/64/65536 (5.31×) and
-  4/128/16384 (5.27×).
+  faster than vLLM's at all 68 shapes, 1.94–6.06×; the closest are 64/16/4096 (1.94×)
+  and 128/16/4096 (1.95×), the largest 1/128/65536 (6.06×), 4/128/16384 (5.46×) and
+  1/64/65536 (5.38×).
 - At H=128 with B ≥ 16, vLLM's kernels are at 8–9 % of the floor; even plain JAX
   gather + einsum is 1.70–2.19× faster there, and it beats vLLM's kernels at 46 of the
-  68 shapes (its times from the previous sweep, against that sweep's run of vLLM's
-  kernels, whose kernel times are within 1.2 % of this one's).
+  68 shapes (its times from the earlier sweep, against that sweep's run of vLLM's
+  kernels, whose kernel times are within 1.6 % of this one's).
 """,
     ),
     (
@@ -556,23 +549,24 @@ and merging partial outputs (with one split, at 12 shapes, stage 1 writes the ou
 stage 2 is not launched) and makes the splits longer: 512–16384 tokens at H ≥ 32,
 against vLLM's 512.
 
-**In kernel time occupancy splits are faster at 59 of the 68 shapes.** The rules pick the
+**In kernel time occupancy splits are faster at 56 of the 68 shapes.** The rules pick the
 same split count at 10 shapes (all with 512-token splits: the seesaw at the eight with
 H ≥ 32, the tl kernel at 1/16/65536 and 128/16/1024): the same kernels on the same work,
-so their 0.977–1.003× is the spread from one traced run to another. Where the counts
-differ, occupancy splits are faster at 55 of 58 shapes, by 1.09–3.36×: the most at
-L = 1k and B ≤ 4, where 16 splits a row keep more SMs busy than vLLM's 2 (1/16/1024
-3.36×, 4/16/1024 3.14×, 1/64/1024 2.84×, 1/32/1024 2.83×). At the 36 shapes where both
-rules run the seesaw with different counts, the occupancy rule's fewer, longer splits
-are 1.09–1.79× faster: up to 1.79× at H ≥ 64 (64/128/16384, one split a row against 32:
-0.523 against 0.938 ms), 1.31–1.53× at H=32 (128/32/16384, one split a row against 32:
-0.607 against 0.865 ms, 1.42×). They are slower at 4/16/16384 (30.9 against 30.0 µs),
-16/16/4096 (30.5 against 29.8 µs) and 64/16/1024 (31.1 against 30.0 µs), 0.966–0.978×:
-H=16 shapes where the occupancy rule takes twice vLLM's split count.
+so their 0.977–1.002× is the spread from one traced run to another. Where the counts
+differ, occupancy splits are faster at 55 of 58 shapes, by 1.03–3.36×: the most at
+L ≤ 4k and B ≤ 4, where more splits a row keep more SMs busy than vLLM's 2–8
+(1/16/1024 3.36×, 4/16/1024 3.14×, 1/16/4096 2.77×, 1/64/1024 2.59×). At the 36 shapes
+where both rules run the seesaw with different counts, the occupancy rule's fewer,
+longer splits are 1.03–1.79× faster: up to 1.79× at H ≥ 64 (64/128/16384, one split a
+row against 32: 0.512 against 0.917 ms), 1.31–1.46× at H=32 (128/32/16384, one split a
+row against 32: 0.598 against 0.847 ms, 1.42×). They are slower at 4/16/16384 (31.1
+against 30.0 µs), 16/16/4096 (30.4 against 29.9 µs) and 64/16/1024 (31.2 against
+30.0 µs), 0.961–0.983×: H=16 shapes where the occupancy rule takes twice vLLM's split
+count.
 
-In wall time the occupancy rule is faster at 50 shapes. Of the 18 others, 12 take under
+In wall time the occupancy rule is faster at 58 shapes. Of the 10 others, 7 take under
 40 µs a call on the default path, where the host sets the wall time (at 1/128/4096 the
-wall clock reads 0.81× where the kernels are 1.60× faster), and 6 are shapes where the
+wall clock reads 0.86× where the kernels are 1.45× faster), and 3 are shapes where the
 two rules pick the same split count.
 """,
     ),
@@ -651,19 +645,20 @@ display(heatmap_figure(results, [occ], over_vllm_rule,
 
 The wall clock is what a caller that dispatches ten chained runs per sync sees; the kernel
 time is what the GPU spends in the path's kernels. Where the kernels take 40 µs a call or
-more, the two agree: the default path's wall time is 0.97–1.15× its kernel time there (33
-shapes), 0.97–1.06× at the 15 shapes of 100 µs or more, and vLLM's CUDA graph reads
+more, the two agree: the default path's wall time is 0.95–1.14× its kernel time there (32
+shapes), 0.95–1.05× at the 15 shapes of 100 µs or more, and vLLM's CUDA graph reads
 1.00–1.04× at all 68. Below that the host's dispatch sets the JAX paths' wall time: the
-default path reads 21.3–38.4 µs at its 28 shapes under 40 µs of wall time, whose kernels
-take 7.5–32.1 µs (up to 4.74× apart, at 1/16/1024); the wall time of our kernels on
-vLLM's rule never reads below 27.8 µs, that of `dense` never below 28.5 µs. Those wall
+default path reads 18.9–39.4 µs at its 30 shapes under 40 µs of wall time, whose kernels
+take 7.5–33.6 µs (up to 3.19× apart, at 1/32/1024); the wall time of our kernels on
+vLLM's rule never reads below 25.2 µs, that of `dense` never below 28.5 µs. Those wall
 times move from run to run (see the top of the notebook), and their three repeats within
-this sweep spread by up to 49 % on the default path and 63 % on vLLM's rule.
+this sweep spread by up to 31 % on the default path and 54 % on vLLM's rule.
 
 The two instruments come from different runs, so at a shape whose clock varies the kernel
-time can read above the wall time: at 64/128/16384 0.523 ms of kernels against 0.509 ms
-of wall time here, at 128/32/16384 0.607 against 0.604 ms and at 64/128/4096 0.142
-against 0.141 ms, all three with one split a row.
+time can read above the wall time: at 128/128/4096 0.285 ms of kernels against 0.272 ms
+of wall time here, at 128/64/16384 0.615 against 0.603 ms, and by under 1 % at four
+more (64/128/16384, 128/16/16384, 128/32/16384, 128/64/4096); all but 128/16/16384 with
+one split a row.
 """,
     ),
     (

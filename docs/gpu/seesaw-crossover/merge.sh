@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# On the CPU, from the repo root: the new parts (docs/benchmarks/parts/, ce5fad3) and the
+# On the CPU, from the repo root: the parts (docs/benchmarks/ce5fad3/parts/) and the
 # XLA paths (xla, dense) of df8ad0c's parts (docs/benchmarks/df8ad0c/parts/) into
 # docs/benchmarks/ and docs/benchmarks.md (bench --report-only unions disjoint paths).
 set -e
-NEW=docs/benchmarks/parts; OLD=docs/benchmarks/df8ad0c/parts; T=$(mktemp -d)
+NEW=docs/benchmarks/ce5fad3/parts; OLD=docs/benchmarks/df8ad0c/parts; T=$(mktemp -d)
 for f in $OLD/*.json; do
   python3 - "$f" "$T/xla-$(basename $f)" <<'PY'
 import json, sys
