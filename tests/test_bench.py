@@ -165,6 +165,32 @@ def test_merge_unions_parts_that_timed_disjoint_paths(dry_run):
         bench_report.merge_results([only(first), only(first)])
 
 
+def test_report_only_takes_some_paths_of_a_part(dry_run, tmp_path, capsys):
+    """``FILE:PATHS`` merges only those paths of a part (an earlier run's XLA paths
+    beside a new run of the others); a path the file lacks, or a file that is not
+    there, is an error naming it, with nothing written."""
+    results_json = dry_run / "benchmarks" / "results.json"
+    whole = json.loads(results_json.read_text())
+    timed = [p for p in whole["paths"] if "ms" in whole["shapes"][0]["paths"][p]]
+    assert len(timed) >= 2
+    first, rest = timed[:1], timed[1:]
+    out = tmp_path / "merged"
+    args = [f"{results_json}:{','.join(rest)}", f"{results_json}:{first[0]}"]
+    assert bench.main(["--report-only", *args, "--out", str(out)]) == 0
+    merged = json.loads((out / "results.json").read_text())
+    for got, want in zip(merged["shapes"], whole["shapes"], strict=True):
+        assert got["paths"] == {p: want["paths"][p] for p in timed}
+        assert got["path_parts"] == {**dict.fromkeys(rest, 0), **dict.fromkeys(first, 1)}
+    assert set(merged["paths"]) == set(timed)
+    bad = tmp_path / "bad"
+    assert bench.main(["--report-only", f"{results_json}:nope", "--out", str(bad)]) == 2
+    assert "paths nope are not in these results; they hold" in capsys.readouterr().err
+    missing = tmp_path / "missing.json"
+    assert bench.main(["--report-only", f"{missing}:xla", "--out", str(bad)]) == 2
+    assert f"no results file '{missing}'" in capsys.readouterr().err
+    assert not bad.exists()
+
+
 def test_floor_and_metrics_by_hand():
     # B=128, H=16, L=16384: 128*16384*576*2 = 2_415_919_104 bytes, bandwidth-bound.
     nbytes = bench_report.kv_bytes(128, 16384)

@@ -1047,12 +1047,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--report-only",
-        type=Path,
         nargs="+",
-        metavar="RESULTS_JSON",
+        metavar="RESULTS_JSON[:PATHS]",
         help="measure nothing: copy a results.json (or merge those of a sweep "
         "run in parts, shape by shape, or path by path where parts timed disjoint "
-        "paths) into --out and render its plots and markdown page",
+        "paths) into --out and render its plots and markdown page; ':xla,dense' after "
+        "a file takes only those paths from it",
     )
     return p
 
@@ -1111,13 +1111,28 @@ def write_outputs(results: dict, out_dir: Path, markdown: Path | None) -> Path:
     return page
 
 
+def _read_part(arg: str) -> dict:
+    """A ``--report-only`` argument's results: ``RESULTS_JSON``, or ``RESULTS_JSON:PATHS``
+    for only the comma-separated paths of it."""
+    path, keep = Path(arg), None
+    if not path.is_file() and ":" in arg:
+        name, _, paths = arg.rpartition(":")
+        path, keep = Path(name), [p for p in paths.split(",") if p]
+    if not path.is_file():
+        raise FileNotFoundError(f"no results file {str(path)!r} (from --report-only {arg!r})")
+    results = json.loads(path.read_text())
+    return results if keep is None else bench_report.select_paths(results, keep)
+
+
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     args.out = args.out or (DRY_RUN_OUT if args.dry_run and not args.report_only else DEFAULT_OUT)
     if args.report_only:
-        results = bench_report.merge_results(
-            [json.loads(path.read_text()) for path in args.report_only]
-        )
+        try:
+            results = bench_report.merge_results([_read_part(arg) for arg in args.report_only])
+        except (OSError, ValueError) as e:
+            print(f"bench: {e}", file=sys.stderr)
+            return 2
         refusal = replace_refusal(
             args.out,
             results.get("machine", {}).get("platform"),

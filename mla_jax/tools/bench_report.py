@@ -32,7 +32,7 @@ from __future__ import annotations
 import collections
 import itertools
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
@@ -160,6 +160,26 @@ def _table(header: list[str], rows: Iterable[list[str]]) -> list[str]:
 def _timed(shape: dict) -> set[str]:
     """The paths timed at ``shape``."""
     return {p for p, entry in shape["paths"].items() if "ms" in entry}
+
+
+def select_paths(results: dict, keep: Sequence[str]) -> dict:
+    """``results`` with only the paths in ``keep``, in its header and at every shape: a
+    part whose other paths a later run replaced, merged for the paths it still holds
+    (``bench --report-only results.json:xla,dense``)."""
+    unknown = [p for p in keep if p not in results["paths"]]
+    if unknown:
+        raise ValueError(
+            f"paths {', '.join(unknown)} are not in these results; they hold "
+            f"{', '.join(results['paths'])}"
+        )
+    return {
+        **results,
+        "paths": {p: label for p, label in results["paths"].items() if p in keep},
+        "shapes": [
+            {**s, "paths": {p: e for p, e in s["paths"].items() if p in keep}}
+            for s in results["shapes"]
+        ],
+    }
 
 
 def merge_results(parts: list[dict]) -> dict:

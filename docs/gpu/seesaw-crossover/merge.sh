@@ -1,20 +1,12 @@
 #!/usr/bin/env bash
 # On the CPU, from the repo root: the parts (docs/benchmarks/ce5fad3/parts/) and the
 # XLA paths (xla, dense) of df8ad0c's parts (docs/benchmarks/df8ad0c/parts/) into
-# docs/benchmarks/ and docs/benchmarks.md (bench --report-only unions disjoint paths).
+# docs/benchmarks/ and docs/benchmarks.md (bench --report-only unions disjoint paths;
+# FILE:PATHS takes only those paths of a part).
 set -e
-NEW=docs/benchmarks/ce5fad3/parts; OLD=docs/benchmarks/df8ad0c/parts; T=$(mktemp -d)
-for f in $OLD/*.json; do
-  python3 - "$f" "$T/xla-$(basename $f)" <<'PY'
-import json, sys
-d = json.load(open(sys.argv[1])); keep = {"xla", "dense"}
-d["paths"] = {p: l for p, l in d["paths"].items() if p in keep}
-for s in d["shapes"]:
-    s["paths"] = {p: e for p, e in s["paths"].items() if p in keep}
-json.dump(d, open(sys.argv[2], "w"))
-PY
-done
+NEW=docs/benchmarks/ce5fad3/parts; OLD=docs/benchmarks/df8ad0c/parts
 # h32-tail.json after h32.json: it replaces h32's cut-off 128/32/16384.
 scripts/dev python -m mla_jax bench --report-only $NEW/small.json $NEW/large-b16-b64.json \
-  $NEW/large-b128.json $NEW/large-h128.json $NEW/h32.json $NEW/h32-tail.json $T/xla-*.json \
+  $NEW/large-b128.json $NEW/large-h128.json $NEW/h32.json $NEW/h32-tail.json \
+  $(for f in $OLD/*.json; do echo "$f:xla,dense"; done) \
   --out docs/benchmarks --markdown docs/benchmarks.md
