@@ -1365,12 +1365,9 @@ def _widen_slot(kv_c, k_pe, c8, pe8):
 
 
 @gluon.jit
-def _seesaw_qk(q_nope, q_pe, kv_c, k_pe, c8, pe8, s_init, WIDEN: gl.constexpr):
-    """S = Q K^T of a slot's block (its ready barrier waited), issued async (the
-    caller waits); with ``WIDEN`` a block from an fp8 cache is widened first
-    (``_widen_slot``)."""
-    if WIDEN:
-        _widen_slot(kv_c, k_pe, c8, pe8)
+def _seesaw_qk(q_nope, q_pe, kv_c, k_pe, s_init):
+    """S = Q K^T of a slot's block (its ready barrier waited; from an fp8 cache,
+    widened by ``_widen_slot``), issued async (the caller waits)."""
     fence_async_shared()  # cp.async wrote through the generic proxy; wgmma reads async
     s = warpgroup_mma(q_nope, kv_c.permute((1, 0)), s_init, use_acc=False, is_async=True)
     return warpgroup_mma(q_pe, k_pe.permute((1, 0)), s, is_async=True)
@@ -1523,16 +1520,7 @@ def _seesaw_wg0(
         # before's P1 V1_L or before the loop).
         if not FP8:
             mbarrier.wait(ready0, ph)
-        s = _seesaw_qk(
-            q_nope,
-            q_pe,
-            kv_c0,
-            p0_smem,
-            c8_smem.index(2 * z),
-            pe8_smem.index(z),
-            s_init,
-            False,
-        )
+        s = _seesaw_qk(q_nope, q_pe, kv_c0, p0_smem, s_init)
         s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
         # (2) softmax of the even block against the running max m_i (lazy rescaling).
         tokens = n0 + s_cols
@@ -1741,16 +1729,9 @@ def _seesaw_wg1(
         page1 = gl.load(bt_row + nxt1 // PAGE_SIZE, mask=more & (nxt1 < end), other=0)
         # (1) S1 = Q K1^T, concurrently with warpgroup 0's S0.
         mbarrier.wait(ready1, ph)
-        s = _seesaw_qk(
-            q_nope,
-            q_pe,
-            kv_c1,
-            p1_smem,
-            c8_smem.index(2 * z + 2),
-            pe8_smem.index(z + 1),
-            s_init,
-            FP8,
-        )
+        if FP8:
+            _widen_slot(kv_c1, p1_smem, c8_smem.index(2 * z + 2), pe8_smem.index(z + 1))
+        s = _seesaw_qk(q_nope, q_pe, kv_c1, p1_smem, s_init)
         s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
         tokens = n1 + s_cols
         live = (tokens >= start) & (tokens < end)
