@@ -6,9 +6,9 @@ Stage 1 receives the logits buffer as an input aliased to its only output
 one split (``grid_splits == 1``) there is no stage 2: stage 1 also outputs ``out``
 and ``lse`` and leaves the buffer unwritten. On
 sm_90 it is a Gluon kernel (``mla_jax._gluon_kernels``: the seesaw one for a 16-bit
-cache, the fp8 ones for an fp8 cache) where those are measured to win (``use_gluon``:
-long splits), else the ``tl`` kernel; all write the same partials, which the one stage
-2 merges.
+cache, the fp8 ones for an fp8 cache, the fp8-MMA one where asked) where those are
+measured to win (``use_gluon``: long splits), else the ``tl`` kernel; all write the
+same partials, which the one stage 2 merges.
 Shapes are checked by the caller (``mla_jax.decode``); everything here is static
 except the arrays, and the split count travels as an int32 array.
 """
@@ -100,6 +100,7 @@ def decode(
     max_tokens: int | None = None,
     batch_tokens: int | None = None,
     config: dict[str, int] | None = None,
+    fp8_mma: bool = False,
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """Both stages on checked inputs (stage 1 alone where ``grid_splits`` is 1).
 
@@ -116,6 +117,8 @@ def decode(
         rows times ``max_tokens`` where the split count was planned with them, else None.
       config: overrides of ``kernels.stage1_config`` (tuning sweeps only; the tl
         stage 1 then, never the Gluon one).
+      fp8_mma: where stage 1 is a Gluon kernel on an fp8 cache with at least 64 heads,
+        the fp8-MMA one (``_gluon_kernels.uses_fp8_mma``: q and P rounded to e4m3).
 
     Returns:
       ``out [B, H, kv_lora_rank]`` in q's dtype, ``lse`` float32 ``[B, H]``, and the
@@ -153,8 +156,8 @@ def decode(
         q_nope, kv_cache, grid_splits, longest, kv_lora_rank, rope_dim, cc
     ):
         kv_dtype = jnp.dtype(kv_cache.dtype).name
-        stage1 = _gluon_kernels.launch_params(kv_dtype=kv_dtype, **problem)
-        stage1_kernel = _gluon_kernels.kernel_for(kv_dtype, num_heads)
+        stage1 = _gluon_kernels.launch_params(kv_dtype=kv_dtype, fp8_mma=fp8_mma, **problem)
+        stage1_kernel = _gluon_kernels.kernel_for(kv_dtype, num_heads, fp8_mma)
     out_shapes = [
         jax.ShapeDtypeStruct((batch, num_heads, kv_lora_rank), q_nope.dtype),
         jax.ShapeDtypeStruct((batch, num_heads), jnp.float32),

@@ -129,10 +129,13 @@ class Launch:
     buffer. ``tl()`` / ``gluon()`` run stage 1 then stage 2 on that buffer and leave
     ``out``/``lse``."""
 
-    def __init__(self, q, pool, table, lens, splits, kv_scale=1.0, gluon=True, routed=True):
+    def __init__(
+        self, q, pool, table, lens, splits, kv_scale=1.0, gluon=True, routed=True, fp8_mma=False
+    ):
         """``kv_scale``: the cache's dequantisation scale (fp8); ``gluon=False``: the tl path only
         (a problem no Gluon kernel supports); ``routed=False``: the Gluon kernel also
-        where ``supports`` would not send the problem to it (``--heads``)."""
+        where ``supports`` would not send the problem to it (``--heads``); ``fp8_mma``:
+        the Gluon kernel ``mla_decode(..., fp8_mma=True)`` picks."""
         batch, heads, _ = q.shape
         dev = q.device
         self.buf = {
@@ -164,8 +167,8 @@ class Launch:
         )
         self.s1, self.s2 = kernels.launch_params(**geometry, float32_inputs=False)
         fp8 = kv_name == gk.FP8
-        self.g1 = gk.launch_params(kv_dtype=kv_name if fp8 else None, **geometry)
-        self.gluon_kernel = gk.kernel_for(kv_name, heads) if gluon else None
+        self.g1 = gk.launch_params(kv_dtype=kv_name if fp8 else None, fp8_mma=fp8_mma, **geometry)
+        self.gluon_kernel = gk.kernel_for(kv_name, heads, fp8_mma) if gluon else None
         assert not (gluon and routed) or gk.supports(
             num_heads=heads,
             page_size=PAGE,

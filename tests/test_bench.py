@@ -528,6 +528,7 @@ def test_path_splits_follow_each_paths_policy():
         "triton": vllm,
         "triton-occupancy": occupancy,
         "triton-fp8": occupancy,
+        "triton-fp8-mma": occupancy,
         "xla": vllm,
         "dense": None,
         "vllm": vllm,

@@ -87,6 +87,32 @@ def test_fp8_needs_k_scale_and_q_dtype_is_checked(rng):
         )
 
 
+def test_fp8_mma_needs_an_fp8_cache_and_is_exact_elsewhere(rng):
+    """``fp8_mma=True`` on a 16-bit cache is refused, naming the fix; where no fp8-MMA
+    kernel runs (here the xla backend) the result is the default's, bit for bit."""
+    case, kv8, scale, _ = fp8_case(
+        rng, batch=2, heads=4, dims=TINY, page_size=16, pages_per_seq=4, seq_lens=[5, 60]
+    )
+    args = (jnp.asarray(case.q), kv8, jnp.asarray(case.block_table), jnp.asarray(case.seq_lens))
+
+    def run(**kw):
+        buf = mla_jax.reserve_logits_buffer(
+            2, 4, 64, kv_lora_rank=TINY[0], rope_dim=TINY[1], sm_count=SM
+        )
+        return mla_jax.mla_decode(
+            *args[:1], kw.pop("kv", kv8), *args[2:], buf, scale=0.1, backend="xla", **kw
+        )
+
+    with pytest.raises(
+        ValueError, match="fp8_mma=True needs a float8_e4m3fn kv_cache, got float32"
+    ):
+        run(kv=jnp.asarray(case.kv_cache, jnp.float32), fp8_mma=True)
+    out, lse, _ = run(k_scale=scale, fp8_mma=True)
+    ref_out, ref_lse, _ = run(k_scale=scale)
+    np.testing.assert_array_equal(np.asarray(out), np.asarray(ref_out))
+    np.testing.assert_array_equal(np.asarray(lse), np.asarray(ref_lse))
+
+
 @pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
 def test_fp8_kernels_compile_for_sm90(dtype):
     from jax import export

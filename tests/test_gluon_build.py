@@ -34,8 +34,10 @@ def compile_sm90(heads=128, dtype="bf16", kv="same", splits=4):
     from mla_jax import _launch, kernels
 
     pages = 128 * 256
+    fp8 = kv in ("fp8", "fp8mma")
     stage1 = gk.launch_params(
-        kv_dtype=gk.FP8 if kv == "fp8" else None,
+        kv_dtype=gk.FP8 if fp8 else None,
+        fp8_mma=kv == "fp8mma",
         batch=128,
         num_heads=heads,
         num_pages=pages,
@@ -52,13 +54,15 @@ def compile_sm90(heads=128, dtype="bf16", kv="same", splits=4):
         block_table_strides=(256, 1),
         buffer_strides=(heads * splits * 513, splits * 513, 513, 1),
     )
-    kv_type = "fp8e4nv" if kv == "fp8" else dtype
+    kv_type = "fp8e4nv" if fp8 else dtype
     runtime = [f"*{dtype}"] * 2 + [f"*{kv_type}"] + ["*i32"] * 3 + ["*fp32"] * 3
     # Then, with one split, the output and lse.
     runtime += [f"*{dtype}", "*fp32"] if splits == 1 else []
     spec = _launch.kernel_spec(
         gk.kernel_for(
-            gk.FP8 if kv == "fp8" else {"bf16": "bfloat16", "fp16": "float16"}[dtype], heads
+            gk.FP8 if fp8 else {"bf16": "bfloat16", "fp16": "float16"}[dtype],
+            heads,
+            fp8_mma=kv == "fp8mma",
         ),
         runtime,
         stage1["constexprs"] | kernels.stage1_absent(splits == 1),
@@ -128,6 +132,10 @@ def build_report(heads=128, dtype="bf16", kv="same", splits=4):
         "hgmma": count(r"HGMMA", sass),
         # Warpgroup MMAs whose A operand is registers (SASS: "HGMMA... Rd, Ra, gdesc").
         "hgmma_register_a": count(r"HGMMA\.\S+ R\d+, R\d+, gdesc", sass),
+        # The same on e4m3 operands (QGMMA), by shape.
+        "qgmma_64x32": count(r"QGMMA\.64x32x32\.F32\.E4M3\.E4M3", sass),
+        "qgmma_64x64": count(r"QGMMA\.64x64x32\.F32\.E4M3\.E4M3", sass),
+        "qgmma_register_a": count(r"QGMMA\.\S+ R\d+, R\d+, gdesc", sass),
         "hmma": count(r" HMMA", sass),
         "ldgsts": count(r"LDGSTS", sass),
         "utmaldg": count(r"UTMALDG", sass),
@@ -176,7 +184,8 @@ def check_common(r, num_warps=8, descriptors=0):
     """What every Gluon build shares (the latent comes by cp.async: the seesaw's at a
     split's first and last blocks); ``descriptors``: the TMA descriptors it makes on the
     device, 128 bytes of global scratch each."""
-    assert r["hgmma"] > 0 and r["hmma"] == 0, r  # warpgroup MMA, not mma.sync
+    qgmma = r["qgmma_64x32"] + r["qgmma_64x64"]
+    assert r["hgmma"] + qgmma > 0 and r["hmma"] == 0, r  # warpgroup MMA, not mma.sync
     assert r["ldgsts"] > 0, r
     assert not r["wgmma_serialized"], r
     assert r["spill_stores"] == 0 and r["spill_loads"] == 0, r
@@ -278,6 +287,38 @@ def test_gluon_fp8_h16_stage1_sm90_build(heads, dtype, splits, tmp_path):
     assert r["f2fp_e4m3"] >= 144 + 128 and r["hmul2"] == 0 and r["f2f_bf16_f16"] == 0, r
 
 
+# The fp8-MMA kernel, a block (64 tokens): S is 18 m64n32k32 e4m3 MMAs a warpgroup
+# (576 deep; the warpgroups take 32 tokens each), O^T 8 m64n64k32 (4 tiles of 128 dims,
+# 64 rows a warpgroup, 2 steps of 32 tokens), those with their A operand (V^T) in
+# registers; the block is 9 16-byte cp.async a thread (8 latent, 1 rope), copied
+# FP8_MMA_STAGES - 1 blocks ahead (the first blocks, then one a loop); V's words 16
+# 8-byte shared loads a thread.
+FP8_MMA_S_QGMMA, FP8_MMA_PV_QGMMA, FP8_MMA_BLOCK_COPIES, FP8_MMA_WORD_LOADS = 18, 8, 9, 16
+
+
+@pytest.mark.parametrize(
+    "heads, dtype, splits", [(128, "bf16", 4), (128, "bf16", 1), (96, "fp16", 4)]
+)
+def test_gluon_fp8_mma_stage1_sm90_build(heads, dtype, splits, tmp_path):
+    """The fp8-MMA kernel: e4m3 warpgroup MMAs only (no 16-bit ones), S's operands
+    both from shared memory and O^T's A (V^T) from registers; the ring filled by 16-byte
+    cp.async ``FP8_MMA_STAGES - 2`` blocks deep (``wait_group``); V^T by 8-byte shared
+    loads; the softmax's CTA vote; no spills, no global scratch, within one CTA's
+    shared memory."""
+    from mla_jax import _gluon_kernels as gk
+
+    r = child_build_report(tmp_path, heads, dtype, "fp8mma", splits)
+    check_common(r)
+    assert r["hgmma"] == 0, r
+    assert r["qgmma_64x32"] == FP8_MMA_S_QGMMA and r["qgmma_64x64"] == FP8_MMA_PV_QGMMA, r
+    assert r["qgmma_register_a"] == FP8_MMA_PV_QGMMA, r
+    stages = gk.FP8_MMA_STAGES.value
+    assert r["ldgsts"] == stages * FP8_MMA_BLOCK_COPIES, r
+    assert r["cp_async_waits"] == sorted(["0", str(stages - 2)]), r
+    assert r["lds64"] == FP8_MMA_WORD_LOADS, r
+    assert r["bar_red_or"] == 1 and r["cta_barriers_in_loops"] <= 3, r
+
+
 def test_supports_and_kernel_for():
     """The cache dtype rule: q 16-bit, the cache of q's dtype or float8_e4m3fn, each
     latent row 16-byte aligned (8 16-bit elements, 16 fp8 ones); ``kernel_for`` picks
@@ -324,6 +365,11 @@ def test_supports_and_kernel_for():
     assert gk.kernel_for("bfloat16", 16) is gk.mla_decode_stage1_gluon_seesaw
     for kv in ("bfloat16", "float16", "float8_e4m3fn"):
         assert gk.kernel_for(kv) is gk.kernel_for(kv, 64) is gk.mla_decode_stage1_gluon_seesaw
+    # fp8 MMAs where asked, on an fp8 cache from 64 heads; elsewhere the flag changes
+    # nothing.
+    assert gk.kernel_for(gk.FP8, 64, fp8_mma=True) is gk.mla_decode_stage1_gluon_fp8_mma
+    assert gk.kernel_for(gk.FP8, 63, fp8_mma=True) is gk.mla_decode_stage1_gluon_fp8_h16
+    assert gk.kernel_for("bfloat16", 128, fp8_mma=True) is gk.mla_decode_stage1_gluon_seesaw
     lp = dict(
         batch=2,
         num_heads=64,
@@ -343,6 +389,10 @@ def test_supports_and_kernel_for():
     )
     sixteen, fp8 = gk.launch_params(**lp), gk.launch_params(kv_dtype=gk.FP8, **lp)
     assert fp8 == sixteen and sixteen["num_warps"] == gk.SEESAW_NUM_WARPS
+    fp8_mma = gk.launch_params(kv_dtype=gk.FP8, fp8_mma=True, **lp)
+    assert fp8_mma["num_warps"] == gk.FP8_MMA_NUM_WARPS == 8
+    assert fp8_mma["grid"] == sixteen["grid"] and fp8_mma["constexprs"] == sixteen["constexprs"]
+    assert gk.launch_params(fp8_mma=True, **lp) == sixteen
     small = gk.launch_params(kv_dtype=gk.FP8, **(lp | dict(num_heads=20)))
     assert small["grid"] == (2, 2, 1) and small["num_warps"] == gk.SMALL_NUM_WARPS
     assert small["constexprs"]["BLOCK_H"] == gk.SMALL_BLOCK_H
@@ -392,6 +442,46 @@ def test_stage1_is_the_gluon_kernel_where_it_wins(
     ``_triton_backend.use_gluon``): the seesaw, on a 16-bit or an fp8 cache (the
     16-head fp8 kernel on an fp8 cache under 64 heads); else to the tl kernel.
     Stage 2 is the same either way, and absent where the grid has one split."""
+    assert lowered_kernels(batch, heads, length, cc, dtype, kv_dtype) == expected_calls(
+        kernel, batch, heads, length
+    )
+
+
+FP8_MMA = "mla_decode_stage1_gluon_fp8_mma"
+
+
+@pytest.mark.parametrize(
+    "batch, heads, length, cc, kernel",
+    [
+        (16, 128, 4096, 90, FP8_MMA),  # 4 splits of 1024
+        (128, 64, 4096, 90, FP8_MMA),  # 1 split
+        (4, 96, 4096, 90, FP8_MMA),  # a tile and a half-masked one
+        (16, 32, 4096, 90, FP8_H16),  # under 64 heads: the 16-head kernel, fp16 MMAs
+        (1, 128, 1024, 90, TL),  # 16 splits of 64
+    ],
+)
+def test_fp8_mma_is_the_stage1_where_asked(batch, heads, length, cc, kernel):
+    """With ``fp8_mma=True`` an fp8 cache's stage 1 is the fp8-MMA kernel wherever the
+    seesaw would run (sm_90, at least 64 heads, splits of at least 128 tokens); the
+    routing is otherwise the default's."""
+    calls = lowered_kernels(batch, heads, length, cc, BF16, FP8, fp8_mma=True)
+    assert calls == expected_calls(kernel, batch, heads, length)
+
+
+def expected_calls(kernel, batch, heads, length):
+    """Stage 1's kernel, then stage 2 where the occupancy grid has more than one split
+    (with one, stage 1 writes the output)."""
+    import mla_jax
+
+    splits = mla_jax.kv_splits(
+        "occupancy", batch=batch, num_heads=heads, max_seq_len=length, sm_count=132
+    )
+    return [kernel] + (["mla_decode_stage2"] if splits > 1 else [])
+
+
+def lowered_kernels(batch, heads, length, cc, dtype, kv_dtype, **options):
+    """The kernels of ``mla_decode``'s CUDA lowering for capability ``cc`` (static
+    ``max_seq_len``, pages of 64, the occupancy buffer of 132 SMs), in order."""
     import mla_jax
     from tests.cases import buffer_spec
     from tests.test_kernel_cache import custom_calls, kernel_call
@@ -410,6 +500,7 @@ def test_stage1_is_the_gluon_kernel_where_it_wins(
             backend="triton",
             compute_capability=cc,
             k_scale=None if kv_dtype is None else 0.5,
+            **options,
         )
 
     args = (
@@ -420,12 +511,7 @@ def test_stage1_is_the_gluon_kernel_where_it_wins(
         buffer_spec(batch, heads, 64, policy="occupancy"),
     )
     text = jax.jit(step, donate_argnums=4).trace(*args).lower(lowering_platforms=("cuda",))
-    calls = [kernel_call(line)["kernel_name"] for line in custom_calls(text.as_text())]
-    splits = mla_jax.kv_splits(
-        "occupancy", batch=batch, num_heads=heads, max_seq_len=length, sm_count=132
-    )
-    # With one split stage 1 writes the output: no stage 2.
-    assert calls == [kernel] + (["mla_decode_stage2"] if splits > 1 else [])
+    return [kernel_call(line)["kernel_name"] for line in custom_calls(text.as_text())]
 
 
 def test_ab_seesaw_variant_is_the_patched_module(tmp_path):

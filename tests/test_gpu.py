@@ -426,6 +426,105 @@ def test_gluon_stage1_through_mla_decode(batch, heads, length, dtype, cache, max
     assert_close(out, lse, rounded, dtype)
 
 
+# fp8_mma=True: q and P rounded to e4m3 (docs/performance.md, "fp8 MMAs": 3-4.5e-2 in
+# relative norm, the lse up to about 0.1 off, at the shapes of scripts/fp8_mma_check.py).
+FP8_MMA_OUT_TOL, FP8_MMA_LSE_TOL = 6e-2, 0.2
+
+
+@pytest.mark.parametrize(
+    "batch, heads, length, dtype",
+    [
+        (16, 128, 4096, jnp.bfloat16),  # 4 splits of 1024 tokens
+        (4, 96, 16384, jnp.float16),  # a full 64-head tile and a half-masked one
+        (4, 128, 4096, jnp.bfloat16),  # 16 splits of 256
+        (16, 64, 4096, jnp.bfloat16),  # 8 splits of 512
+        (128, 128, 1024, jnp.bfloat16),  # one split: stage 1 writes the output
+    ],
+)
+@pytest.mark.parametrize("max_seq_len", ["static", "runtime"])
+def test_fp8_mma_through_mla_decode(batch, heads, length, dtype, max_seq_len, rng):
+    """``fp8_mma=True`` on an fp8 cache with at least 64 heads lowers stage 1 to the
+    fp8-MMA kernel on sm_90; on ragged rows (an empty one, page edges, a full one) it is
+    within the bounds its e4m3 q and P allow of the float64 reference on the
+    dequantised cache, and an empty row is 0 with lse -inf."""
+    from mla_jax import _launch
+    from mla_jax.cache import quantize_fp8
+    from tests.test_kernel_cache import custom_calls, kernel_call
+
+    if _launch.device_capability() != 90:
+        pytest.skip("the Gluon stage 1 kernels are built for sm_90")
+    lens = [0, 1, 63, 64, 65, length, int(rng.integers(1, length)), length - 1][:batch]
+    case = random_case(
+        rng,
+        batch=batch,
+        heads=heads,
+        dims=DEEPSEEK,
+        page_size=64,
+        pages_per_seq=length // 64,
+        seq_lens=rng.permutation(lens + [length] * (batch - len(lens))),
+    )
+    (q, kv, bt, sl), rounded = on_device(case, dtype)
+    kv8, k_scale = quantize_fp8(kv)
+    dequant = np.asarray(kv8.astype(jnp.float32)) * float(k_scale)
+    buffer = mla_jax.reserve_logits_buffer(batch, heads, length)
+    step = jax.jit(
+        lambda q, kv, bt, sl, buf: mla_jax.mla_decode(
+            q,
+            kv,
+            bt,
+            sl,
+            buf,
+            scale=case.scale,
+            k_scale=k_scale,
+            max_seq_len=length if max_seq_len == "static" else None,
+            backend="triton",
+            fp8_mma=True,
+        ),
+        donate_argnums=4,
+    )
+    names = [
+        kernel_call(x)["kernel_name"]
+        for x in custom_calls(step.lower(q, kv8, bt, sl, buffer).as_text())
+    ]
+    assert names[0] == "mla_decode_stage1_gluon_fp8_mma", names
+    out, lse, _ = step(q, kv8, bt, sl, buffer)
+    ref_out, ref_lse = mla_decode_reference_np(
+        rounded.q, dequant, *rounded[2:4], scale=case.scale, kv_lora_rank=case.kv_lora_rank
+    )
+    out = np.asarray(out.astype(jnp.float32), np.float64)
+    rel = np.linalg.norm(out - ref_out) / np.linalg.norm(ref_out)
+    assert rel < FP8_MMA_OUT_TOL, rel
+    live = rounded.seq_lens > 0
+    np.testing.assert_allclose(np.asarray(lse)[live], ref_lse[live], atol=FP8_MMA_LSE_TOL)
+    assert np.all(out[~live] == 0) and np.all(np.asarray(lse)[~live] == -np.inf)
+
+
+def test_fp8_mma_non_finite_query_head_is_nan_alone(rng):
+    """A NaN in one head's q (or an inf in another's) makes that head's output and lse
+    NaN under ``fp8_mma=True`` (its e4m3 scale is its own); the other heads are within
+    the fp8-MMA bounds."""
+    from mla_jax import _launch
+    from mla_jax.cache import quantize_fp8
+
+    if _launch.device_capability() != 90:
+        pytest.skip("the Gluon stage 1 kernels are built for sm_90")
+    case = random_case(
+        rng, batch=2, heads=64, dims=DEEPSEEK, page_size=64, pages_per_seq=16, seq_lens=[700, 1024]
+    )
+    (q, kv, bt, sl), _ = on_device(case, jnp.bfloat16)
+    q = q.at[0, 3, 7].set(jnp.nan).at[1, 60, 530].set(jnp.inf)
+    kv8, k_scale = quantize_fp8(kv)
+    buffer = mla_jax.reserve_logits_buffer(2, 64, 1024)
+    out, lse, _ = mla_jax.mla_decode(
+        q, kv8, bt, sl, buffer, scale=case.scale, k_scale=k_scale, backend="triton", fp8_mma=True
+    )
+    out, lse = np.asarray(out.astype(jnp.float32)), np.asarray(lse)
+    bad = np.zeros(lse.shape, bool)
+    bad[0, 3] = bad[1, 60] = True
+    assert np.all(np.isnan(lse[bad])) and np.all(np.isnan(out[bad]))
+    assert np.all(np.isfinite(lse[~bad])) and np.all(np.isfinite(out[~bad]))
+
+
 @pytest.mark.parametrize("kind", ["tl", "gluon"])
 def test_global_scratch_reaches_the_kernel(kind, rng):
     """Kernels that make TMA descriptors on the device run through the launch route:

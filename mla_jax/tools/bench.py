@@ -67,8 +67,10 @@ from mla_jax.tools.compare import H200_SM_COUNT, default_sm_count, positive_int
 from mla_jax.tools.problem import QK_NOPE_HEAD_DIM, softmax_scale
 
 BATCHES = (1, 4, 16, 64, 128)
-# The fp8 cache is timed on request (--paths triton-fp8), not in every sweep.
-DEFAULT_PATHS = tuple(p for p in PATH_LABELS if p != "triton-fp8")
+# The fp8 cache is timed on request (--paths triton-fp8,triton-fp8-mma), not in every
+# sweep.
+FP8_PATHS = ("triton-fp8", "triton-fp8-mma")
+DEFAULT_PATHS = tuple(p for p in PATH_LABELS if p not in FP8_PATHS)
 HEADS = (16, 32, 64, 128)  # 32 and 64: DeepSeek-V3 at tensor parallelism 4 and 2
 LENS = (1024, 4096, 16384, 65536)
 LONG_LEN, LONG_MAX_BATCH = 16384, 4  # lengths past LONG_LEN only for B <= 4
@@ -576,10 +578,10 @@ def run_jax_path(settings: Settings, path: str, inputs: tuple, calls: int) -> Pa
     lowers the Triton paths for CUDA and checks the lowered chain."""
     q, _, _, seq_lens = inputs
     seq_len = int(seq_lens.max())
-    # "triton-occupancy", "triton-fp8": the triton backend too.
+    # "triton-occupancy", "triton-fp8", "triton-fp8-mma": the triton backend too.
     triton = path.partition("-")[0] == "triton"
     k_scale = None
-    if path == "triton-fp8":
+    if path in FP8_PATHS:
         kv8, k_scale = quantize_fp8(inputs[1])
         inputs = (inputs[0], kv8, *inputs[2:])
     lower_only = settings.dry_run and triton
@@ -604,6 +606,7 @@ def run_jax_path(settings: Settings, path: str, inputs: tuple, calls: int) -> Pa
                 k_scale=k_scale,
                 backend="triton" if triton else "xla",
                 compute_capability=90 if lower_only else None,
+                fp8_mma=path == "triton-fp8-mma",
             )
 
         buf = reserve_logits_buffer(
