@@ -5,12 +5,15 @@ partition, clamps and output: the normalised partial ``acc / l * kv_scale`` in
 columns ``[0, LORA)`` of the float32 buffer and the natural-log lse in column
 ``LORA``; empty splits write nothing), so ``kernels.mla_decode_stage2`` merges its
 partials unchanged; with one split, the output and lse themselves, as the tl kernel
-writes them. Two kernels (``kernel_for``): ``mla_decode_stage1_gluon_seesaw`` for
+writes them. Three kernels (``kernel_for``): ``mla_decode_stage1_gluon_seesaw`` for
 64-head tiles, on a 16-bit cache of q's dtype or a ``float8_e4m3fn`` one; under 64
-heads on an fp8 cache, ``mla_decode_stage1_gluon_fp8_h16`` (16-head tiles). What they
-support is ``supports``: ``LORA = 512``, ``ROPE = 64``, pages of a multiple of 64
-tokens, at least 32 heads (16 for an fp8 cache); everything else stays with the tl
-kernel. Both run online softmax in base 2 with the tl kernel's lazy rescaling; with
+heads on an fp8 cache, ``mla_decode_stage1_gluon_fp8_h16`` (16-head tiles); and,
+only where asked (``mla_decode(..., fp8_mma=True)``), on an fp8 cache from 64 heads,
+``mla_decode_stage1_gluon_fp8_mma``, which rounds q and P to e4m3 and multiplies on
+the fp8 tensor cores (the last section below). What they support is ``supports``:
+``LORA = 512``, ``ROPE = 64``, pages of a multiple of 64 tokens, at least 32 heads
+(16 for an fp8 cache); everything else stays with the tl kernel. All run online
+softmax in base 2 with the tl kernel's lazy rescaling; with
 lazy rescaling most blocks move no running max, so the kernels ask first (a vote) and
 rescale only where one moves (``_cta_any``, ``_rescale_rows``): the result is the
 same bit for bit, without the work that would multiply by 1.
@@ -236,6 +239,44 @@ block is widened once, in its own slot:
   QK^T, with no MMA of its own queued, and with warpgroup 0's widening is what
   separates this build's time from the 16-bit one's (``docs/performance.md``, "The
   fp8 cache" and its open leads).
+
+The fp8-MMA kernel, ``mla_decode_stage1_gluon_fp8_mma`` (``fp8_mma=True``; grid and
+``BLOCK_H`` as the seesaw's): no block is widened, because both products run on e4m3
+operands, which costs accuracy (q's 3 mantissa bits: ``docs/performance.md``, "fp8
+MMAs").
+
+* 8 warps, no specialisation: both warpgroups run every step, synchronised by CTA
+  barriers.
+* Q: each head times ``448 / amax`` (its largest magnitude), rounded to e4m3, in
+  shared memory (36 KB); its logits take ``amax / 448`` back with the softmax scale
+  and ``kv_scale`` (``_copy_query_e4m3``).
+* The ring: ``FP8_MMA_STAGES`` (5) stages of a block's fp8 rows as the cache holds
+  them (NVMMA 128-byte swizzle, latent and rope apart), by ``cp.async``, a warp
+  copying one token's 512 latent bytes; ``FP8_MMA_STAGES - 1`` blocks in flight.
+  Shared memory: Q 36 KB, the ring 180 KB, P 4 KB: 225,792 bytes, one CTA an SM.
+* S = Q K^T (``[64 heads, 64 tokens]``): e4m3 warpgroup MMAs with both operands from
+  shared memory, K-major both (the cache's rows are K-major for K), the warpgroups
+  32 tokens each (18 ``m64n32k32`` a warpgroup).
+* The softmax by rows (heads), base 2, the tl kernel's lazy rescaling behind a CTA vote
+  (``_cta_any``): P on the running max first, the exact max and P again only where a
+  row grew past it by more than the threshold. P (at most ``2^RESCALE_THRESHOLD``,
+  inside e4m3's range) is rounded to e4m3 and stored ``[heads, tokens]``; the row sum
+  is of the rounded values, those the MMA multiplies.
+* O^T (``[512 dims, 64 heads]``) += V^T P^T: an e4m3 MMA's operands are K-major, and
+  V's reduction runs over tokens, which the cache's rows hold apart; so V^T is the A
+  operand, from registers: each thread loads 8-byte words of V (``_VT_WORDS_LAYOUT``,
+  loaded under S's MMAs) and the bytes are regrouped in registers into four tokens of
+  one latent dim a register (``_vt_operands``: O^T row ``r`` of tile ``t`` is dim
+  ``4 u(r) + t``, so that a word's four dims land in the four tiles); B is P seen
+  K-major. Four ``[128, 64]`` tiles, 64 rows a warpgroup: 128 accumulator registers a
+  thread; the per-head rescale multiplies columns.
+* The partials leave through the dead ring as ``[heads, dims]`` in the dims' order (a
+  relabelling of the tiles' registers), read back by rows.
+* The sm_90 build (``tests/test_gluon_build.py``): 247 registers (238 one-split), no
+  spills, 26 QGMMA a block (18 ``64x32x32`` from shared memory, 8 ``64x64x32`` with a
+  register A), no 16-bit MMA, 45 16-byte ``cp.async``, 16 8-byte shared loads of V.
+* Not done: any overlap inside the CTA beyond the copies (S, the softmax and PV run in
+  turn; one CTA an SM by shared memory and registers).
 """
 
 from __future__ import annotations

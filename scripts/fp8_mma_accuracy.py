@@ -1,8 +1,8 @@
 """How far from float64 an fp8-MMA decode would be, simulated in numpy (no GPU).
 
-Open lead 5 in docs/performance.md: on an fp8 cache at 64 heads and more, only fp8
-MMAs could beat the 16-bit time, which means quantising q (for S = Q K^T) and P (for
-O = P V) to e4m3 too. This script rounds each operand as such a kernel would and
+What ``mla_decode(..., fp8_mma=True)`` trades (docs/performance.md, "fp8 MMAs"): fp8
+MMAs on an fp8 cache mean q (for S = Q K^T) and P (for O = P V) in e4m3 too. This
+script rounds each operand as such a kernel does and
 measures the result against float64 on the dequantised cache, with the metric of
 ``tests/test_gpu.py`` (``||out - ref|| / ||ref||``, bf16 bound 1e-2; lse absolute),
 next to the current fp8 path (16-bit MMAs: q as given, P in q's dtype). The softmax is
