@@ -2,8 +2,8 @@
 
 What ``mla_decode(..., fp8_mma=True)`` trades (docs/performance.md, "fp8 MMAs"): fp8
 MMAs on an fp8 cache mean q (for S = Q K^T) and P (for O = P V) in e4m3 too. This
-script rounds each operand as such a kernel does and
-measures the result against float64 on the dequantised cache, with the metric of
+script rounds each operand as such a kernel does and measures the result against
+float64 on the dequantised cache, with the metric of
 ``tests/test_gpu.py`` (``||out - ref|| / ||ref||``, bf16 bound 1e-2; lse absolute),
 next to the current fp8 path (16-bit MMAs: q as given, P in q's dtype). The softmax is
 taken as the kernels take it: 64-token blocks, base 2, the running max moved only when
