@@ -167,6 +167,7 @@ def reserve_sharded_logits_buffer(
         "batch_invariant",
         "backend",
         "compute_capability",
+        "fp8_mma",
     ),
     donate_argnames=("logits_buffer",),
 )
@@ -187,6 +188,7 @@ def _sharded_step(
     batch_invariant,
     backend,
     compute_capability,
+    fp8_mma,
 ):
     n = _axis_size(mesh, axis, scheme)
     q_first = q[0] if isinstance(q, tuple) else q
@@ -238,6 +240,7 @@ def _sharded_step(
             batch_invariant=batch_invariant,
             backend=backend,
             compute_capability=compute_capability,
+            fp8_mma=fp8_mma,
             **kwargs,
         )
 
@@ -261,6 +264,7 @@ def sharded_mla_decode(
     k_scale: float | jax.Array | None = None,
     backend: Backend = "auto",
     compute_capability: int | None = None,
+    fp8_mma: bool = False,
 ) -> tuple[jax.Array, jax.Array, LogitsBuffer]:
     """One MLA decode step sharded over ``mesh`` axis ``axis``; the buffer is donated.
 
@@ -274,8 +278,9 @@ def sharded_mla_decode(
       seq_lens: int32 ``[B]``.
       logits_buffer: from ``reserve_sharded_logits_buffer`` with the same mesh, axis
         and scheme; donated. Its split policy and SM count plan each shard's splits.
-      scale, batch_invariant, k_scale, backend, compute_capability: as
-        ``mla_decode`` (``k_scale`` is replicated to every shard).
+      scale, batch_invariant, k_scale, backend, compute_capability, fp8_mma: as
+        ``mla_decode`` (``k_scale`` is replicated to every shard; ``fp8_mma``
+        applies where a shard holds at least 64 heads).
       max_seq_len: a Python int (static split count, the global maximum), an int32
         scalar (replicated) or ``None``: each shard takes its own longest length.
 
@@ -303,6 +308,7 @@ def sharded_mla_decode(
         batch_invariant=bool(batch_invariant),
         backend=resolve_backend(backend, compute_capability),
         compute_capability=compute_capability,
+        fp8_mma=bool(fp8_mma),
     )
 
 

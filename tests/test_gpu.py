@@ -34,6 +34,31 @@ def assert_close(out, lse, rounded, dtype):
     assert np.all(out[empty] == 0) and np.all(np.asarray(lse)[empty] == -np.inf)
 
 
+def ragged_deepseek_case(rng, batch, heads, length, dtype):
+    """DeepSeek dims, pages of 64, ``length`` tokens of capacity; rows of 0, 1, 63,
+    64, 65, ``length``, a random and ``length - 1`` tokens (the first ``batch``), the
+    rest full, shuffled. Returns the case, its arrays on the device in ``dtype`` and
+    the case rounded to it (``on_device``)."""
+    lens = [0, 1, 63, 64, 65, length, int(rng.integers(1, length)), length - 1][:batch]
+    case = random_case(
+        rng,
+        batch=batch,
+        heads=heads,
+        dims=DEEPSEEK,
+        page_size=64,
+        pages_per_seq=length // 64,
+        seq_lens=rng.permutation(lens + [length] * (batch - len(lens))),
+    )
+    return (case, *on_device(case, dtype))
+
+
+def skip_unless_sm90():
+    from mla_jax import _launch
+
+    if _launch.device_capability() != 90:
+        pytest.skip("the Gluon stage 1 kernels are built for sm_90")
+
+
 @pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
 @pytest.mark.parametrize("dims, heads", [(DEEPSEEK, 16), (DEEPSEEK, 128), (TINY, 20)])
 @pytest.mark.parametrize("page_size", [1, 16, 64])
@@ -369,23 +394,11 @@ def test_gluon_stage1_through_mla_decode(batch, heads, length, dtype, cache, max
     empty row, page edges, a full row. ``runtime`` leaves ``max_seq_len`` out: the block table's
     capacity, ``length``, plans the splits. Where the grid has one split stage 1 writes
     the output and there is no stage 2."""
-    from mla_jax import _launch
     from mla_jax.cache import quantize_fp8
     from tests.test_kernel_cache import custom_calls, kernel_call
 
-    if _launch.device_capability() != 90:
-        pytest.skip("the Gluon stage 1 kernels are built for sm_90")
-    lens = [0, 1, 63, 64, 65, length, int(rng.integers(1, length)), length - 1][:batch]
-    case = random_case(
-        rng,
-        batch=batch,
-        heads=heads,
-        dims=DEEPSEEK,
-        page_size=64,
-        pages_per_seq=length // 64,
-        seq_lens=rng.permutation(lens + [length] * (batch - len(lens))),
-    )
-    (q, kv, bt, sl), rounded = on_device(case, dtype)
+    skip_unless_sm90()
+    case, (q, kv, bt, sl), rounded = ragged_deepseek_case(rng, batch, heads, length, dtype)
     k_scale = None
     if cache == "fp8":
         kv, k_scale = quantize_fp8(kv)
@@ -447,23 +460,11 @@ def test_fp8_mma_through_mla_decode(batch, heads, length, dtype, max_seq_len, rn
     fp8-MMA kernel on sm_90; on ragged rows (an empty one, page edges, a full one) it is
     within the bounds its e4m3 q and P allow of the float64 reference on the
     dequantised cache, and an empty row is 0 with lse -inf."""
-    from mla_jax import _launch
     from mla_jax.cache import quantize_fp8
     from tests.test_kernel_cache import custom_calls, kernel_call
 
-    if _launch.device_capability() != 90:
-        pytest.skip("the Gluon stage 1 kernels are built for sm_90")
-    lens = [0, 1, 63, 64, 65, length, int(rng.integers(1, length)), length - 1][:batch]
-    case = random_case(
-        rng,
-        batch=batch,
-        heads=heads,
-        dims=DEEPSEEK,
-        page_size=64,
-        pages_per_seq=length // 64,
-        seq_lens=rng.permutation(lens + [length] * (batch - len(lens))),
-    )
-    (q, kv, bt, sl), rounded = on_device(case, dtype)
+    skip_unless_sm90()
+    case, (q, kv, bt, sl), rounded = ragged_deepseek_case(rng, batch, heads, length, dtype)
     kv8, k_scale = quantize_fp8(kv)
     dequant = np.asarray(kv8.astype(jnp.float32)) * float(k_scale)
     buffer = mla_jax.reserve_logits_buffer(batch, heads, length)
@@ -503,11 +504,9 @@ def test_fp8_mma_non_finite_query_head_is_nan_alone(rng):
     """A NaN in one head's q (or an inf in another's) makes that head's output and lse
     NaN under ``fp8_mma=True`` (its e4m3 scale is its own); the other heads are within
     the fp8-MMA bounds."""
-    from mla_jax import _launch
     from mla_jax.cache import quantize_fp8
 
-    if _launch.device_capability() != 90:
-        pytest.skip("the Gluon stage 1 kernels are built for sm_90")
+    skip_unless_sm90()
     case = random_case(
         rng, batch=2, heads=64, dims=DEEPSEEK, page_size=64, pages_per_seq=16, seq_lens=[700, 1024]
     )

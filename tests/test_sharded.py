@@ -780,7 +780,7 @@ if __name__ == "__main__":
 
 @pytest.mark.parametrize("scheme", ["heads", "batch"])
 def test_fp8_and_batch_invariant_pass_through_on_one_device(scheme, rng):
-    """k_scale (replicated) and batch_invariant reach every shard's mla_decode."""
+    """k_scale (replicated), batch_invariant and fp8_mma reach every shard's mla_decode."""
     import jax
     import jax.numpy as jnp
     from jax.sharding import Mesh
@@ -796,7 +796,7 @@ def test_fp8_and_batch_invariant_pass_through_on_one_device(scheme, rng):
     kv8, k_scale = quantize_fp8(jnp.asarray(case.kv_cache))
     args = (jnp.asarray(case.q), kv8, jnp.asarray(case.block_table), jnp.asarray(case.seq_lens))
     # "auto": triton on a GPU, where the xla backend refuses batch_invariant.
-    kw = dict(scale=case.scale, backend="auto", k_scale=k_scale, batch_invariant=True)
+    kw = dict(scale=case.scale, backend="auto", k_scale=k_scale, batch_invariant=True, fp8_mma=True)
     mesh = Mesh(np.array(jax.devices()[:1]), ("x",))
     buf = reserve_sharded_logits_buffer(
         mesh, "x", scheme, 2, 4, 128, kv_lora_rank=TINY[0], rope_dim=TINY[1], sm_count=4
@@ -808,3 +808,11 @@ def test_fp8_and_batch_invariant_pass_through_on_one_device(scheme, rng):
     want_out, want_lse, _ = mla_jax.mla_decode(*args, ref_buf, **kw)
     np.testing.assert_array_equal(np.asarray(out), np.asarray(want_out))
     np.testing.assert_array_equal(np.asarray(lse), np.asarray(want_lse))
+    kv16 = jnp.asarray(case.kv_cache)
+    buf = reserve_sharded_logits_buffer(
+        mesh, "x", scheme, 2, 4, 128, kv_lora_rank=TINY[0], rope_dim=TINY[1], sm_count=4
+    )
+    with pytest.raises(ValueError, match="fp8_mma=True needs a float8_e4m3fn kv_cache"):
+        sharded_mla_decode(
+            mesh, "x", scheme, args[0], kv16, *args[2:], buf, scale=case.scale, fp8_mma=True
+        )
