@@ -400,7 +400,7 @@ def mla_decode(
         448) and so are the softmax's probabilities, and both products run on the
         fp8 tensor cores: 5-18% less time than the default fp8 path (1.04 against
         1.22 ms at 128 rows, 128 heads, 16384 tokens on the H200), with the output
-        3.2-4.5e-2 from float64 in relative norm where the default's is 1.7e-3 and
+        3.2-4.4e-2 from float64 in relative norm where the default's is 1.7e-3 and
         the lse up to about 0.1 off (``docs/performance.md``, "fp8 MMAs").
         Everywhere else (the xla backend, other GPUs, fewer heads, splits under 128
         tokens) the result is the default path's.
