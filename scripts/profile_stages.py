@@ -5,7 +5,8 @@
 
 The default split policy unless ``--splits`` is given; ``--cache fp8`` casts the latent
 pool to ``float8_e4m3fn``; ``--gluon`` launches stage 1 as the Gluon kernel for the
-cache (``mla_decode_stage1_gluon_*``, sm_90). ``scripts/gpu_checks.sh --out DIR ncu``
+cache (``mla_decode_stage1_gluon_*``, sm_90), with ``--fp8-mma`` the one
+``mla_decode(..., fp8_mma=True)`` picks. ``scripts/gpu_checks.sh --out DIR ncu``
 runs it at the target shapes and a one-block shape, ``ncu-gluon`` with the Gluon kernels.
 """
 
@@ -28,6 +29,7 @@ def main():
     parser.add_argument("--splits", type=int, help="default: the occupancy policy's")
     parser.add_argument("--cache", choices=("bf16", "fp8"), default="bf16")
     parser.add_argument("--gluon", action="store_true", help="stage 1 as the Gluon kernel")
+    parser.add_argument("--fp8-mma", action="store_true", help="with --gluon: fp8_mma=True's")
     args = parser.parse_args()
     ((batch, heads, length),) = args.shape
     splits = args.splits or occupancy_kv_splits(batch, heads, length, SM)
@@ -35,7 +37,14 @@ def main():
     if args.cache == "fp8":
         kv = kv.to(torch.float8_e4m3fn)  # standard normal values: inside e4m3's range
     stage1, stage2, out, _ = launchers(
-        q, kv, table, lens, splits, batch_tokens=batch * length, gluon=args.gluon
+        q,
+        kv,
+        table,
+        lens,
+        splits,
+        batch_tokens=batch * length,
+        gluon=args.gluon,
+        fp8_mma=args.fp8_mma,
     )
     for _ in range(LAUNCHES):
         stage1()

@@ -63,7 +63,9 @@ def make_problem(batch, heads, length, seed):
     return q, kv, table, lens
 
 
-def launchers(q, kv, table, lens, splits, module=kernels, batch_tokens=None, gluon=False):
+def launchers(
+    q, kv, table, lens, splits, module=kernels, batch_tokens=None, gluon=False, fp8_mma=False
+):
     """The two stages of ``module`` (``mla_jax.kernels`` or another version of it) on
     NaN-poisoned outputs: ``(stage1, stage2, out, lse)``. ``stage2(num_warps, **tiling)``
     launches stage 2 with ``launch_params``' tiling and warps, or with the ``num_warps``,
@@ -71,7 +73,8 @@ def launchers(q, kv, table, lens, splits, module=kernels, batch_tokens=None, glu
     ``batch_tokens`` (rows x length, as a static ``max_seq_len`` gives it) picks the head
     tile in versions whose ``launch_params`` take it; None: the default tile. ``gluon``:
     stage 1 is this checkout's Gluon kernel for the cache's dtype
-    (``_gluon_kernels.kernel_for``; sm_90, a problem it ``supports``)."""
+    (``_gluon_kernels.kernel_for``; sm_90, a problem it ``supports``), with ``fp8_mma``
+    the one ``mla_decode(..., fp8_mma=True)`` picks."""
     batch, heads, _ = q.shape
     buf = torch.full((batch, heads, splits, LORA + 1), float("nan"), device="cuda")
     out = torch.full((batch, heads, LORA), float("nan"), device="cuda").bfloat16()
@@ -107,8 +110,8 @@ def launchers(q, kv, table, lens, splits, module=kernels, batch_tokens=None, glu
     if gluon:
         kv_dtype = str(kv.dtype).removeprefix("torch.")
         problem.pop("batch_tokens", None)
-        s1 = _gluon_kernels.launch_params(kv_dtype=kv_dtype, **problem)
-        stage1_kernel = _gluon_kernels.kernel_for(kv_dtype, heads)
+        s1 = _gluon_kernels.launch_params(kv_dtype=kv_dtype, fp8_mma=fp8_mma, **problem)
+        stage1_kernel = _gluon_kernels.kernel_for(kv_dtype, heads, fp8_mma)
 
     # With one split stage 1 writes out / lse and there is no stage 2 (``stage2`` is a
     # no-op); versions before that take the buffer only.
