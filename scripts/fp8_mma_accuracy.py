@@ -15,7 +15,12 @@ Variants (``VARIANTS``):
   fp8-qk     q in e4m3 (one scale a head: its amax / 448), P bf16
   fp8-qk-pv  q and P in e4m3 (P's row sum taken before rounding, as FlashAttention-3's
              fp8 path does)
-  fp8-l-rnd  the same, the row sum taken from the rounded P
+  fp8-l-rnd  the same, the row sum taken from the rounded P (what the fp8-MMA kernel
+             does)
+  fp8-pv     q bf16, P in e4m3 (row sum of the rounded P): P's share alone
+  fp8-qk2    q as two e4m3 terms, q_hi + q_lo / 16 (q_hi its e4m3 rounding, q_lo that
+             of 16 times what is left; two S MMAs), P in e4m3 (row sum of the
+             rounded P)
 ``--acc-bits N`` also rounds S's running sum to N significant bits after each 32-deep
 step, a pessimistic model of the fp8 tensor cores' accumulator (DeepSeek-V3's report
 puts it at about 14 bits on the H800).
@@ -37,7 +42,7 @@ BF16 = ml_dtypes.bfloat16
 E4M3_MAX = 448.0
 LORA, ROPE, BLOCK = 512, 64, 64
 RESCALE_THRESHOLD = 8.0  # mla_jax.kernels.RESCALE_THRESHOLD
-VARIANTS = ("current", "fp8-qk", "fp8-qk-pv", "fp8-l-rnd")
+VARIANTS = ("current", "fp8-qk", "fp8-qk-pv", "fp8-l-rnd", "fp8-pv", "fp8-qk2")
 
 
 def to(x: np.ndarray, dtype) -> np.ndarray:
@@ -71,25 +76,30 @@ def logits(q: np.ndarray, k: np.ndarray, acc_bits: int | None) -> np.ndarray:
 def decode(q, kv, scale, variant, acc_bits=None):
     """One row's decode ``[H, 576] x [L, 576]`` as ``variant`` rounds it: (out, lse)."""
     heads = q.shape[0]
-    if variant == "current":
+    if variant in ("current", "fp8-pv"):
         qk, q_scale = to(q, BF16), np.ones((heads, 1))
     else:
         qk, q_scale = quantize_per_head(q)
+    if variant == "fp8-qk2":
+        # S = (q_hi + q_lo / 16) K: the e4m3 rounding of 16 times the remainder.
+        qk = qk + to((q / q_scale - qk) * 16.0, E4M3) / 16.0
     p_dtype = BF16 if variant in ("current", "fp8-qk") else E4M3
+    row_sum_rounded = variant in ("fp8-l-rnd", "fp8-pv", "fp8-qk2")
     qk_scale = scale * np.log2(np.e) * q_scale[:, 0]
     m = np.full(heads, -np.inf)
     l_sum = np.zeros(heads)
     acc = np.zeros((heads, LORA))
     for n0 in range(0, kv.shape[0], BLOCK):
         blk = kv[n0 : n0 + BLOCK]
-        s = logits(qk, blk, acc_bits if variant != "current" else None) * qk_scale[:, None]
+        bits = None if variant in ("current", "fp8-pv") else acc_bits
+        s = logits(qk, blk, bits) * qk_scale[:, None]
         grow = s.max(axis=1) - m > RESCALE_THRESHOLD
         m_new = np.where(grow, s.max(axis=1), m)
         alpha = np.where(grow, np.exp2(m - m_new), 1.0)
         m = m_new
         p = np.exp2(s - m[:, None])
         p_r = to(p, p_dtype)
-        l_sum = l_sum * alpha + (p_r if variant == "fp8-l-rnd" else p).sum(axis=1)
+        l_sum = l_sum * alpha + (p_r if row_sum_rounded else p).sum(axis=1)
         acc = acc * alpha[:, None] + p_r @ blk[:, :LORA]
     return acc / l_sum[:, None], (m + np.log2(l_sum)) * np.log(2)
 
