@@ -481,6 +481,30 @@ def _copy_query(
 
 
 @gluon.jit
+def _head_rows(
+    out_ptr,
+    row,
+    heads,
+    split,
+    NUM_HEADS: gl.constexpr,
+    LORA: gl.constexpr,
+    stride_buf_b: gl.constexpr,
+    stride_buf_h: gl.constexpr,
+    stride_buf_s: gl.constexpr,
+):
+    """Where each of ``heads``' rows starts (element offsets): in the buffer, the
+    split's slot (its partial; the lse at ``+ LORA``), or with one split (``out_ptr``
+    given) in the output."""
+    if out_ptr is None:
+        return (
+            row.to(gl.int64) * stride_buf_b
+            + heads.to(gl.int64) * stride_buf_h
+            + split * stride_buf_s
+        )
+    return (row * NUM_HEADS + heads).to(gl.int64) * LORA
+
+
+@gluon.jit
 def _write_partials(
     buf_ptr,
     out_ptr,
@@ -516,10 +540,16 @@ def _write_partials(
     out_heads = tile * BLOCK_H + gl.arange(0, BLOCK_H, layout=o_rows)
     lse_heads = tile * BLOCK_H + gl.arange(0, BLOCK_H, layout=s_rows)
     if out_ptr is None:
-        out_off = (
-            row.to(gl.int64) * stride_buf_b
-            + out_heads.to(gl.int64) * stride_buf_h
-            + split * stride_buf_s
+        out_off = _head_rows(
+            out_ptr,
+            row,
+            out_heads,
+            split,
+            NUM_HEADS,
+            LORA,
+            stride_buf_b,
+            stride_buf_h,
+            stride_buf_s,
         )
         out_ok = (out_heads < NUM_HEADS) & valid
         inv = kv_scale / gl.convert_layout(l_i, o_rows)
@@ -527,15 +557,33 @@ def _write_partials(
         if WRITE_LSE:
             lse = (m_i + gl.log2(l_i)) * _LN2
             lse_off = (
-                row.to(gl.int64) * stride_buf_b
-                + lse_heads.to(gl.int64) * stride_buf_h
-                + split * stride_buf_s
+                _head_rows(
+                    out_ptr,
+                    row,
+                    lse_heads,
+                    split,
+                    NUM_HEADS,
+                    LORA,
+                    stride_buf_b,
+                    stride_buf_h,
+                    stride_buf_s,
+                )
                 + LORA
             )
             gl.store(buf_ptr + lse_off, lse, mask=(lse_heads < NUM_HEADS) & valid)
     else:
         norm, lse = _one_split_result(kv_scale / l_i, (m_i + gl.log2(l_i)) * _LN2, valid)
-        out_off = (row * NUM_HEADS + out_heads).to(gl.int64) * LORA
+        out_off = _head_rows(
+            out_ptr,
+            row,
+            out_heads,
+            split,
+            NUM_HEADS,
+            LORA,
+            stride_buf_b,
+            stride_buf_h,
+            stride_buf_s,
+        )
         out = acc * gl.convert_layout(norm, o_rows)[:, None]
         out_ok = out_heads < NUM_HEADS
         _store_tile(out_ptr, out_off, out_ok, out.to(out_ptr.dtype.element_ty), None, COL0)
@@ -1273,17 +1321,14 @@ def mla_decode_stage1_gluon_fp8_h16(
     l_i = gl.sum(l_acc, 0)
     out_heads = tile * BLOCK_H + gl.arange(0, BLOCK_H, layout=cols_layout)
     out_ok = out_heads < NUM_HEADS
+    out_off = _head_rows(
+        out_ptr, row, out_heads, split, NUM_HEADS, LORA, stride_buf_b, stride_buf_h, stride_buf_s
+    )
     if out_ptr is None:
         dst_ptr = buf_ptr
-        out_off = (
-            row.to(gl.int64) * stride_buf_b
-            + out_heads.to(gl.int64) * stride_buf_h
-            + split * stride_buf_s
-        )
         norm = kv_scale / l_i
     else:
         dst_ptr = out_ptr
-        out_off = (row * NUM_HEADS + out_heads).to(gl.int64) * LORA
         norm, lse = _one_split_result(kv_scale / l_i, (m_i + gl.log2(l_i)) * _LN2, True)
     # The partials through the ring, dead once every warp is past its last reads (the
     # barrier): a pair's tile stored in the dims' order, read back by rows, so that a
@@ -1297,14 +1342,9 @@ def mla_decode_stage1_gluon_fp8_h16(
     gl.thread_barrier()
     row_heads = tile * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, _PAIR_ROWS_LAYOUT))
     row_ok = row_heads < NUM_HEADS
-    if out_ptr is None:
-        row_off = (
-            row.to(gl.int64) * stride_buf_b
-            + row_heads.to(gl.int64) * stride_buf_h
-            + split * stride_buf_s
-        )
-    else:
-        row_off = (row * NUM_HEADS + row_heads).to(gl.int64) * LORA
+    row_off = _head_rows(
+        out_ptr, row, row_heads, split, NUM_HEADS, LORA, stride_buf_b, stride_buf_h, stride_buf_s
+    )
     _store_pair(dst_ptr, row_off, row_ok, st0, 0)
     _store_pair(dst_ptr, row_off, row_ok, st1, 1)
     _store_pair(dst_ptr, row_off, row_ok, st2, 2)
@@ -2544,9 +2584,17 @@ def mla_decode_stage1_gluon_fp8_mma(
         norm = kv_scale / l_i
         lse = (m_i + gl.log2(l_i)) * _LN2
         lse_off = (
-            row.to(gl.int64) * stride_buf_b
-            + heads.to(gl.int64) * stride_buf_h
-            + split * stride_buf_s
+            _head_rows(
+                out_ptr,
+                row,
+                heads,
+                split,
+                NUM_HEADS,
+                LORA,
+                stride_buf_b,
+                stride_buf_h,
+                stride_buf_s,
+            )
             + LORA
         )
         gl.store(buf_ptr + lse_off, lse, mask=heads < NUM_HEADS)
@@ -2570,10 +2618,8 @@ def mla_decode_stage1_gluon_fp8_mma(
     rows_layout: gl.constexpr = gl.BlockedLayout([1, 1], [1, 32], [gl.num_warps(), 1], [1, 0])
     heads = tile * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, rows_layout))
     dims = gl.arange(0, LORA, layout=gl.SliceLayout(0, rows_layout))
-    if out_ptr is None:
-        off = row.to(gl.int64) * stride_buf_b + heads.to(gl.int64) * stride_buf_h
-        off += split * stride_buf_s
-    else:
-        off = (row * NUM_HEADS + heads).to(gl.int64) * LORA
+    off = _head_rows(
+        out_ptr, row, heads, split, NUM_HEADS, LORA, stride_buf_b, stride_buf_h, stride_buf_s
+    )
     vals = staged.load(rows_layout).to(dst_ptr.dtype.element_ty)
     gl.store(dst_ptr + off[:, None] + dims[None, :], vals, mask=(heads < NUM_HEADS)[:, None])
