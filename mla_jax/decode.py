@@ -422,14 +422,14 @@ def mla_decode(
     static, dynamic = split_max_seq_len(max_seq_len)
     if k_scale is not None and not isinstance(k_scale, numbers.Real):
         check_array("k_scale", k_scale)
-    resolved = resolve_backend(backend, compute_capability)
-    if validate:
-        validate_inputs(kv_cache, block_table, seq_lens)
     if fp8_mma and jnp.dtype(kv_cache.dtype) != FP8_DTYPE:
         raise ValueError(
             f"fp8_mma=True needs a float8_e4m3fn kv_cache, got {kv_cache.dtype}: quantise "
             "the cache (mla_jax.cache.quantize_fp8) or leave fp8_mma off"
         )
+    resolved = resolve_backend(backend, compute_capability)
+    if validate:
+        validate_inputs(kv_cache, block_table, seq_lens)
     if batch_invariant and resolved == "xla" and _platform(q_nope) == "gpu":
         raise ValueError(
             "batch_invariant=True with backend='xla' on a GPU: XLA:GPU chooses its dot "
