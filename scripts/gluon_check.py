@@ -130,16 +130,27 @@ class Launch:
     ``out``/``lse``."""
 
     def __init__(
-        self, q, pool, table, lens, splits, kv_scale=1.0, gluon=True, routed=True, fp8_mma=False
+        self,
+        q,
+        pool,
+        table,
+        lens,
+        splits,
+        kv_scale=1.0,
+        gluon=True,
+        routed=True,
+        fp8_mma=False,
+        slot=LORA + 1,
     ):
         """``kv_scale``: the cache's dequantisation scale (fp8); ``gluon=False``: the tl path only
         (a problem no Gluon kernel supports); ``routed=False``: the Gluon kernel also
         where ``supports`` would not send the problem to it (``--heads``); ``fp8_mma``:
-        the Gluon kernel ``mla_decode(..., fp8_mma=True)`` picks."""
+        the Gluon kernel ``mla_decode(..., fp8_mma=True)`` picks; ``slot``: the buffer's
+        last axis (a split's partial and lse, padding after)."""
         batch, heads, _ = q.shape
         dev = q.device
         self.buf = {
-            name: torch.full((batch, heads, MAX_SPLITS, LORA + 1), float("nan"), device=dev)
+            name: torch.full((batch, heads, MAX_SPLITS, slot), float("nan"), device=dev)
             for name in ("tl", "gluon")
         }
         self.out = torch.full((batch, heads, LORA), float("nan"), device=dev, dtype=q.dtype)
