@@ -177,12 +177,15 @@ def mla_decode_stage1(
     tile = tl.program_id(0)
     row = tl.program_id(1)
     split = tl.program_id(2)
-    num_splits = tl.load(num_splits_ptr)  # 1 at one split
-    if split >= num_splits:
-        return
+    if out_ptr is None:
+        num_splits = tl.load(num_splits_ptr)
+    else:
+        num_splits = 1  # the one split: the whole row
     # Clamped to the block table's row, so no split reads past it.
     seq_len = tl.minimum(tl.maximum(tl.load(seq_lens_ptr + row), 0), CAPACITY)
     start, end = _split_range(seq_len, num_splits, split)
+    # One branch after both loads (one memory round trip before the bounds are known):
+    # a split past the run-time count is empty (its start is at least seq_len).
     if out_ptr is None and end <= start:
         return  # stage 2 skips empty splits; nothing to write.
 
@@ -348,6 +351,7 @@ def mla_decode_stage2(
     stride_buf_b: tl.constexpr,
     stride_buf_h: tl.constexpr,
     stride_buf_s: tl.constexpr,
+    GRID_SPLITS: tl.constexpr,
     HEAD_BLOCK: tl.constexpr,
     SPLIT_BLOCK: tl.constexpr,
     COL_BLOCK: tl.constexpr,
@@ -356,23 +360,39 @@ def mla_decode_stage2(
     heads = tl.program_id(1) * HEAD_BLOCK + tl.arange(0, HEAD_BLOCK)
     col_block = tl.program_id(2)
     head_ok = heads < NUM_HEADS
+    cols = col_block * COL_BLOCK + tl.arange(0, COL_BLOCK)
+    head_off = row.to(tl.int64) * stride_buf_b + heads.to(tl.int64) * stride_buf_h
+    # The first SPLIT_BLOCK slots of the grid's splits are loaded before the row's
+    # length and the split count are known (masked by the static grid only, dead
+    # splits' values discarded below), so the program's first partials do not wait a
+    # memory round trip for the length.
+    splits = tl.arange(0, SPLIT_BLOCK)
+    in_grid = head_ok[:, None] & (splits < GRID_SPLITS)[None, :]
+    off = head_off[:, None] + splits[None, :] * stride_buf_s
+    first_lse = tl.load(buf_ptr + off + LORA, mask=in_grid, other=float("-inf"))
+    first = tl.load(
+        buf_ptr + off[:, :, None] + cols[None, None, :], mask=in_grid[:, :, None], other=0.0
+    )
     num_splits = tl.load(num_splits_ptr)
     seq_len = tl.minimum(tl.maximum(tl.load(seq_lens_ptr + row), 0), CAPACITY)  # as stage 1
-    cols = col_block * COL_BLOCK + tl.arange(0, COL_BLOCK)
     # Splits [0, cdiv(seq_len, per_split)) are exactly the non-empty ones.
     per_split = tl.maximum((seq_len + num_splits - 1) // num_splits, 1)
     live = (seq_len + per_split - 1) // per_split
-    head_off = row.to(tl.int64) * stride_buf_b + heads.to(tl.int64) * stride_buf_h
 
     # A [HEAD_BLOCK, SPLIT_BLOCK, COL_BLOCK] tile of partials per iteration, its loads
     # issued together (one split at a time made the merge a chain of `live` dependent
     # memory round trips). Few splits: whole rows of columns and several heads a
     # program, so there are few programs, each moving many bytes; many splits
     # (small batches): the columns spread over programs, so there are still many.
-    m = tl.full([HEAD_BLOCK], float("-inf"), tl.float32)
-    l = tl.zeros([HEAD_BLOCK], tl.float32)
-    acc = tl.zeros([HEAD_BLOCK, COL_BLOCK], tl.float32)
-    for s0 in range(0, live, SPLIT_BLOCK):
+    # A dead split's slot may hold anything (NaN): selected away, never multiplied.
+    ok = in_grid & (splits < live)[None, :]
+    part_lse = tl.where(ok, first_lse, float("-inf"))
+    part = tl.where(ok[:, :, None], first, 0.0)
+    m = tl.max(part_lse, 1)
+    w = tl.exp(part_lse - m[:, None])
+    acc = tl.sum(w[:, :, None] * part, 1)
+    l = tl.sum(w, 1)
+    for s0 in range(SPLIT_BLOCK, live, SPLIT_BLOCK):
         splits = s0 + tl.arange(0, SPLIT_BLOCK)
         ok = head_ok[:, None] & (splits < live)[None, :]
         off = head_off[:, None] + splits[None, :] * stride_buf_s
@@ -561,6 +581,7 @@ def launch_params(
             LORA=kv_lora_rank,
             CAPACITY=pages_per_seq * page_size,
             **buf,
+            GRID_SPLITS=grid_splits,
             **tiles,
         ),
     }

@@ -514,6 +514,54 @@ def lowered_kernels(batch, heads, length, cc, dtype, kv_dtype, **options):
     return [kernel_call(line)["kernel_name"] for line in custom_calls(text.as_text())]
 
 
+def test_tl_stage1_loads_split_count_and_length_before_branching():
+    """The tl stage 1 (16-head tile, four splits) issues the split-count and length
+    loads before its first branch: one memory round trip before a split's bounds are
+    known, where a branch between them made two."""
+    import triton
+
+    from mla_jax import _launch, kernels
+
+    heads, splits = 16, 4
+    stage1, _ = kernels.launch_params(
+        batch=64,
+        num_heads=heads,
+        num_pages=64 * 256,
+        page_size=64,
+        pages_per_seq=256,
+        kv_lora_rank=512,
+        rope_dim=64,
+        scale=0.1,
+        grid_splits=splits,
+        q_nope_strides=(heads * 576, 576, 1),
+        q_pe_strides=(heads * 576, 576, 1),
+        qp_offset=512,
+        kv_strides=(64 * 576, 576, 1),
+        block_table_strides=(256, 1),
+        buffer_strides=(heads * splits * 513, splits * 513, 513, 1),
+        float32_inputs=False,
+        batch_tokens=64 * 4096,
+    )
+    spec = _launch.kernel_spec(
+        kernels.mla_decode_stage1,
+        ["*bf16"] * 3 + ["*i32"] * 3 + ["*fp32"] * 3,
+        stage1["constexprs"] | kernels.stage1_absent(False),
+        num_warps=stage1["num_warps"],
+        num_stages=stage1["num_stages"],
+    )
+    compiled = _launch.compile_kernel(spec, 90)
+    assert isinstance(compiled, triton.compiler.CompiledKernel)
+    with tempfile.TemporaryDirectory() as tmp:
+        cubin = os.path.join(tmp, "k.cubin")
+        with open(cubin, "wb") as f:
+            f.write(compiled.asm["cubin"])
+        sass = subprocess.run(
+            [_tool("cuobjdump"), "-sass", cubin], capture_output=True, text=True, check=True
+        ).stdout
+    before_branch = re.split(r"\b(?:EXIT|BRA)\b", sass, maxsplit=1)[0]
+    assert len(re.findall(r"\bLDG\b", before_branch)) >= 2, before_branch[-2000:]
+
+
 def test_ab_seesaw_variant_is_the_patched_module(tmp_path):
     """``scripts/ab_seesaw.py`` times a variant given as patches: the kernel module with
     each patch applied in order, imported from a copy; ``main`` is the module itself,
