@@ -1116,9 +1116,12 @@ def mla_decode_stage1_gluon_fp8_h16(
     tile = gl.program_id(0)
     row = gl.program_id(1)
     split = gl.program_id(2)
-    num_splits = gl.load(num_splits_ptr)
-    if split >= num_splits:
-        return
+    if out_ptr is None:
+        num_splits = gl.load(num_splits_ptr)
+    else:
+        num_splits = 1  # the one split: the whole row
+    # One branch after the split count's and the length's loads (one memory round trip
+    # before the bounds are known): a split past the run-time count is empty.
     start, end = _split_range(seq_lens_ptr, row, num_splits, split, CAPACITY)
     if end <= start:
         if out_ptr is not None:
@@ -2420,8 +2423,8 @@ def mla_decode_stage1_gluon_fp8_mma(
         num_splits = gl.load(num_splits_ptr)
     else:
         num_splits = 1  # the one split: the whole row
-    if split >= num_splits:
-        return
+    # One branch after the split count's and the length's loads (one memory round trip
+    # before the bounds are known): a split past the run-time count is empty.
     start, end = _split_range(seq_lens_ptr, row, num_splits, split, CAPACITY)
     if end <= start:
         if out_ptr is not None:

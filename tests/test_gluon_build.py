@@ -26,21 +26,13 @@ import pytest
 SM90_SHARED_BYTES = 232448  # 227 KB: the most one block may ask for on an H100/H200
 
 
-def compile_sm90(heads=128, dtype="bf16", kv="same", splits=4):
-    """The sm_90 build of the Gluon stage 1 for a B=128, page-64 problem: q in
-    ``dtype``, the cache in ``dtype`` (``kv="same"``) or fp8 (``kv="fp8"``: the fp8
-    kernel); ``splits=1``: the one-split build, which writes the output itself."""
-    from mla_jax import _gluon_kernels as gk
-    from mla_jax import _launch, kernels
-
-    pages = 128 * 256
-    fp8 = kv in ("fp8", "fp8mma")
-    stage1 = gk.launch_params(
-        kv_dtype=gk.FP8 if fp8 else None,
-        fp8_mma=kv == "fp8mma",
-        batch=128,
+def geometry(batch, heads, splits):
+    """``launch_params``' problem arguments: ``batch`` rows of DeepSeek's dims in pages
+    of 64 tokens, 256 pages a row, contiguous q, cache and buffer."""
+    return dict(
+        batch=batch,
         num_heads=heads,
-        num_pages=pages,
+        num_pages=batch * 256,
         page_size=64,
         pages_per_seq=256,
         kv_lora_rank=512,
@@ -53,6 +45,30 @@ def compile_sm90(heads=128, dtype="bf16", kv="same", splits=4):
         kv_strides=(64 * 576, 576, 1),
         block_table_strides=(256, 1),
         buffer_strides=(heads * splits * 513, splits * 513, 513, 1),
+    )
+
+
+def sass(compiled):
+    """The SASS of a build (``cuobjdump``)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        cubin = os.path.join(tmp, "k.cubin")
+        with open(cubin, "wb") as f:
+            f.write(compiled.asm["cubin"])
+        return subprocess.run(
+            [_tool("cuobjdump"), "-sass", cubin], capture_output=True, text=True, check=True
+        ).stdout
+
+
+def compile_sm90(heads=128, dtype="bf16", kv="same", splits=4):
+    """The sm_90 build of the Gluon stage 1 for a B=128, page-64 problem: q in
+    ``dtype``, the cache in ``dtype`` (``kv="same"``) or fp8 (``kv="fp8"``: the fp8
+    kernel); ``splits=1``: the one-split build, which writes the output itself."""
+    from mla_jax import _gluon_kernels as gk
+    from mla_jax import _launch, kernels
+
+    fp8 = kv in ("fp8", "fp8mma")
+    stage1 = gk.launch_params(
+        kv_dtype=gk.FP8 if fp8 else None, fp8_mma=kv == "fp8mma", **geometry(128, heads, splits)
     )
     kv_type = "fp8e4nv" if fp8 else dtype
     runtime = [f"*{dtype}"] * 2 + [f"*{kv_type}"] + ["*i32"] * 3 + ["*fp32"] * 3
@@ -105,20 +121,15 @@ def build_report(heads=128, dtype="bf16", kv="same", splits=4):
     ptx = compiled.asm["ptx"]
     with tempfile.TemporaryDirectory() as tmp:
         ptx_path = os.path.join(tmp, "k.ptx")
-        cubin_path = os.path.join(tmp, "k.cubin")
         with open(ptx_path, "w") as f:
             f.write(ptx)
-        with open(cubin_path, "wb") as f:
-            f.write(compiled.asm["cubin"])
         log = subprocess.run(
             [_tool("ptxas"), "-v", "--gpu-name", "sm_90a", "-o", os.devnull, ptx_path],
             capture_output=True,
             text=True,
             check=True,
         ).stderr
-        sass = subprocess.run(
-            [_tool("cuobjdump"), "-sass", cubin_path], capture_output=True, text=True, check=True
-        ).stdout
+    code = sass(compiled)
     count = lambda pat, text: len(re.findall(pat, text))
     return {
         "registers": int(re.search(r"Used (\d+) registers", log).group(1)),
@@ -129,31 +140,31 @@ def build_report(heads=128, dtype="bf16", kv="same", splits=4):
         "shared": compiled.metadata.shared,
         "global_scratch_size": compiled.metadata.global_scratch_size,
         "num_warps": compiled.metadata.num_warps,
-        "hgmma": count(r"HGMMA", sass),
+        "hgmma": count(r"HGMMA", code),
         # Warpgroup MMAs whose A operand is registers (SASS: "HGMMA... Rd, Ra, gdesc").
-        "hgmma_register_a": count(r"HGMMA\.\S+ R\d+, R\d+, gdesc", sass),
+        "hgmma_register_a": count(r"HGMMA\.\S+ R\d+, R\d+, gdesc", code),
         # The same on e4m3 operands (QGMMA), by shape.
-        "qgmma_64x32": count(r"QGMMA\.64x32x32\.F32\.E4M3\.E4M3", sass),
-        "qgmma_64x64": count(r"QGMMA\.64x64x32\.F32\.E4M3\.E4M3", sass),
-        "qgmma_register_a": count(r"QGMMA\.\S+ R\d+, R\d+, gdesc", sass),
-        "hmma": count(r" HMMA", sass),
-        "ldgsts": count(r"LDGSTS", sass),
-        "utmaldg": count(r"UTMALDG", sass),
-        "local": count(r" (?:STL|LDL)\b", sass),
-        "bar_sync": count(r"BAR\.SYNC", sass),
+        "qgmma_64x32": count(r"QGMMA\.64x32x32\.F32\.E4M3\.E4M3", code),
+        "qgmma_64x64": count(r"QGMMA\.64x64x32\.F32\.E4M3\.E4M3", code),
+        "qgmma_register_a": count(r"QGMMA\.\S+ R\d+, R\d+, gdesc", code),
+        "hmma": count(r" HMMA", code),
+        "ldgsts": count(r"LDGSTS", code),
+        "utmaldg": count(r"UTMALDG", code),
+        "local": count(r" (?:STL|LDL)\b", code),
+        "bar_sync": count(r"BAR\.SYNC", code),
         "ptx_wgmma": count(r"wgmma\.mma_async", ptx),
         "ptx_local": count(r"\b(?:ld|st)\.local", ptx),
-        "ldg": count(r"\bLDG\b", sass),
-        "ldg128": count(r"LDG\.E\.128", sass),
-        "lds64": count(r"\bLDS\.64\b", sass),
-        "lds128": count(r"\bLDS\.128\b", sass),
-        "sts128": count(r"\bSTS\.128\b", sass),
-        "sts64": count(r"\bSTS\.64\b", sass),
+        "ldg": count(r"\bLDG\b", code),
+        "ldg128": count(r"LDG\.E\.128", code),
+        "lds64": count(r"\bLDS\.64\b", code),
+        "lds128": count(r"\bLDS\.128\b", code),
+        "sts128": count(r"\bSTS\.128\b", code),
+        "sts64": count(r"\bSTS\.64\b", code),
         # The fp8 tile's widening: the bit sequence (HMUL2.BF16 / HMUL2), the e4m3 cvt
         # (F2FP.*.E4M3), the scalar f16 -> bf16 conversion (F2F.BF16.F16).
-        "hmul2": count(r"HMUL2\b", sass),
-        "f2fp_e4m3": count(r"F2FP\.F16\.E4M3", sass),
-        "f2f_bf16_f16": count(r"F2F\.BF16\.F16", sass),
+        "hmul2": count(r"HMUL2\b", code),
+        "f2fp_e4m3": count(r"F2FP\.F16\.E4M3", code),
+        "f2f_bf16_f16": count(r"F2F\.BF16\.F16", code),
         "cp_async_waits": sorted(set(re.findall(r"cp\.async\.wait_group\s+(\d+)", ptx))),
         "setmaxnreg": count(r"setmaxnreg", ptx),
         "mbarrier_waits": count(r"mbarrier\.try_wait", ptx),
@@ -518,29 +529,10 @@ def test_tl_stage1_loads_split_count_and_length_before_branching():
     """The tl stage 1 (16-head tile, four splits) issues the split-count and length
     loads before its first branch: one memory round trip before a split's bounds are
     known, where a branch between them made two."""
-    import triton
-
     from mla_jax import _launch, kernels
 
-    heads, splits = 16, 4
     stage1, _ = kernels.launch_params(
-        batch=64,
-        num_heads=heads,
-        num_pages=64 * 256,
-        page_size=64,
-        pages_per_seq=256,
-        kv_lora_rank=512,
-        rope_dim=64,
-        scale=0.1,
-        grid_splits=splits,
-        q_nope_strides=(heads * 576, 576, 1),
-        q_pe_strides=(heads * 576, 576, 1),
-        qp_offset=512,
-        kv_strides=(64 * 576, 576, 1),
-        block_table_strides=(256, 1),
-        buffer_strides=(heads * splits * 513, splits * 513, 513, 1),
-        float32_inputs=False,
-        batch_tokens=64 * 4096,
+        **geometry(64, 16, 4), float32_inputs=False, batch_tokens=64 * 4096
     )
     spec = _launch.kernel_spec(
         kernels.mla_decode_stage1,
@@ -549,16 +541,8 @@ def test_tl_stage1_loads_split_count_and_length_before_branching():
         num_warps=stage1["num_warps"],
         num_stages=stage1["num_stages"],
     )
-    compiled = _launch.compile_kernel(spec, 90)
-    assert isinstance(compiled, triton.compiler.CompiledKernel)
-    with tempfile.TemporaryDirectory() as tmp:
-        cubin = os.path.join(tmp, "k.cubin")
-        with open(cubin, "wb") as f:
-            f.write(compiled.asm["cubin"])
-        sass = subprocess.run(
-            [_tool("cuobjdump"), "-sass", cubin], capture_output=True, text=True, check=True
-        ).stdout
-    before_branch = re.split(r"\b(?:EXIT|BRA)\b", sass, maxsplit=1)[0]
+    code = sass(_launch.compile_kernel(spec, 90))
+    before_branch = re.split(r"\b(?:EXIT|BRA)\b", code, maxsplit=1)[0]
     assert len(re.findall(r"\bLDG\b", before_branch)) >= 2, before_branch[-2000:]
 
 
