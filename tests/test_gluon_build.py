@@ -546,6 +546,25 @@ def test_tl_stage1_loads_split_count_and_length_before_branching():
     assert len(re.findall(r"\bLDG\b", before_branch)) >= 2, before_branch[-2000:]
 
 
+def test_stage2_loads_first_partials_before_branching():
+    """Stage 2 (8 splits, 64 heads, 16 rows) issues its first block of partial loads
+    before its first branch, so they do not wait for the row's length: the length and
+    the split count alone were loaded before it when the merge loop held them."""
+    from mla_jax import _launch, kernels
+
+    _, stage2 = kernels.launch_params(**geometry(16, 64, 8), float32_inputs=False)
+    spec = _launch.kernel_spec(
+        kernels.mla_decode_stage2,
+        ["*fp32", "*i32", "*i32", "*bf16", "*fp32"],
+        stage2["constexprs"],
+        num_warps=stage2["num_warps"],
+        num_stages=stage2["num_stages"],
+    )
+    code = sass(_launch.compile_kernel(spec, 90))
+    before_branch = re.split(r"\bBRA\b", code, maxsplit=1)[0]
+    assert len(re.findall(r"\bLDG\b", before_branch)) > 2, before_branch[-2000:]
+
+
 def test_ab_seesaw_variant_is_the_patched_module(tmp_path):
     """``scripts/ab_seesaw.py`` times a variant given as patches: the kernel module with
     each patch applied in order, imported from a copy; ``main`` is the module itself,
