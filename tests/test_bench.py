@@ -519,6 +519,36 @@ def test_time_loop_threads_the_state_and_time_wall_counts_calls():
     assert len(times) == 3 and all(t > 0 for t in times) and state.tolist() == [16, 16]
 
 
+@pytest.mark.parametrize("batch_invariant, kernels", [(True, 1), (False, 2)])
+def test_kernels_per_call_counts_one_calls_lowering(batch_invariant, kernels):
+    """One split (batch-invariant mode) lowers stage 1 alone, 8 splits (vLLM's rule at
+    L=4096) both stages: the count the chain's check expects a call."""
+    spec = jax.ShapeDtypeStruct
+    inputs = (
+        spec((4, 16, 576), jnp.bfloat16),
+        spec((256, 64, 576), jnp.bfloat16),
+        spec((4, 64), jnp.int32),
+        spec((4,), jnp.int32),
+    )
+    buf = mla_jax.reserve_logits_buffer(4, 16, 4096, sm_count=132, policy="vllm")
+
+    def decode(q, kv, bt, sl, buf):
+        return mla_jax.mla_decode(
+            q,
+            kv,
+            bt,
+            sl,
+            buf,
+            scale=0.1,
+            max_seq_len=4096,
+            batch_invariant=batch_invariant,
+            backend="triton",
+            compute_capability=90,
+        )
+
+    assert bench.kernels_per_call(decode, inputs, buf) == kernels
+
+
 def test_path_splits_follow_each_paths_policy():
     args = dict(batch=4, num_heads=16, max_seq_len=4096, sm_count=132)
     vllm, occupancy = (mla_jax.kv_splits(p, **args) for p in ("vllm", "occupancy"))
