@@ -5,7 +5,8 @@ partition, clamps and output: the normalised partial ``acc / l * kv_scale`` in
 columns ``[0, LORA)`` of the float32 buffer and the natural-log lse in column
 ``LORA``; empty splits write nothing), so ``kernels.mla_decode_stage2`` merges its
 partials unchanged; with one split, the output and lse themselves, as the tl kernel
-writes them. Three kernels (``kernel_for``): ``mla_decode_stage1_gluon_seesaw`` for
+writes them, and so does the seesaw where a cluster merges a row's two splits
+(below). Three kernels (``kernel_for``): ``mla_decode_stage1_gluon_seesaw`` for
 64-head tiles, on a 16-bit cache of q's dtype or a ``float8_e4m3fn`` one; under 64
 heads on an fp8 cache, ``mla_decode_stage1_gluon_fp8_h16`` (16-head tiles); and,
 only where asked (``mla_decode(..., fp8_mma=True)``), on an fp8 cache from 64 heads,
@@ -161,6 +162,19 @@ in all.
   the accumulator's registers, a warp's store touches eight rows; read back by rows,
   it writes 128 consecutive bytes. With one split the output (q's dtype, half the
   bytes) is stored from the registers: staged, it read 5% slower at 128/128/4096.
+* A row of two splits runs as one thread-block cluster of two CTAs (``CLUSTER``,
+  ``cluster_size``; grid ``(tiles * 2, B, 1)``, split = x mod 2), which does stage 2's
+  work itself (``_finish_split``): split s's warpgroup s merges the output columns it
+  holds, the other warpgroup stores its columns to the buffer as above; one cluster
+  barrier (release/acquire at cluster scope: the stores are visible to the other CTA
+  after it); then each merging warpgroup reads the other split's columns and both
+  lses back (from L2) and merges them with its own partial, staged in shared memory,
+  with ``kernels.mla_decode_stage2``'s arithmetic (``_pair_merge``). No stage 2
+  launch; half the partials stored and read back. The cluster is jaxlib's
+  (``TritonKernel`` with ``num_ctas``, launched with cuLaunchKernelEx's cluster
+  attribute); the kernel is built as a one-CTA program, so Triton lays out and masks
+  nothing for the cluster, and a cluster's CTAs being co-scheduled is what makes the
+  barrier safe (a grid-wide one would need every CTA resident).
 * Handshakes (mbarriers; an arrive is a 128-thread named barrier then one thread's
   arrive, so everything the warpgroup did before it is released): ready0/1 (a block
   landed: the TMA copies' bytes, or each thread's ``cp.async.mbarrier.arrive`` then
@@ -393,15 +407,33 @@ def kernel_for(kv_dtype: str, num_heads: int = BLOCK_H, fp8_mma: bool = False) -
     return mla_decode_stage1_gluon_seesaw
 
 
-def launch_params(kv_dtype: str | None = None, fp8_mma: bool = False, **problem: Any) -> dict:
+def cluster_size(
+    kv_dtype: str | None, num_heads: int, fp8_mma: bool, grid_splits: int, merge: bool = True
+) -> int:
+    """The CTAs of one cluster for the Gluon stage 1: 2 where the seesaw runs
+    (``kernel_for``) a row in two splits, so that the pair merges them and no stage 2
+    runs; else 1 (no cluster, stage 2 merges). Rows of 4 or 8 splits as clusters ran
+    1.7-2x slower on the H200 (docs/performance.md, "A row's two splits merged in a
+    cluster"). ``merge=False``: 1 (A/B runs against stage 2)."""
+    seesaw = not (uses_fp8_mma(kv_dtype, num_heads, fp8_mma) or small_heads(kv_dtype, num_heads))
+    return 2 if merge and seesaw and grid_splits == 2 else 1
+
+
+def launch_params(
+    kv_dtype: str | None = None, fp8_mma: bool = False, cluster_merge: bool = True, **problem: Any
+) -> dict:
     """Grid, options and constexprs of the Gluon stage 1 for a cache of dtype
     ``kv_dtype`` (``kernel_for(kv_dtype, num_heads, fp8_mma)``; None: a 16-bit cache):
     ``problem`` is ``kernels.launch_params``' keywords but ``float32_inputs`` and
     ``config``. The problem's constexprs are the tl stage 1's (one definition), less
     its tiling; the buffer is the tl kernel's, so stage 2 is launched from
-    ``kernels.launch_params``."""
+    ``kernels.launch_params`` where ``cluster`` (``cluster_size``, with
+    ``cluster_merge``) is 1. A cluster's grid holds its CTAs along x."""
     tl_stage1, _ = kernels.launch_params(**problem, float32_inputs=False)
     small = small_heads(kv_dtype, problem["num_heads"])
+    cluster = cluster_size(
+        kv_dtype, problem["num_heads"], fp8_mma, problem["grid_splits"], cluster_merge
+    )
     block_h = SMALL_BLOCK_H if small else BLOCK_H
     if uses_fp8_mma(kv_dtype, problem["num_heads"], fp8_mma):
         num_warps = FP8_MMA_NUM_WARPS
@@ -411,12 +443,18 @@ def launch_params(kv_dtype: str | None = None, fp8_mma: bool = False, **problem:
         "BLOCK_H": block_h,
         "BLOCK_N": BLOCK_N,
     }
+    tiles = triton.cdiv(problem["num_heads"], block_h)
+    if kernel_for(kv_dtype or SIXTEEN_BIT[0], problem["num_heads"], fp8_mma) is (
+        mla_decode_stage1_gluon_seesaw
+    ):
+        constexprs["CLUSTER"] = cluster
+    if cluster > 1:
+        grid = (tiles * cluster, problem["batch"], 1)
+    else:
+        grid = (tiles, problem["batch"], problem["grid_splits"])
     return {
-        "grid": (
-            triton.cdiv(problem["num_heads"], block_h),
-            problem["batch"],
-            problem["grid_splits"],
-        ),
+        "grid": grid,
+        "cluster": cluster,
         "num_warps": num_warps,
         "num_stages": 1,
         "constexprs": constexprs,
@@ -647,6 +685,240 @@ def _write_empty_row(
     gl.store(out_ptr + out_off[:, None] + d[None, :], zeros, mask=ok[:, None])
     empty = gl.full([BLOCK_H], float("-inf"), gl.float32, gl.SliceLayout(1, layout))
     gl.store(lse_ptr + row * NUM_HEADS + heads, empty, mask=ok)
+
+
+# A cluster-wide barrier (every thread of every CTA of the cluster arrives, then waits),
+# release/acquire at cluster scope: the partials each CTA stored before it are
+# visible to all of them after it.
+_CLUSTER_SYNC_ASM = gl.constexpr(
+    "barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\nmov.u32 $0, 0;"
+)
+
+
+@gluon.jit
+def _live_splits(seq_lens_ptr, row, num_splits, CAPACITY: gl.constexpr):
+    """How many of the row's splits hold tokens (``kernels.mla_decode_stage2``'s
+    ``live``: splits ``[0, live)`` are exactly the non-empty ones; 0 for an empty row)."""
+    seq_len = gl.minimum(gl.maximum(gl.load(seq_lens_ptr + row), 0), CAPACITY)
+    per_split = gl.maximum((seq_len + num_splits - 1) // num_splits, 1)
+    return (seq_len + per_split - 1) // per_split
+
+
+@gluon.jit
+def _cluster_sync(i):
+    """``_CLUSTER_SYNC_ASM`` (``i``: any scalar, the asm's required operand)."""
+    gl.inline_asm_elementwise(_CLUSTER_SYNC_ASM, "=r,r", [i], dtype=gl.int32, is_pure=False, pack=1)
+
+
+@gluon.jit
+def _pair_merge(
+    buf_ptr,
+    out_ptr,
+    lse_ptr,
+    acc,
+    l_i,
+    m_i,
+    kv_scale,
+    tile,
+    row,
+    split,
+    valid,
+    stage,
+    live,
+    COL0: gl.constexpr,
+    WRITE_LSE: gl.constexpr,
+    NUM_HEADS: gl.constexpr,
+    LORA: gl.constexpr,
+    BLOCK_H: gl.constexpr,
+    stride_buf_b: gl.constexpr,
+    stride_buf_h: gl.constexpr,
+    stride_buf_s: gl.constexpr,
+):
+    """Stage 2 for this warpgroup's columns of a row of two splits, in the CTA whose
+    split is the warpgroup's half (split 0's warpgroup 0, split 1's warpgroup 1): its
+    own normalised partial (``_write_partials``' values) staged in ``stage``, the
+    other split's columns and both lses read from the buffer after the cluster
+    barrier (from L2: the other CTA's warpgroup just stored them), merged with
+    ``kernels.mla_decode_stage2``'s arithmetic into those columns of the output; split
+    0's warpgroup 0 writes the lse. The partial's lse goes to the buffer first
+    (warpgroup 0's, ``WRITE_LSE``), for the other CTA."""
+    o_layout: gl.constexpr = acc.type.layout
+    o_rows: gl.constexpr = gl.SliceLayout(1, o_layout)
+    COLS: gl.constexpr = acc.shape[1]
+    if WRITE_LSE:
+        s_rows: gl.constexpr = l_i.type.layout
+        lse_heads = tile * BLOCK_H + gl.arange(0, BLOCK_H, layout=s_rows)
+        lse_off = (
+            row.to(gl.int64) * stride_buf_b
+            + lse_heads.to(gl.int64) * stride_buf_h
+            + split * stride_buf_s
+            + LORA
+        )
+        lse = (m_i + gl.log2(l_i)) * _LN2
+        gl.store(buf_ptr + lse_off, lse, mask=(lse_heads < NUM_HEADS) & valid)
+    swizzle: gl.constexpr = gl.SwizzledSharedLayout(8, 1, 8, [1, 0])
+    staged = stage._reinterpret(gl.float32, [BLOCK_H, COLS], swizzle)
+    staged.store(acc * (kv_scale / gl.convert_layout(l_i, o_rows))[:, None])
+    _cluster_sync(split)  # also publishes the staged rows to the warpgroup
+
+    # A loop of 8-head chunks, not unrolled (the trip count starts at an opaque 0): the
+    # merge runs once a CTA, and straight-line code that long waits on instruction
+    # fetches. The chunks are 8-row views of the staged rows with the same swizzle
+    # (its phase is the row mod 8).
+    rows_layout: gl.constexpr = gl.BlockedLayout([1, 1], [1, 32], [gl.num_warps(), 1], [1, 0])
+    CHUNK: gl.constexpr = 8
+    chunks = stage._reinterpret(gl.float32, [BLOCK_H // CHUNK, CHUNK, COLS], swizzle)
+    d = COL0 + gl.arange(0, COLS, layout=gl.SliceLayout(0, rows_layout))
+    other = 1 - split
+    for c in range(_opaque_zero(split), BLOCK_H // CHUNK):
+        heads = (
+            tile * BLOCK_H + c * CHUNK + gl.arange(0, CHUNK, layout=gl.SliceLayout(1, rows_layout))
+        )
+        head_ok = heads < NUM_HEADS
+        base = row.to(gl.int64) * stride_buf_b + heads.to(gl.int64) * stride_buf_h
+        lse0 = gl.load(
+            buf_ptr + base + LORA,
+            mask=head_ok & (live > 0),
+            other=float("-inf"),
+            cache_modifier=".cg",
+        )
+        lse1 = gl.load(
+            buf_ptr + base + stride_buf_s + LORA,
+            mask=head_ok & (live > 1),
+            other=float("-inf"),
+            cache_modifier=".cg",
+        )
+        theirs = gl.load(
+            buf_ptr + (base + other * stride_buf_s)[:, None] + d[None, :],
+            mask=(head_ok & (other < live))[:, None],
+            other=0.0,
+            cache_modifier=".cg",
+        )
+        # A dead split's slot, or its staged partial (0 / 0), may hold NaN: selected away.
+        mine = gl.where((head_ok & (split < live))[:, None], chunks.index(c).load(rows_layout), 0.0)
+        p0 = gl.where(split == 0, mine, theirs)
+        p1 = gl.where(split == 0, theirs, mine)
+        m = gl.maximum(lse0, lse1)
+        w0 = gl.exp(lse0 - m)
+        w1 = gl.exp(lse1 - m)
+        total = w0 + w1
+        merged = w0[:, None] * p0 + w1[:, None] * p1
+        out = gl.where(live > 0, merged / gl.maximum(total, 1e-30)[:, None], 0.0)
+        out_off = (row * NUM_HEADS + heads).to(gl.int64) * LORA
+        gl.store(
+            out_ptr + out_off[:, None] + d[None, :],
+            out.to(out_ptr.dtype.element_ty),
+            mask=head_ok[:, None],
+        )
+        if WRITE_LSE:
+            lse_out = gl.where(live > 0, m + gl.log(total), float("-inf"))
+            gl.store(lse_ptr + row * NUM_HEADS + heads, lse_out, mask=head_ok)
+
+
+@gluon.jit
+def _finish_split(
+    buf_ptr,
+    out_ptr,
+    lse_ptr,
+    acc,
+    l_i,
+    m_i,
+    kv_scale,
+    tile,
+    row,
+    split,
+    valid,
+    stage,
+    live,
+    COL0: gl.constexpr,
+    WRITE_LSE: gl.constexpr,
+    CLUSTER: gl.constexpr,
+    NUM_HEADS: gl.constexpr,
+    LORA: gl.constexpr,
+    BLOCK_H: gl.constexpr,
+    stride_buf_b: gl.constexpr,
+    stride_buf_h: gl.constexpr,
+    stride_buf_s: gl.constexpr,
+):
+    """A seesaw warpgroup's end of its split: its columns of the partial (or with one
+    split of the output), ``_write_partials``; in a cluster (``CLUSTER`` 2: a row's two
+    splits) either its columns of the row's output (``_pair_merge``) or its partial
+    for the other CTA to merge."""
+    if CLUSTER > 1:
+        # Split s's warpgroup s merges the row's columns it holds; the other one
+        # stores its columns for the other CTA. One cluster barrier each.
+        HALF: gl.constexpr = 0 if COL0 == 0 else 1
+        if split == HALF:
+            _pair_merge(
+                buf_ptr,
+                out_ptr,
+                lse_ptr,
+                acc,
+                l_i,
+                m_i,
+                kv_scale,
+                tile,
+                row,
+                split,
+                valid,
+                stage,
+                live,
+                COL0,
+                WRITE_LSE,
+                NUM_HEADS,
+                LORA,
+                BLOCK_H,
+                stride_buf_b,
+                stride_buf_h,
+                stride_buf_s,
+            )
+        else:
+            _write_partials(
+                buf_ptr,
+                None,
+                None,
+                acc,
+                l_i,
+                m_i,
+                kv_scale,
+                tile,
+                row,
+                split,
+                valid,
+                stage,
+                COL0,
+                WRITE_LSE,
+                NUM_HEADS,
+                LORA,
+                BLOCK_H,
+                stride_buf_b,
+                stride_buf_h,
+                stride_buf_s,
+            )
+            _cluster_sync(split)
+    else:
+        _write_partials(
+            buf_ptr,
+            out_ptr,
+            lse_ptr,
+            acc,
+            l_i,
+            m_i,
+            kv_scale,
+            tile,
+            row,
+            split,
+            valid,
+            stage,
+            COL0,
+            WRITE_LSE,
+            NUM_HEADS,
+            LORA,
+            BLOCK_H,
+            stride_buf_b,
+            stride_buf_h,
+            stride_buf_s,
+        )
 
 
 # --------------------------------------------------------------------------------------
@@ -1538,6 +1810,7 @@ def _seesaw_wg0(
     start,
     end,
     num_pairs,
+    live_splits,
     kv_ptr,
     bt_row,
     NUM_HEADS: gl.constexpr,
@@ -1547,6 +1820,7 @@ def _seesaw_wg0(
     ROPE: gl.constexpr,
     BLOCK_H: gl.constexpr,
     BLOCK_N: gl.constexpr,
+    CLUSTER: gl.constexpr,
     stride_kv_page: gl.constexpr,
     stride_kv_row: gl.constexpr,
     stride_buf_b: gl.constexpr,
@@ -1710,7 +1984,7 @@ def _seesaw_wg0(
     mbarrier.arrive(l0_bar)
     mbarrier.wait(l1_bar, 0)
     l_i = l_i + l_smem.index(1).load(s_rows)
-    _write_partials(
+    _finish_split(
         buf_ptr,
         out_ptr,
         lse_ptr,
@@ -1723,8 +1997,10 @@ def _seesaw_wg0(
         split,
         valid,
         q_nope_smem.index(0),  # dead: warpgroup 1's last S came before its last P
+        live_splits,
         0,
         True,
+        CLUSTER,
         NUM_HEADS,
         LORA,
         BLOCK_H,
@@ -1764,6 +2040,7 @@ def _seesaw_wg1(
     start,
     end,
     num_pairs,
+    live_splits,
     NUM_HEADS: gl.constexpr,
     PAGE_SIZE: gl.constexpr,
     NUM_PAGES: gl.constexpr,
@@ -1771,6 +2048,7 @@ def _seesaw_wg1(
     ROPE: gl.constexpr,
     BLOCK_H: gl.constexpr,
     BLOCK_N: gl.constexpr,
+    CLUSTER: gl.constexpr,
     stride_kv_page: gl.constexpr,
     stride_kv_row: gl.constexpr,
     stride_buf_b: gl.constexpr,
@@ -1938,7 +2216,7 @@ def _seesaw_wg1(
     mbarrier.arrive(l1_bar)
     mbarrier.wait(l0_bar, 0)
     l_i = l_i + l_smem.index(0).load(s_rows)
-    _write_partials(
+    _finish_split(
         buf_ptr,
         out_ptr,
         lse_ptr,
@@ -1951,8 +2229,10 @@ def _seesaw_wg1(
         split,
         valid,
         kv_c_smem.index(0),  # warpgroup 0 arrived l0 after its last MMA
+        live_splits,
         LORA // 2,
         False,
+        CLUSTER,
         NUM_HEADS,
         LORA,
         BLOCK_H,
@@ -1995,6 +2275,7 @@ def mla_decode_stage1_gluon_seesaw(
     stride_buf_s: gl.constexpr,
     BLOCK_H: gl.constexpr,
     BLOCK_N: gl.constexpr,
+    CLUSTER: gl.constexpr,
 ):
     gl.static_assert(PAGE_SIZE % BLOCK_N == 0, "blocks must lie inside one page")
     gl.static_assert(gl.num_warps() == 4, "one warpgroup here, the worker adds the other")
@@ -2005,17 +2286,27 @@ def mla_decode_stage1_gluon_seesaw(
     # scaled, _seesaw_q_f16).
     dtype: gl.constexpr = gl.float16 if FP8 else q_dtype
 
-    tile = gl.program_id(0)
+    if CLUSTER > 1:
+        # A row's splits are one cluster, its CTAs consecutive along the grid's x.
+        tile = gl.program_id(0) // CLUSTER
+        split = gl.program_id(0) % CLUSTER
+    else:
+        tile = gl.program_id(0)
+        split = gl.program_id(2)
     row = gl.program_id(1)
-    split = gl.program_id(2)
-    # No early return (the worker warpgroup must still be started and stopped): an
-    # empty or surplus split runs no pair and stores nothing (with one split, an empty
-    # row's output and lse, _write_partials).
-    if out_ptr is None:
+    # No early return (the worker warpgroup must still be started and stopped, and in a
+    # cluster every thread must reach the merge's barrier): an empty or surplus split
+    # runs no pair and stores no partial (with one split, an empty row's output and
+    # lse, _write_partials).
+    if CLUSTER > 1 or out_ptr is None:
         num_splits = gl.load(num_splits_ptr)
     else:
         num_splits = 1  # the one split: the whole row
     start, end = _split_range(seq_lens_ptr, row, num_splits, split, CAPACITY)
+    if CLUSTER > 1:
+        live_splits = _live_splits(seq_lens_ptr, row, num_splits, CAPACITY)
+    else:
+        live_splits = 0  # unused
     valid = (split < num_splits) & (end > start)
     first = start - start % BLOCK_N
     num_blocks = gl.where(valid, (end - first + BLOCK_N - 1) // BLOCK_N, 0)
@@ -2186,6 +2477,7 @@ def mla_decode_stage1_gluon_seesaw(
                     start,
                     end,
                     num_pairs,
+                    live_splits,
                     kv_ptr,
                     bt_row,
                     NUM_HEADS,
@@ -2195,6 +2487,7 @@ def mla_decode_stage1_gluon_seesaw(
                     ROPE,
                     BLOCK_H,
                     BLOCK_N,
+                    CLUSTER,
                     stride_kv_page,
                     stride_kv_row,
                     stride_buf_b,
@@ -2233,6 +2526,7 @@ def mla_decode_stage1_gluon_seesaw(
                     start,
                     end,
                     num_pairs,
+                    live_splits,
                     NUM_HEADS,
                     PAGE_SIZE,
                     NUM_PAGES,
@@ -2240,6 +2534,7 @@ def mla_decode_stage1_gluon_seesaw(
                     ROPE,
                     BLOCK_H,
                     BLOCK_N,
+                    CLUSTER,
                     stride_kv_page,
                     stride_kv_row,
                     stride_buf_b,

@@ -334,12 +334,15 @@ def _lowering(
     aliases: tuple[tuple[int, int], ...],
     compute_capability: int | None,
     name: str,
+    cluster: int,
 ) -> Sequence[Any]:
     lib = _gpu_triton()
     cc = device_capability() if compute_capability is None else compute_capability
     build = _build(spec, cc)
+    # jaxlib launches a kernel of num_ctas > 1 as clusters of that many CTAs along x,
+    # grid[0] clusters (cuLaunchKernelEx); the build itself is one CTA's program.
     kernel = lib.TritonKernel(
-        build.name, build.num_warps, build.num_ctas, build.shared_bytes, build.ptx, "", cc
+        build.name, build.num_warps, build.num_ctas * cluster, build.shared_bytes, build.ptx, "", cc
     )
     scalar_at = {i: (t, v) for i, t, v in scalars}
     params = []
@@ -356,7 +359,7 @@ def _lowering(
         align = max(POINTER_ALIGNMENT, build.global_scratch_align)
         params.append(lib.create_array_parameter(0, align))
         ctx = ctx.replace(avals_out=[*ctx.avals_out, jax.core.ShapedArray((scratch,), jnp.uint8)])
-    call = lib.TritonKernelCall(kernel, *grid, params)
+    call = lib.TritonKernelCall(kernel, grid[0] // cluster, grid[1], grid[2], params)
     rule = jax.ffi.ffi_lowering(
         CUSTOM_CALL_TARGET,
         api_version=2,
@@ -383,6 +386,7 @@ def launch(
     input_output_aliases: Mapping[int, int] | None = None,
     compute_capability: int | None = None,
     name: str | None = None,
+    cluster: int = 1,
 ) -> tuple[jax.Array, ...]:
     """Calls a ``@triton.jit`` or ``@gluon.jit`` kernel on JAX arrays.
 
@@ -405,6 +409,9 @@ def launch(
       compute_capability: CUDA capability to build for, e.g. 90; None asks device 0
         at lowering.
       name: the call's name in the lowered module (default: the kernel's).
+      cluster: CTAs of one thread-block cluster (sm_90 on): consecutive programs
+        along x, ``grid[0]`` a multiple of it, run as one cluster (launched together,
+        on one GPC, able to sync with ``barrier.cluster``). 1: no clusters.
 
     Returns:
       The outputs, one array per entry of ``out_shapes``.
@@ -413,6 +420,11 @@ def launch(
     grid3 = tuple(operator.index(g) for g in grid) + (1,) * (3 - len(grid))
     if not 1 <= len(grid) <= 3 or any(not 0 <= g <= n for g, n in zip(grid3, _GRID_LIMITS)):
         raise ValueError(f"grid {tuple(grid)}: one to three ints within CUDA's {_GRID_LIMITS}")
+    if cluster not in (1, 2, 4, 8) or grid3[0] % cluster:
+        raise ValueError(
+            f"cluster {cluster} with grid {tuple(grid)}: a cluster is 1, 2, 4 or 8 CTAs "
+            "and grid[0] a multiple of it"
+        )
     arrays: list[jax.Array] = []
     operand_of: dict[int, int] = {}  # input index -> custom-call operand index
     scalars: list[tuple[int, str, Scalar]] = []
@@ -449,5 +461,6 @@ def launch(
             aliases=tuple(aliases),
             compute_capability=compute_capability,
             name=name or kernel.__name__,
+            cluster=cluster,
         )
     )

@@ -8,7 +8,9 @@ and ``lse`` and leaves the buffer unwritten. On
 sm_90 it is a Gluon kernel (``mla_jax._gluon_kernels``: the seesaw one for a 16-bit
 cache, the fp8 ones for an fp8 cache, the fp8-MMA one where asked) where those are
 measured to win (``use_gluon``: long splits), else the ``tl`` kernel; all write the
-same partials, which the one stage 2 merges.
+same partials, which the one stage 2 merges, but where the seesaw's row of two
+splits is a thread-block cluster that merges them itself and outputs ``out`` and
+``lse`` as with one split (``_gluon_kernels.cluster_size``).
 Shapes are checked by the caller (``mla_jax.decode``); everything here is static
 except the arrays, and the split count travels as an int32 array.
 """
@@ -101,6 +103,7 @@ def decode(
     batch_tokens: int | None = None,
     config: dict[str, int] | None = None,
     fp8_mma: bool = False,
+    cluster_merge: bool = True,
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """Both stages on checked inputs (stage 1 alone where ``grid_splits`` is 1).
 
@@ -119,6 +122,8 @@ def decode(
         stage 1 then, never the Gluon one).
       fp8_mma: where stage 1 is a Gluon kernel on an fp8 cache with at least 64 heads,
         the fp8-MMA one (``_gluon_kernels.uses_fp8_mma``: q and P rounded to e4m3).
+      cluster_merge: False keeps stage 2 where a Gluon stage 1's cluster would merge
+        the splits (``_gluon_kernels.cluster_size``; A/B runs only).
 
     Returns:
       ``out [B, H, kv_lora_rank]`` in q's dtype, ``lse`` float32 ``[B, H]``, and the
@@ -156,8 +161,12 @@ def decode(
         q_nope, kv_cache, grid_splits, longest, kv_lora_rank, rope_dim, cc
     ):
         kv_dtype = jnp.dtype(kv_cache.dtype).name
-        stage1 = _gluon_kernels.launch_params(kv_dtype=kv_dtype, fp8_mma=fp8_mma, **problem)
+        stage1 = _gluon_kernels.launch_params(
+            kv_dtype=kv_dtype, fp8_mma=fp8_mma, cluster_merge=cluster_merge, **problem
+        )
         stage1_kernel = _gluon_kernels.kernel_for(kv_dtype, num_heads, fp8_mma)
+        if stage1["cluster"] > 1:
+            stage2 = None  # the cluster merges its row's splits
     out_shapes = [
         jax.ShapeDtypeStruct((batch, num_heads, kv_lora_rank), q_nope.dtype),
         jax.ShapeDtypeStruct((batch, num_heads), jnp.float32),
@@ -176,6 +185,7 @@ def decode(
         input_output_aliases={7: 0},  # logits_buffer -> the first output
         compute_capability=cc,
         name="mla_decode_stage1",
+        cluster=stage1.get("cluster", 1),
     )
     if stage2 is None:
         out, lse = outputs

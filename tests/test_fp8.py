@@ -146,5 +146,6 @@ def test_fp8_kernels_compile_for_sm90(dtype):
         platforms=["cuda"],
         disabled_checks=[export.DisabledSafetyCheck.custom_call("triton_kernel_call")],
     )(*args).mlir_module()
-    assert text.count("stablehlo.custom_call @triton_kernel_call") == 2
+    # One kernel: the fp8 seesaw, a row's 2 splits one cluster, which merges them.
+    assert text.count("stablehlo.custom_call @triton_kernel_call") == 1
     assert "tensor<64x64x576xf8E4M3FN>" in text

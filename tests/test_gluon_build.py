@@ -59,21 +59,26 @@ def sass(compiled):
         ).stdout
 
 
-def compile_sm90(heads=128, dtype="bf16", kv="same", splits=4):
+def compile_sm90(heads=128, dtype="bf16", kv="same", splits=4, merge=True):
     """The sm_90 build of the Gluon stage 1 for a B=128, page-64 problem: q in
     ``dtype``, the cache in ``dtype`` (``kv="same"``) or fp8 (``kv="fp8"``: the fp8
-    kernel); ``splits=1``: the one-split build, which writes the output itself."""
+    kernel); ``splits=1``: the one-split build, which writes the output itself, as
+    does a cluster's build (``launch_params``' ``cluster_merge=merge``)."""
     from mla_jax import _gluon_kernels as gk
     from mla_jax import _launch, kernels
 
     fp8 = kv in ("fp8", "fp8mma")
     stage1 = gk.launch_params(
-        kv_dtype=gk.FP8 if fp8 else None, fp8_mma=kv == "fp8mma", **geometry(128, heads, splits)
+        kv_dtype=gk.FP8 if fp8 else None,
+        fp8_mma=kv == "fp8mma",
+        cluster_merge=merge,
+        **geometry(128, heads, splits),
     )
+    one_kernel = splits == 1 or stage1["cluster"] > 1
     kv_type = "fp8e4nv" if fp8 else dtype
     runtime = [f"*{dtype}"] * 2 + [f"*{kv_type}"] + ["*i32"] * 3 + ["*fp32"] * 3
-    # Then, with one split, the output and lse.
-    runtime += [f"*{dtype}", "*fp32"] if splits == 1 else []
+    # Then, where no stage 2 runs, the output and lse.
+    runtime += [f"*{dtype}", "*fp32"] if one_kernel else []
     spec = _launch.kernel_spec(
         gk.kernel_for(
             gk.FP8 if fp8 else {"bf16": "bfloat16", "fp16": "float16"}[dtype],
@@ -81,7 +86,7 @@ def compile_sm90(heads=128, dtype="bf16", kv="same", splits=4):
             fp8_mma=kv == "fp8mma",
         ),
         runtime,
-        stage1["constexprs"] | kernels.stage1_absent(splits == 1),
+        stage1["constexprs"] | kernels.stage1_absent(one_kernel),
         num_warps=stage1["num_warps"],
         num_stages=stage1["num_stages"],
     )
@@ -154,7 +159,9 @@ def build_report(heads=128, dtype="bf16", kv="same", splits=4):
         "bar_sync": count(r"BAR\.SYNC", code),
         "ptx_wgmma": count(r"wgmma\.mma_async", ptx),
         "ptx_local": count(r"\b(?:ld|st)\.local", ptx),
-        "ldg": count(r"\bLDG\b", code),
+        # Global loads but the cluster merge's (``ld.global.cg``: LDG.E.STRONG.GPU).
+        "ldg": count(r"\bLDG\b(?!\.E\.STRONG\.GPU)", code),
+        "ldg_merge": count(r"\bLDG\.E\.STRONG\.GPU\b", code),
         "ldg128": count(r"LDG\.E\.128", code),
         "lds64": count(r"\bLDS\.64\b", code),
         "lds128": count(r"\bLDS\.128\b", code),
@@ -402,11 +409,53 @@ def test_supports_and_kernel_for():
     assert fp8 == sixteen and sixteen["num_warps"] == gk.SEESAW_NUM_WARPS
     fp8_mma = gk.launch_params(kv_dtype=gk.FP8, fp8_mma=True, **lp)
     assert fp8_mma["num_warps"] == gk.FP8_MMA_NUM_WARPS == 8
-    assert fp8_mma["grid"] == sixteen["grid"] and fp8_mma["constexprs"] == sixteen["constexprs"]
     assert gk.launch_params(fp8_mma=True, **lp) == sixteen
+    # The same problem constexprs; the seesaw's cluster size (1: one split) its own.
+    assert fp8_mma["grid"] == sixteen["grid"] and sixteen["constexprs"].pop("CLUSTER") == 1
+    assert fp8_mma["constexprs"] == sixteen["constexprs"]
     small = gk.launch_params(kv_dtype=gk.FP8, **(lp | dict(num_heads=20)))
     assert small["grid"] == (2, 2, 1) and small["num_warps"] == gk.SMALL_NUM_WARPS
     assert small["constexprs"]["BLOCK_H"] == gk.SMALL_BLOCK_H
+
+
+def test_cluster_size_is_two_for_a_seesaw_row_of_two_splits():
+    """``cluster_size``: on the seesaw (either cache) a row of 2 splits is one cluster;
+    other counts, the 16-head fp8 and the fp8-MMA kernels, and ``merge=False`` make
+    none. ``launch_params`` then puts a cluster's CTAs along x, one program a split,
+    and tells the kernel (``CLUSTER``)."""
+    from mla_jax import _gluon_kernels as gk
+
+    assert [gk.cluster_size(None, 64, False, s) for s in (1, 2, 3, 4, 8, 16)] == [
+        1, 2, 1, 1, 1, 1
+    ]  # fmt: skip
+    assert gk.cluster_size(gk.FP8, 64, False, 2) == 2
+    assert gk.cluster_size(gk.FP8, 64, True, 2) == 1  # fp8 MMAs
+    assert gk.cluster_size(gk.FP8, 32, False, 2) == 1  # the 16-head fp8 kernel
+    assert gk.cluster_size(None, 128, False, 2, merge=False) == 1
+    merged = gk.launch_params(**geometry(16, 128, 2))
+    assert (merged["grid"], merged["cluster"]) == ((2 * 2, 16, 1), 2)
+    assert merged["constexprs"]["CLUSTER"] == 2
+    staged = gk.launch_params(cluster_merge=False, **geometry(16, 128, 2))
+    assert (staged["grid"], staged["cluster"], staged["constexprs"]["CLUSTER"]) == (
+        (2, 16, 2),
+        1,
+        1,
+    )
+    small = gk.launch_params(kv_dtype=gk.FP8, **geometry(16, 32, 2))
+    assert small["cluster"] == 1 and "CLUSTER" not in small["constexprs"]
+
+
+def test_cluster_build_syncs_its_cluster_once_on_every_path():
+    """The seesaw build for a cluster (2 splits) has the cluster barrier on each of its
+    four ends (each partition's merge and store paths; ``UCGABAR_ARV``/``UCGABAR_WAIT``:
+    arrive, then wait), reads the other split's partial with ``ld.global.cg`` (L2,
+    never a stale L1 line) and spills nothing; the build for stage 2 has none of it."""
+    merged, staged = sass(compile_sm90(64, splits=2)), sass(compile_sm90(64, splits=2, merge=False))
+    assert len(re.findall(r"UCGABAR_ARV\b", merged)) == 4
+    assert len(re.findall(r"UCGABAR_WAIT\b", merged)) == 4
+    assert "UCGABAR" not in staged
+    assert "LDG.E.STRONG.GPU" in merged and "LDG.E.STRONG.GPU" not in staged
+    assert "STL" not in merged and "LDL" not in merged
 
 
 BF16, FP8 = jnp.bfloat16, jnp.float8_e4m3fn
@@ -481,13 +530,15 @@ def test_fp8_mma_is_the_stage1_where_asked(batch, heads, length, cc, kernel):
 
 def expected_calls(kernel, batch, heads, length):
     """Stage 1's kernel, then stage 2 where the occupancy grid has more than one split
-    (with one, stage 1 writes the output)."""
+    (with one, stage 1 writes the output), but on the seesaw at 2 splits (a cluster
+    merges them)."""
     import mla_jax
 
     splits = mla_jax.kv_splits(
         "occupancy", batch=batch, num_heads=heads, max_seq_len=length, sm_count=132
     )
-    return [kernel] + (["mla_decode_stage2"] if splits > 1 else [])
+    merged = splits == 1 or (kernel == SEESAW and splits == 2)
+    return [kernel] + ([] if merged else ["mla_decode_stage2"])
 
 
 def lowered_kernels(batch, heads, length, cc, dtype, kv_dtype, **options):

@@ -85,6 +85,12 @@ def triton_step(case, length, max_seq_len, k_scale=None, **options):
         text = step.lower(*args).as_text()
         return [kernel_call(line)["kernel_name"] for line in custom_calls(text)]
 
+    def clusters(*args):
+        text = step.lower(*args).as_text()
+        return [kernel_call(line)["num_ctas"] for line in custom_calls(text)]
+
+    kernels.clusters = clusters
+
     return step, kernels
 
 
@@ -409,6 +415,9 @@ def test_fp8_cache_matches_reference_on_dequantised_values(heads, rng):
         (4, 16, 4096, jnp.float16, "fp8"),  # 64 splits of 64 tokens
         (8, 20, 16384, jnp.float16, "fp8"),  # a full 16-head tile and a masked one
         (64, 32, 4096, jnp.bfloat16, "fp8"),
+        # Two splits: a cluster of two CTAs a row, which merges them (no stage 2):
+        (64, 64, 1024, jnp.bfloat16, "same"),
+        (32, 96, 4096, jnp.float16, "same"),  # a full tile and a half-masked one
         # One split (stage 1 writes the output; no stage 2):
         (128, 128, 1024, jnp.bfloat16, "same"),
         (128, 128, 1024, jnp.float16, "fp8"),
@@ -448,7 +457,11 @@ def test_gluon_stage1_through_mla_decode(batch, heads, length, dtype, cache, max
         )
         == 1
     )
-    assert names == [stage1] + ([] if one_split else ["mla_decode_stage2"]), names
+    # A seesaw's row of 2 splits is one cluster, which merges them (no stage 2).
+    cluster = kernels.clusters(q, kv, bt, sl, buffer)[0]
+    merged = one_split or cluster > 1
+    assert cluster == 1 or stage1 == "mla_decode_stage1_gluon_seesaw", (stage1, cluster)
+    assert names == [stage1] + ([] if merged else ["mla_decode_stage2"]), names
     out, lse, _ = step(q, kv, bt, sl, buffer)
     assert_close(out, lse, rounded, dtype)
 

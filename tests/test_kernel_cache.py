@@ -105,6 +105,7 @@ def kernel_call(line: str) -> dict:
         "grid": tuple(call.get(f, 0) for f in (2, 3, 4)),
         "kernel_name": kernel[1].decode(),
         "num_warps": kernel[2],
+        "num_ctas": kernel.get(10, 1),  # a cluster's CTAs (optional: absent is 1)
         "ptx": kernel.get(4, b""),
         "ttir": kernel.get(5, b""),
         "cc": kernel[6],
@@ -280,6 +281,8 @@ def test_gluon_kernels_compile_as_gluon():
         (dict(input_output_aliases={0: 0}, out=S((128,), jnp.float32)), r"alias 0 -> 0: input"),
         (dict(input_output_aliases={1: 0}), r"alias 1 -> 0: no such array input"),
         (dict(grid=(1, 70000)), r"grid \(1, 70000\)"),
+        (dict(cluster=3), r"cluster 3 with grid \(2,\)"),
+        (dict(cluster=4), r"cluster 4 with grid \(2,\): .* a multiple of it"),
         (dict(kernel=triton.autotune([triton.Config({})], key=[])(add_scalar)), "autotuners"),
     ],
 )
@@ -296,6 +299,31 @@ def test_bad_launches_fail_before_compiling(change, message):
     kwargs.update(change)
     with pytest.raises((ValueError, TypeError), match=message):
         lower(lambda x: _launch.launch(kernel, [x, *inputs[1:]], **kwargs), x)
+
+
+def test_a_cluster_launch_is_one_kernel_of_that_many_ctas_over_the_clusters():
+    """``cluster=2`` on a grid of 4 programs: jaxlib's call holds ``num_ctas=2`` and a
+    grid of 2 clusters along x (it launches ``grid_0 * num_ctas`` CTAs in clusters of
+    ``num_ctas``); the build is the one-CTA program. Without it, no ``num_ctas``."""
+    x = S((512,), jnp.float32)
+
+    def f(x, cluster):
+        return _launch.launch(
+            add_scalar,
+            [x, 1.0],
+            out_shapes=[x],
+            grid=(4,),
+            constexprs=dict(N=512, BLOCK=128),
+            compute_capability=90,
+            cluster=cluster,
+        )[0]
+
+    (line,) = custom_calls(lower(lambda x: f(x, 2), x))
+    call = kernel_call(line)
+    assert (call["num_ctas"], call["grid"]) == (2, (2, 1, 1))
+    assert ".reqnctapercluster" not in call["ptx"].decode()
+    (line,) = custom_calls(lower(lambda x: f(x, 1), x))
+    assert (kernel_call(line)["num_ctas"], kernel_call(line)["grid"]) == (1, (4, 1, 1))
 
 
 @pytest.mark.parametrize("kernel, per_program", [(tma_add_one, 256), (gluon_tma_add_one, 128)])

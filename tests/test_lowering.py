@@ -181,6 +181,27 @@ def test_one_split_is_stage_1_alone_writing_the_output(heads):
     assert re.search(rf"tensor<{batch}x{heads}x16x513xf32> \{{[^}}]*tf.aliasing_output = 2", main)
 
 
+def test_seesaw_rows_of_two_splits_are_clusters_that_write_the_output():
+    """At H=128 (the seesaw) a row of 2 splits (vLLM's rule at L=1024) lowers one
+    kernel: stage 1 launched as clusters of 2 CTAs (jaxlib's ``num_ctas``) over a grid
+    of 2 head tiles x 4 rows of clusters; it writes out and lse (the buffer, aliased as
+    with two stages, carries the partials the pair exchanges). At 4 splits stage 2
+    still merges."""
+    from tests.test_kernel_cache import custom_calls, kernel_call
+
+    text = lowered_text(jnp.bfloat16, heads=128, max_seq_len=1024)
+    ((operands, aliases, name),) = kernel_calls(text)
+    assert name == "mla_decode_stage1"
+    assert len(operands) == 8 and operands[7] == "%arg4" and aliases == [7]
+    (line,) = custom_calls(text)
+    call = kernel_call(line)
+    assert (call["num_ctas"], call["grid"]) == (2, (2, 4, 1))
+    results = r"-> \(tensor<8x128x16x513xf32>, tensor<4x128x512xbf16>, tensor<4x128xf32>"
+    assert re.search(results, line)
+    four = lowered_text(jnp.bfloat16, heads=128, max_seq_len=2048)
+    assert [name for *_, name in kernel_calls(four)] == ["mla_decode_stage1", "mla_decode_stage2"]
+
+
 def test_runtime_split_count_and_query_pair_lower():
     text = lowered_text(jnp.bfloat16, heads=16, max_seq_len=None, pair=True)
     calls = kernel_calls(text)
