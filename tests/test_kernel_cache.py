@@ -304,7 +304,7 @@ def test_bad_launches_fail_before_compiling(change, message):
 def test_a_cluster_launch_is_one_kernel_of_that_many_ctas_over_the_clusters():
     """``cluster=2`` on a grid of 4 programs: jaxlib's call holds ``num_ctas=2`` and a
     grid of 2 clusters along x (it launches ``grid_0 * num_ctas`` CTAs in clusters of
-    ``num_ctas``); the build is the one-CTA program. Without it, no ``num_ctas``."""
+    ``num_ctas``); the build is the one-CTA program. Without it, ``num_ctas`` is 1."""
     x = S((512,), jnp.float32)
 
     def f(x, cluster):
