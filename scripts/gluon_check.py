@@ -178,7 +178,11 @@ class Launch:
         )
         self.s1, self.s2 = kernels.launch_params(**geometry, float32_inputs=False)
         fp8 = kv_name == gk.FP8
-        self.g1 = gk.launch_params(kv_dtype=kv_name if fp8 else None, fp8_mma=fp8_mma, **geometry)
+        # Triton's launcher makes no clusters: the build whose partials stage 2 merges
+        # (mla_decode merges a seesaw row's two splits in a cluster instead).
+        self.g1 = gk.launch_params(
+            kv_dtype=kv_name if fp8 else None, fp8_mma=fp8_mma, cluster_merge=False, **geometry
+        )
         self.gluon_kernel = gk.kernel_for(kv_name, heads, fp8_mma) if gluon else None
         assert not (gluon and routed) or gk.supports(
             num_heads=heads,

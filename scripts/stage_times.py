@@ -110,7 +110,10 @@ def launchers(
     if gluon:
         kv_dtype = str(kv.dtype).removeprefix("torch.")
         problem.pop("batch_tokens", None)
-        s1 = _gluon_kernels.launch_params(kv_dtype=kv_dtype, fp8_mma=fp8_mma, **problem)
+        # Triton's launcher makes no clusters: the build whose partials stage 2 merges.
+        s1 = _gluon_kernels.launch_params(
+            kv_dtype=kv_dtype, fp8_mma=fp8_mma, cluster_merge=False, **problem
+        )
         stage1_kernel = _gluon_kernels.kernel_for(kv_dtype, heads, fp8_mma)
 
     # With one split stage 1 writes out / lse and there is no stage 2 (``stage2`` is a
