@@ -407,6 +407,12 @@ def kernel_for(kv_dtype: str, num_heads: int = BLOCK_H, fp8_mma: bool = False) -
     return mla_decode_stage1_gluon_seesaw
 
 
+def runs_seesaw(kv_dtype: str | None, num_heads: int, fp8_mma: bool) -> bool:
+    """Whether ``kernel_for`` gives the seesaw: neither the fp8-MMA kernel
+    (``uses_fp8_mma``) nor the 16-head fp8 one (``small_heads``)."""
+    return not (uses_fp8_mma(kv_dtype, num_heads, fp8_mma) or small_heads(kv_dtype, num_heads))
+
+
 def cluster_size(
     kv_dtype: str | None, num_heads: int, fp8_mma: bool, grid_splits: int, merge: bool = True
 ) -> int:
@@ -415,7 +421,7 @@ def cluster_size(
     runs; else 1 (no cluster, stage 2 merges). Rows of 4 or 8 splits as clusters ran
     1.7-2x slower on the H200 (docs/performance.md, "A row's two splits merged in a
     cluster"). ``merge=False``: 1 (A/B runs against stage 2)."""
-    seesaw = not (uses_fp8_mma(kv_dtype, num_heads, fp8_mma) or small_heads(kv_dtype, num_heads))
+    seesaw = runs_seesaw(kv_dtype, num_heads, fp8_mma)
     return 2 if merge and seesaw and grid_splits == 2 else 1
 
 
@@ -444,9 +450,7 @@ def launch_params(
         "BLOCK_N": BLOCK_N,
     }
     tiles = triton.cdiv(problem["num_heads"], block_h)
-    if kernel_for(kv_dtype or SIXTEEN_BIT[0], problem["num_heads"], fp8_mma) is (
-        mla_decode_stage1_gluon_seesaw
-    ):
+    if runs_seesaw(kv_dtype, problem["num_heads"], fp8_mma):
         constexprs["CLUSTER"] = cluster
     if cluster > 1:
         grid = (tiles * cluster, problem["batch"], 1)
