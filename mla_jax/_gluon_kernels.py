@@ -753,9 +753,17 @@ def _pair_merge(
         s_rows: gl.constexpr = l_i.type.layout
         lse_heads = tile * BLOCK_H + gl.arange(0, BLOCK_H, layout=s_rows)
         lse_off = (
-            row.to(gl.int64) * stride_buf_b
-            + lse_heads.to(gl.int64) * stride_buf_h
-            + split * stride_buf_s
+            _head_rows(
+                None,
+                row,
+                lse_heads,
+                split,
+                NUM_HEADS,
+                LORA,
+                stride_buf_b,
+                stride_buf_h,
+                stride_buf_s,
+            )
             + LORA
         )
         lse = (m_i + gl.log2(l_i)) * _LN2
@@ -779,7 +787,9 @@ def _pair_merge(
             tile * BLOCK_H + c * CHUNK + gl.arange(0, CHUNK, layout=gl.SliceLayout(1, rows_layout))
         )
         head_ok = heads < NUM_HEADS
-        base = row.to(gl.int64) * stride_buf_b + heads.to(gl.int64) * stride_buf_h
+        base = _head_rows(
+            None, row, heads, 0, NUM_HEADS, LORA, stride_buf_b, stride_buf_h, stride_buf_s
+        )  # split 0's slot
         lse0 = gl.load(
             buf_ptr + base + LORA,
             mask=head_ok & (live > 0),
@@ -848,63 +858,45 @@ def _finish_split(
     split of the output), ``_write_partials``; in a cluster (``CLUSTER`` 2: a row's two
     splits) either its columns of the row's output (``_pair_merge``) or its partial
     for the other CTA to merge."""
+    # Outside a cluster a constexpr False, so the merge is not even built.
+    merges: gl.constexpr = False
+    out_dst = out_ptr
+    lse_dst = lse_ptr
     if CLUSTER > 1:
         # Split s's warpgroup s merges the row's columns it holds; the other one
         # stores its columns for the other CTA. One cluster barrier each.
-        HALF: gl.constexpr = 0 if COL0 == 0 else 1
-        if split == HALF:
-            _pair_merge(
-                buf_ptr,
-                out_ptr,
-                lse_ptr,
-                acc,
-                l_i,
-                m_i,
-                kv_scale,
-                tile,
-                row,
-                split,
-                valid,
-                stage,
-                live,
-                COL0,
-                WRITE_LSE,
-                NUM_HEADS,
-                LORA,
-                BLOCK_H,
-                stride_buf_b,
-                stride_buf_h,
-                stride_buf_s,
-            )
-        else:
-            _write_partials(
-                buf_ptr,
-                None,
-                None,
-                acc,
-                l_i,
-                m_i,
-                kv_scale,
-                tile,
-                row,
-                split,
-                valid,
-                stage,
-                COL0,
-                WRITE_LSE,
-                NUM_HEADS,
-                LORA,
-                BLOCK_H,
-                stride_buf_b,
-                stride_buf_h,
-                stride_buf_s,
-            )
-            _cluster_sync(split)
-    else:
-        _write_partials(
+        merges = split == (0 if COL0 == 0 else 1)
+        out_dst = None  # its partial, for the other CTA
+        lse_dst = None
+    if merges:
+        _pair_merge(
             buf_ptr,
             out_ptr,
             lse_ptr,
+            acc,
+            l_i,
+            m_i,
+            kv_scale,
+            tile,
+            row,
+            split,
+            valid,
+            stage,
+            live,
+            COL0,
+            WRITE_LSE,
+            NUM_HEADS,
+            LORA,
+            BLOCK_H,
+            stride_buf_b,
+            stride_buf_h,
+            stride_buf_s,
+        )
+    else:
+        _write_partials(
+            buf_ptr,
+            out_dst,
+            lse_dst,
             acc,
             l_i,
             m_i,
@@ -923,6 +915,8 @@ def _finish_split(
             stride_buf_h,
             stride_buf_s,
         )
+        if CLUSTER > 1:
+            _cluster_sync(split)
 
 
 # --------------------------------------------------------------------------------------
