@@ -547,6 +547,43 @@ def _head_rows(
 
 
 @gluon.jit
+def _store_partial_lse(
+    buf_ptr,
+    l_i,
+    m_i,
+    tile,
+    row,
+    split,
+    valid,
+    NUM_HEADS: gl.constexpr,
+    LORA: gl.constexpr,
+    BLOCK_H: gl.constexpr,
+    stride_buf_b: gl.constexpr,
+    stride_buf_h: gl.constexpr,
+    stride_buf_s: gl.constexpr,
+):
+    """The split's natural-log lse into its buffer slot (column ``LORA``), nothing for
+    heads past ``NUM_HEADS`` or where ``valid`` is false (an empty split)."""
+    lse_heads = tile * BLOCK_H + gl.arange(0, BLOCK_H, layout=l_i.type.layout)
+    lse_off = (
+        _head_rows(
+            None,
+            row,
+            lse_heads,
+            split,
+            NUM_HEADS,
+            LORA,
+            stride_buf_b,
+            stride_buf_h,
+            stride_buf_s,
+        )
+        + LORA
+    )
+    lse = (m_i + gl.log2(l_i)) * _LN2
+    gl.store(buf_ptr + lse_off, lse, mask=(lse_heads < NUM_HEADS) & valid)
+
+
+@gluon.jit
 def _write_partials(
     buf_ptr,
     out_ptr,
@@ -577,10 +614,8 @@ def _write_partials(
     (``_one_split_result``), an empty row's too. The columns go through ``stage``
     (``_store_tile``)."""
     o_layout: gl.constexpr = acc.type.layout
-    s_rows: gl.constexpr = l_i.type.layout
     o_rows: gl.constexpr = gl.SliceLayout(1, o_layout)
     out_heads = tile * BLOCK_H + gl.arange(0, BLOCK_H, layout=o_rows)
-    lse_heads = tile * BLOCK_H + gl.arange(0, BLOCK_H, layout=s_rows)
     if out_ptr is None:
         out_off = _head_rows(
             out_ptr,
@@ -597,22 +632,21 @@ def _write_partials(
         inv = kv_scale / gl.convert_layout(l_i, o_rows)
         _store_tile(buf_ptr, out_off, out_ok, acc * inv[:, None], stage, COL0)
         if WRITE_LSE:
-            lse = (m_i + gl.log2(l_i)) * _LN2
-            lse_off = (
-                _head_rows(
-                    out_ptr,
-                    row,
-                    lse_heads,
-                    split,
-                    NUM_HEADS,
-                    LORA,
-                    stride_buf_b,
-                    stride_buf_h,
-                    stride_buf_s,
-                )
-                + LORA
+            _store_partial_lse(
+                buf_ptr,
+                l_i,
+                m_i,
+                tile,
+                row,
+                split,
+                valid,
+                NUM_HEADS,
+                LORA,
+                BLOCK_H,
+                stride_buf_b,
+                stride_buf_h,
+                stride_buf_s,
             )
-            gl.store(buf_ptr + lse_off, lse, mask=(lse_heads < NUM_HEADS) & valid)
     else:
         norm, lse = _one_split_result(kv_scale / l_i, (m_i + gl.log2(l_i)) * _LN2, valid)
         out_off = _head_rows(
@@ -630,6 +664,7 @@ def _write_partials(
         out_ok = out_heads < NUM_HEADS
         _store_tile(out_ptr, out_off, out_ok, out.to(out_ptr.dtype.element_ty), None, COL0)
         if WRITE_LSE:
+            lse_heads = tile * BLOCK_H + gl.arange(0, BLOCK_H, layout=l_i.type.layout)
             gl.store(lse_ptr + row * NUM_HEADS + lse_heads, lse, mask=lse_heads < NUM_HEADS)
 
 
@@ -750,24 +785,21 @@ def _pair_merge(
     o_rows: gl.constexpr = gl.SliceLayout(1, o_layout)
     COLS: gl.constexpr = acc.shape[1]
     if WRITE_LSE:
-        s_rows: gl.constexpr = l_i.type.layout
-        lse_heads = tile * BLOCK_H + gl.arange(0, BLOCK_H, layout=s_rows)
-        lse_off = (
-            _head_rows(
-                None,
-                row,
-                lse_heads,
-                split,
-                NUM_HEADS,
-                LORA,
-                stride_buf_b,
-                stride_buf_h,
-                stride_buf_s,
-            )
-            + LORA
+        _store_partial_lse(
+            buf_ptr,
+            l_i,
+            m_i,
+            tile,
+            row,
+            split,
+            valid,
+            NUM_HEADS,
+            LORA,
+            BLOCK_H,
+            stride_buf_b,
+            stride_buf_h,
+            stride_buf_s,
         )
-        lse = (m_i + gl.log2(l_i)) * _LN2
-        gl.store(buf_ptr + lse_off, lse, mask=(lse_heads < NUM_HEADS) & valid)
     swizzle: gl.constexpr = gl.SwizzledSharedLayout(8, 1, 8, [1, 0])
     staged = stage._reinterpret(gl.float32, [BLOCK_H, COLS], swizzle)
     staged.store(acc * (kv_scale / gl.convert_layout(l_i, o_rows))[:, None])
