@@ -2402,6 +2402,12 @@ def mla_decode_stage1_gluon_seesaw(
 
     bt_row = block_table_ptr + row * stride_bt_b
     if num_pairs > 0:
+        # The first two blocks' page indices are read before Q's copies are issued:
+        # behind Q's 72 KB a read waits for them, and the blocks' copies for it.
+        page0 = gl.load(bt_row + first // PAGE_SIZE)
+        page1 = gl.load(
+            bt_row + (first + BLOCK_N) // PAGE_SIZE, mask=first + BLOCK_N < end, other=0
+        )
         # Q, then the first two blocks (the second may be past the end: zeros), each
         # block signalling its slot's ready barrier. Both barriers wait for Q too: each
         # thread's cp.async.mbarrier.arrive on them adds a pending arrival that its Q
@@ -2428,10 +2434,6 @@ def mla_decode_stage1_gluon_seesaw(
         async_copy.mbarrier_arrive(bars.index(0), increment_count=True)
         async_copy.mbarrier_arrive(bars.index(1), increment_count=True)
         gl.thread_barrier()
-        page0 = gl.load(bt_row + first // PAGE_SIZE)
-        page1 = gl.load(
-            bt_row + (first + BLOCK_N) // PAGE_SIZE, mask=first + BLOCK_N < end, other=0
-        )
         _seesaw_copy_block(
             kv_c_smem.index(0),
             k_pe_smem.index(0),
