@@ -1,10 +1,10 @@
 """Writes notebooks/03_performance.ipynb (committed without outputs).
 
-    docs/gpu/sweep-c11b1c4/merge.sh                 # results.json, page, plots
+    docs/gpu/sweep-1203/merge.sh                    # results.json, page, plots
     scripts/dev python scripts/make_notebook_03.py  # then the notebook
 
 merge.sh runs `bench --report-only` on the five parts in docs/benchmarks/parts/ (our
-paths and vLLM's) and the XLA paths of the six in docs/benchmarks/df8ad0c/parts/.
+default path and vLLM's) and the XLA paths of the six in docs/benchmarks/df8ad0c/parts/.
 
 The commentary quotes docs/benchmarks/results.json, comparing paths by their kernel time
 (device_ms) and showing the wall clock beside it; the code cells print the numbers it
@@ -30,10 +30,10 @@ CELLS = [
 # Performance on an H200
 
 What one decode step costs on the GPU, read from the current sweep in
-`docs/benchmarks/results.json` (`python -m mla_jax bench`, 2026-12-02, kernels of c11b1c4,
+`docs/benchmarks/results.json` (`python -m mla_jax bench`, 2026-12-03, kernels of 752a389,
 the current ones; the XLA paths from an earlier sweep, see below): NVIDIA H200, 68 shapes with
 B ∈ {1, 4, 16, 64, 128}, H ∈ {16, 32, 64, 128}, L ∈ {1k, 4k, 16k} and L = 64k for B ≤ 4;
-bf16, latent 512 + rope 64, pages of 64 tokens, shuffled block tables. Five paths:
+bf16, latent 512 + rope 64, pages of 64 tokens, shuffled block tables. Four paths:
 
 - **`triton-occupancy`**: our kernels with the occupancy split rule, the library's default
   policy. On sm_90 with a 16-bit cache and H ≥ 32, stage 1 is a Gluon kernel with
@@ -42,18 +42,22 @@ bf16, latent 512 + rope 64, pages of 64 tokens, shuffled block tables. Five path
   44 of the 68 shapes, 14 at H=32, whose one tile masks its other 32 rows, 14 at H=64 and
   16 at H=128 ([`docs/performance.md`, "Gluon stage 1
   (sm_90)"](../docs/performance.md#gluon-stage-1-sm_90) and ["32–63 heads on the
-  seesaw"](../docs/performance.md#3263-heads-on-the-seesaw)). At the other 24 stage 1 is
-  the Triton (`tl`) kernel: the 17 H=16 shapes, and the 7 whose splits hold one 64-token
-  block. Those 7 all have B·L ≤ 4096: a step with a static `max_seq_len` and at most
-  4096 tokens in its batch runs the tl kernel on 16-head tiles at any H where its splits
-  are too short for the seesaw (at 1/128/4096 and 4/128/1024, the other two such shapes
-  with H ≥ 32, the splits hold 128 tokens and the seesaw runs);
-- **`triton`**: the same kernels with vLLM's split rule, whose splits hold 512 tokens, so
-  stage 1 is the seesaw at all 51 shapes with H ≥ 32 and the tl kernel at the 17 with
-  H=16;
+  seesaw"](../docs/performance.md#3263-heads-on-the-seesaw)). Where the seesaw runs a row
+  in two splits (at B=64 with H=32 and 64), the row's two CTAs are one thread-block
+  cluster that merges them, and stage 2 is not launched (["A row's two splits merged in a
+  cluster"](../docs/performance.md#a-rows-two-splits-merged-in-a-cluster)). At the other
+  24 stage 1 is the Triton (`tl`) kernel: the 17 H=16 shapes, and the 7 whose splits hold
+  one 64-token block. Those 7 all have B·L ≤ 4096: a step with a static `max_seq_len`
+  and at most 4096 tokens in its batch runs the tl kernel on 16-head tiles at any H where
+  its splits are too short for the seesaw (at 1/128/4096 and 4/128/1024, the other two
+  such shapes with H ≥ 32, the splits hold 128 tokens and the seesaw runs);
 - **`xla`**: the same two-stage algorithm in plain jnp; **`dense`**: plain JAX
   gather + einsum;
 - **`vllm`**: vLLM's own `decode_attention_fwd` kernels (see `docs/vllm_kernel.md`).
+
+Our kernels with vLLM's split rule (the `triton` path, whose splits hold 512 tokens) were
+not timed in this sweep; their latest numbers, on the kernels of c11b1c4, are in
+`docs/benchmarks/c11b1c4/results.json`.
 
 **Two instruments.** The bench times each path two ways
 ([`docs/performance.md`, "How to measure"](../docs/performance.md#how-to-measure)).
@@ -64,13 +68,14 @@ bf16, latent 512 + rope 64, pages of 64 tokens, shuffled block tables. Five path
   bench takes the union of the kernels' intervals on the GPU's streams and divides it by
   the calls traced, so the gaps between launches are not in it. It is one instrument for
   our paths and vLLM's, and issue #21 states its targets in it. `kernels_per_call` names
-  the kernels with their launches a call: on our Triton paths stage 1 and stage 2, or
-  stage 1 alone at the 12 shapes whose grid has one split (the default path at
-  64/128, 128/32, 128/64 and 128/128, every L: stage 1 writes the output and lse itself
-  and stage 2 is not launched; [`docs/performance.md`, "One split, one
-  kernel"](../docs/performance.md#one-split-one-kernel)); vLLM's two
-  kernels plus two small torch `vectorized_elementwise_kernel` launches (fills) from the
-  plumbing around them, which count in vLLM's time. It agrees with CUDA-graph timings
+  the kernels with their launches a call: on our Triton path stage 1 and stage 2, or
+  stage 1 alone at the 18 shapes with B ≥ 64 and H ≥ 32: the 12 whose grid has one
+  split (64/128, 128/32, 128/64 and 128/128, every L), where stage 1 writes the output
+  and lse itself ([`docs/performance.md`, "One split, one
+  kernel"](../docs/performance.md#one-split-one-kernel)), and the 6 whose rows' two
+  splits a cluster merges (64/32 and 64/64, every L); vLLM's two kernels plus two small
+  torch `vectorized_elementwise_kernel` launches (fills) from the plumbing around them,
+  which count in vLLM's time. It agrees with CUDA-graph timings
   of the same kernels (`scripts/stage_times.py`; a check on earlier kernels, with the tl
   stage 1 at all three shapes): 16.66 against 16.8 µs at 1/128/4096, 82.1 against
   82.5 µs at 64/16/4096, 0.557 against 0.572 ms at 128/16/16384
@@ -79,31 +84,35 @@ bf16, latent 512 + rope 64, pages of 64 tokens, shuffled block tables. Five path
 - **Wall time** (`ms`), secondary. The JAX paths run K chained calls in one jitted
   function, every call's outputs kept, ten such runs dispatched back to back per host
   sync, the total divided by 10·K; on a GPU the bench counts the kernel calls in each
-  compiled chain (two a call, one where the grid has one split) and stops if any is
+  compiled chain (two a call, one where stage 1 runs alone) and stops if any is
   missing. vLLM's kernels run as a CUDA graph of K calls replayed between CUDA events.
   K is 5–20 (about 2 ms a run), median of 3 repeats. Below about 40 µs a call the
   host's dispatch, not the GPU, sets the JAX paths' wall time, and it moves from run to
   run: three runs in new processes read 1/16/1024 at 31.7, 30.4 and 35.8 µs and
-  1/128/1024 at 40.5, 29.6 and 25.2 µs, whose kernels take 7.5 and 8.7 µs
+  1/128/1024 at 40.5, 29.6 and 25.2 µs, whose kernels take 7.1 and 8.2 µs in this sweep
   ([`docs/gpu/bench-wall-with-and-without-traces.log`](../docs/gpu/bench-wall-with-and-without-traces.log);
   its runs with and without `--kernel-time` show that the traced run does not change the
   wall time). The last section but one compares the two instruments.
 
-Our paths and vLLM's kernels ran on 2026-12-02 in five parts (parts 1–5 below), in one
-lease of one H200, all on the kernels of c11b1c4; each part was a separate bench process
-measuring its own ceilings, with vLLM's kernels in the same process as ours. They are
-merged from `docs/benchmarks/parts/`: `small.json` (B ≤ 4 at H ∈ {16, 64, 128}, 24
-shapes), `large-b16-b64.json` (B 16 and 64 at those heads, 18), `large-b128.json` (B 128
-at H 16 and 64, 6), `large-b128-h32-h128.json` (B 128 at H 32 and 128, 6) and `h32.json`
-(H=32 at B 1–64, 14). The XLA paths (`xla`, `dense`), whose code did not change, are
+Our path and vLLM's kernels ran on 2026-12-03 in five parts (parts 1–5 below), in two
+device calls of one lease of one H200, on the kernels of 752a389; three of the parts
+(`small`, `large-b128`, `h32`) ran on ff27d4c with 752a389's change applied as a patch,
+the same kernel file (their logs say `ff27d4c+pages-first`). Each part was a separate
+bench process measuring its own ceilings, with vLLM's kernels in the same process as ours.
+They are merged from `docs/benchmarks/parts/`: `small.json` (B ≤ 4 at H ∈ {16, 64, 128},
+24 shapes), `large-b16-b64.json` (B 16 and 64 at those heads, 18), `large-b128.json` (B
+128 at H 16 and 64, 6), `large-b128-h32-h128.json` (B 128 at H 32 and 128, 6) and
+`h32.json` (H=32 at B 1–64, 14); the scripts of both calls and of the merge are in
+`docs/gpu/sweep-1203/`. The XLA paths (`xla`, `dense`), whose code did not change, are
 carried from an earlier sweep (df8ad0c, 2026-12-01; its six parts, parts 6–11 below, are
 in `docs/benchmarks/df8ad0c/parts/`). Each shape's `path_parts` names the part of each
 path; a path's floor and its speed-up over vLLM's kernels are those of its own part, so
 the XLA paths' are against that sweep's ceilings and vLLM run. The first cell
-checks that both of our paths ran the stage 1 the routing picks (the seesaw where H ≥ 32
+checks that the default path ran the stage 1 the routing picks (the seesaw where H ≥ 32
 and a split holds at least 128 tokens, else the tl kernel), and stage 2 wherever the
-grid has more than one split. The sweep before this one, on ce5fad3's kernels, is in
-`docs/benchmarks/ce5fad3/`.
+grid has more than one split but for the seesaw's rows of two splits, which a cluster
+merges. The sweep before this one, on c11b1c4's kernels and with the `triton` path
+timed, is in `docs/benchmarks/c11b1c4/`.
 
 Every cell but the last only reads JSON and draws, so the notebook runs anywhere; the last
 re-measures a few shapes when a CUDA GPU is present. The figures are drawn by
@@ -136,8 +145,10 @@ OURS = [p for p in (DEFAULT, "triton") if p in results["paths"]]
 PARTS = results.get("parts") or [{"ceilings": results["ceilings"],
                                   "shapes": len(results["shapes"])}]
 SEESAW = "mla_decode_stage1_gluon_seesaw"
-# The routing the sweep ran (mla_jax._triton_backend at c11b1c4): the seesaw stage 1 for a
-# 16-bit cache with at least 32 heads where each split holds at least this many tokens.
+# The routing the sweep ran (mla_jax._triton_backend at 752a389): the seesaw stage 1 for a
+# 16-bit cache with at least 32 heads where each split holds at least this many tokens;
+# where it runs a row in two splits, the row's two CTAs are a thread-block cluster that
+# merges them, and stage 2 is not launched (mla_jax._gluon_kernels.cluster_size).
 SEESAW_MIN_TOKENS = 128
 
 
@@ -169,9 +180,20 @@ def split_tokens(s, p=DEFAULT):
     return -(-s["L"] // metric(s, p, "num_kv_splits"))
 
 
+def seesaw_routed(s, p=DEFAULT):
+    # Where the routing gives path p the seesaw stage 1 (a 16-bit cache, as in the sweep).
+    return s["H"] >= 32 and split_tokens(s, p) >= SEESAW_MIN_TOKENS
+
+
+def cluster_merged(s, p=DEFAULT):
+    # Where the seesaw runs a row in two splits and merges them in a cluster.
+    return metric(s, p, "num_kv_splits") == 2 and seesaw_routed(s, p)
+
+
 def per_call(s, p):
-    # Triton kernels a call: stage 1 alone where the grid has one split, else both stages.
-    return 1 if metric(s, p, "num_kv_splits") == 1 else 2
+    # Triton kernels a call: stage 1 alone where the grid has one split or a cluster
+    # merges a row's two, else both stages.
+    return 1 if metric(s, p, "num_kv_splits") == 1 or cluster_merged(s, p) else 2
 
 
 versions = ", ".join(f"{k} {machine[k]}" for k in MACHINE_VERSIONS if machine.get(k))
@@ -199,7 +221,7 @@ if "dense" in sources and "vllm" in sources:
 
 def kernels_as_split(s, p):
     # The timed chain held per_call(s, p) Triton kernels a call; the trace saw stage 2
-    # where the grid has more than one split and only there.
+    # where per_call says both stages and only there.
     v, traced = s["paths"][p], metric(s, p, "kernels_per_call")
     return (v["triton_kernel_calls"] == per_call(s, p) * v["calls"]
             and (not traced or ("mla_decode_stage2" in traced) == (per_call(s, p) == 2)))
@@ -208,10 +230,18 @@ def kernels_as_split(s, p):
 counted = [kernels_as_split(s, p) for s in results["shapes"] for p in OURS
            if "triton_kernel_calls" in s["paths"].get(p, {})]
 print(f"Triton kernels a call as the split grid says (stage 1 and stage 2; stage 1 alone "
-      f"with one split) at {sum(counted)} of {len(counted)} (shape, path) pairs")
+      f"with one split, or two merged in a cluster) at {sum(counted)} of {len(counted)} "
+      f"(shape, path) pairs")
 for p in OURS:
-    one = [name(s) for s in results["shapes"] if metric(s, p, "ms") and per_call(s, p) == 1]
-    print(f"{p}: one split a row (stage 1 alone) at {len(one)} shapes: {', '.join(one) or '-'}")
+    alone = [s for s in results["shapes"] if metric(s, p, "ms") and per_call(s, p) == 1]
+    print(f"{p}: stage 1 alone at {len(alone)} shapes ("
+          + ", ".join(f"{label} at {len(sel)}: {', '.join(map(name, sel))}" for label, sel in [
+              ("one split a row", [s for s in alone if not cluster_merged(s, p)]),
+              ("two merged in a cluster", [s for s in alone if cluster_merged(s, p)])] if sel)
+          + ")")
+if "triton" not in results["paths"]:
+    print("triton (vLLM's split rule on our kernels) was not timed in this sweep; its latest "
+          "numbers: ../docs/benchmarks/c11b1c4/results.json")
 
 # What the trace saw: each path's kernels and their launches a call.
 for p in (*OURS, "vllm"):
@@ -223,8 +253,7 @@ for p in (*OURS, "vllm"):
         print(f"{p}: {kernels} at {n} shapes")
 for p in OURS:
     gl = [s for s in results["shapes"] if gluon_stage1(s, p)]
-    rule = [s for s in results["shapes"]
-            if s["H"] >= 32 and split_tokens(s, p) >= SEESAW_MIN_TOKENS]
+    rule = [s for s in results["shapes"] if seesaw_routed(s, p)]
     tl = [s for s in results["shapes"] if not gluon_stage1(s, p)]
     others = [f"{name(s)} ({split_tokens(s, p)} tokens a split)" for s in tl if s["H"] > 16]
     print(f"{p} ran the seesaw stage 1 at {len(gl)} shapes ("
@@ -259,9 +288,9 @@ $$\text{floor} = \max\left(\frac{\text{KV bytes}}{\text{copy bandwidth}},\;
 \frac{\text{flops}}{\text{matmul rate}}\right)$$
 
 The copy bandwidth is a device copy in JAX (bytes read + written per second), the matmul
-rate a large square bf16 matmul in JAX: 3.34–3.35 TB/s and 673–680 TFLOP/s in the five
-parts that timed our paths and vLLM's (3.34–3.35 TB/s and 655–683 TFLOP/s in the XLA
-paths' six). A step does 1.89·H flops per byte, so the ridge point (matmul rate / copy
+rate a large square bf16 matmul in JAX: 3.34 TB/s and 666–680 TFLOP/s in the five parts
+that timed our path and vLLM's (3.34–3.35 TB/s and 655–683 TFLOP/s in the XLA paths'
+six). A step does 1.89·H flops per byte, so the ridge point (matmul rate / copy
 bandwidth: 196–204 flop/byte) sits near H ≈ 104–108: **with 16, 32 and 64 heads a step is
 memory-bound, with 128 heads compute-bound.** The floor is an ideal: no kernel reaches
 both ceilings, and attention's small dot products are not the large GEMM that set the
@@ -319,58 +348,52 @@ display(time_vs_len_figure(results, paths, key="device_ms",
 
 In kernel time:
 
-- **H=16 (memory-bound), B ≥ 64, L ≥ 4k: 108–125 % of the floor with occupancy splits
-  (3.62–4.19 TB/s of KV reads), 96–105 % with vLLM's split rule, 49–53 % for vLLM's
-  kernels.** Stage 1 is the tl kernel on both rules. The best, 0.577 ms at 128/16/16384
-  (125 %, 4.19 TB/s; vLLM's kernels 1.368 ms), reads faster than the 3.34 TB/s device
-  copy the bench measured and than the 4.22 TB/s reference copy rate; Nsight Compute
-  puts its stage 1 at 91.5 % of the DRAM peak ([`docs/performance.md`, "Hardware
-  floors"](../docs/performance.md#hardware-floors)).
-- **H=32, B ≥ 16: 37–122 % of the floor with occupancy splits, stage 1 the Gluon seesaw
-  at all 9 shapes** (1.24–4.08 TB/s), on one 64-head tile with half its rows masked.
-  With splits of ≥ 1024 tokens it reaches 96–122 % (6 shapes, 3.20–4.08 TB/s): 122 % at
-  64/32/16384, 0.598 ms at 128/32/16384 (121 %, 4.04 TB/s; vLLM's kernels 2.631 ms),
-  115 % at 128/32/4096, 104 % at 16/32/16384, 102 % at 64/32/4096, 96 % at 128/32/1024
-  (one 1024-token split a row); at B=128 the grid has one split a row and stage 1 runs
-  alone. With 512-token splits: 67 % at 16/32/4096 and 65 % at 64/32/1024; with
-  128-token splits, 37 % at 16/32/1024 (15.2 µs). At B ≥ 16, L ≥ 4k vLLM's split rule,
-  on the seesaw with 512-token splits, gives 68–85 % (0.847 ms at 128/32/16384), and
-  vLLM's kernels 25–28 %. At B ≤ 4 the default path runs the seesaw at 5 of the 8
-  shapes: 4/32/65536 (2048-token splits, 105 %), 1/32/65536 and 4/32/16384 (512-token
-  splits, 64 and 67 %), 1/32/16384 and 4/32/4096 (128-token splits, 34 and 37 %).
-- **H=64, B ≥ 64, L ≥ 4k: 94–117 % with occupancy splits** (0.615 ms at 128/64/16384,
-  one split a row, 3.93 TB/s; vLLM's kernels 5.024 ms); 65–71 % with vLLM's rule (the
-  same seesaw on 512-token splits), 14–15 % for vLLM's kernels. The default path runs
+- **H=16 (memory-bound), B ≥ 64, L ≥ 4k: 109–128 % of the floor (3.65–4.26 TB/s of KV
+  reads), 49–53 % for vLLM's kernels.** Stage 1 is the tl kernel. The best, 0.567 ms at
+  128/16/16384 (128 %, 4.26 TB/s; vLLM's kernels 1.368 ms), reads faster than the
+  3.34 TB/s device copy the bench measured and than the 4.22 TB/s reference copy rate;
+  Nsight Compute puts its stage 1 at 91.5 % of the DRAM peak ([`docs/performance.md`,
+  "Hardware floors"](../docs/performance.md#hardware-floors)).
+- **H=32, B ≥ 16: 39–127 % of the floor, stage 1 the Gluon seesaw at all 9 shapes**
+  (1.31–4.25 TB/s), on one 64-head tile with half its rows masked. With splits of
+  ≥ 1024 tokens it reaches 98–127 % (6 shapes, 3.29–4.25 TB/s): 0.569 ms at 128/32/16384
+  (127.3 %, 4.25 TB/s; vLLM's kernels 2.637 ms), 121.3 % at 128/32/4096, 121.0 % at
+  64/32/16384, 103.9 % at 64/32/4096, 103.7 % at 16/32/16384, 98.5 % at 128/32/1024 (one
+  1024-token split a row). At B=128 the grid has one split a row and at B=64 a cluster
+  merges a row's two, so stage 1 runs alone at both. With 512-token splits: 68.1 % at
+  16/32/4096 and 66.9 % at 64/32/1024; with 128-token splits, 39.2 % at 16/32/1024
+  (14.4 µs). At B ≥ 16, L ≥ 4k vLLM's kernels reach 25–28 %. At B ≤ 4 the default path
+  runs the seesaw at 5 of the 8 shapes: 4/32/65536 (2048-token splits, 105.7 %),
+  1/32/65536 and 4/32/16384 (512-token splits, 64.4 and 68.9 %), 1/32/16384 and
+  4/32/4096 (128-token splits, 34.0 and 38.1 %).
+- **H=64, B ≥ 64, L ≥ 4k: 99–118 %** (0.620 ms at 128/64/16384, one split a row,
+  3.90 TB/s; vLLM's kernels 4.985 ms), 14–15 % for vLLM's kernels. The default path runs
   the seesaw at 14 of the 17 H=64 shapes, all but 1/64/1024, 1/64/4096 and 4/64/1024,
-  whose splits hold 64 tokens. With shorter splits at B=16 and 64: 98 % at 16/64/16384
-  (2048 tokens a split), 59 % at 16/64/4096 and 57 % at 64/64/1024 (512 tokens, the
-  split count vLLM's rule also picks: 60 and 57 % on it), 30 % at 16/64/1024 (128
-  tokens).
-- **Issue #21's target for H=32 and 64, ≥ 60 % of the floor from B=16 up, holds at 14
-  of the 18 shapes.** Under it: 16/32/1024 (37 %), 16/64/1024 (30 %), 16/64/4096 (59 %)
-  and 64/64/1024 (57 %), all on the seesaw with splits of 128 or 512 tokens.
-- **H=128 (compute-bound): at most 84 % with occupancy splits, 47 % with vLLM's rule, 9 %
-  for vLLM's kernels.** At the six H=128 shapes with B·L ≥ 256k tokens the default path
-  runs the seesaw at 75–84 % of the floor (512–570 TFLOP/s, against a 673–680 TFLOP/s
-  matmul): 0.512 ms at 64/128/16384 (570 TFLOP/s; vLLM's kernels 4.776 ms), 1.040 ms at
-  128/128/16384 (561 TFLOP/s; vLLM's kernels 9.820 ms), both with one split a row,
-  stage 1 alone. vLLM's rule runs the same seesaw on 512-token splits, then stage 2:
-  45–47 % (304–319 TFLOP/s) there, 1.850 ms at 128/128/16384; vLLM's kernels 9 %
-  (58–61 TFLOP/s). In the seesaw schedule two warp-specialised warpgroups each compute
-  the whole of alternate 64-token blocks, so one's softmax runs under the other's MMAs;
-  what it still leaves out of FlashMLA's kernel is in [`docs/performance.md`, "Gluon
-  stage 1 (sm_90)"](../docs/performance.md#gluon-stage-1-sm_90). vLLM's kernel groups
-  16 heads per program (`BLOCK_H = 16`), so at H=128 eight programs each load the same
-  KV tiles.
+  whose splits hold 64 tokens. With shorter splits at B=16 and 64: 99.6 % at 16/64/16384
+  (2048 tokens a split), 59.6 % at 16/64/4096 and 60.4 % at 64/64/1024 (512 tokens, the
+  split count vLLM's rule also picks; at 64/64/1024 a cluster merges the row's two),
+  30.2 % at 16/64/1024 (128 tokens).
+- **Issue #21's target for H=32 and 64, ≥ 60 % of the floor from B=16 up, holds at 15
+  of the 18 shapes.** Under it: 16/32/1024 (39.2 %), 16/64/1024 (30.2 %) and 16/64/4096
+  (59.6 %), all on the seesaw with splits of 128 or 512 tokens.
+- **H=128 (compute-bound): at most 86 % of the floor, 9 % for vLLM's kernels.** At the
+  six H=128 shapes with B·L ≥ 256k tokens the default path runs the seesaw at 77–86 % of
+  the floor (513–582 TFLOP/s, against a 666–680 TFLOP/s matmul): 0.502 ms at
+  64/128/16384 (582 TFLOP/s; vLLM's kernels 4.775 ms), 1.011 ms at 128/128/16384
+  (578 TFLOP/s; vLLM's kernels 9.789 ms), both with one split a row, stage 1 alone.
+  vLLM's kernels reach 9 % there (57.8–61.3 TFLOP/s). In the seesaw schedule two
+  warp-specialised warpgroups each compute the whole of alternate 64-token blocks, so
+  one's softmax runs under the other's MMAs; what it still leaves out of FlashMLA's
+  kernel is in [`docs/performance.md`, "Gluon stage 1
+  (sm_90)"](../docs/performance.md#gluon-stage-1-sm_90). vLLM's kernel groups 16 heads
+  per program (`BLOCK_H = 16`), so at H=128 eight programs each load the same KV tiles.
 - **Small shapes (B ≤ 4, L ≤ 4k): a fixed cost, not the work.** The floor there is
-  0.4–6.8 µs. The default path takes 7.5–21.6 µs of kernel time, our kernels on vLLM's
-  rule 19.9–26.0 µs (its 2–8 splits a row, against the occupancy rule's 8–64), `xla`
-  13.6–67.6 µs, `dense` 12.9–49.1 µs, vLLM's kernels 50.6–77.9 µs. The occupancy splits
-  hold 64–256 tokens there: the default path runs the seesaw at the 5 shapes with H ≥ 32
-  and at least 128 tokens a split (1/128/4096: 15.0 µs, 32 splits of 128 tokens), the
-  tl kernel on 16-head tiles at the other 11 (1/128/1024: 8.7 µs, 16 splits of 64
-  tokens). vLLM's rule, at 512 tokens a split, runs the seesaw at all 12 shapes with
-  H ≥ 32.
+  0.4–6.9 µs. The default path takes 7.1–21.1 µs of kernel time, `xla` 13.6–67.6 µs,
+  `dense` 12.9–49.1 µs, vLLM's kernels 50.6–77.9 µs. The occupancy rule gives 8–64 splits
+  a row there, of 64–256 tokens: the default path runs the seesaw at the 5 shapes with
+  H ≥ 32 and at least 128 tokens a split (1/128/4096: 14.2 µs, 32 splits of 128 tokens),
+  the tl kernel on 16-head tiles at the other 11 (1/128/1024: 8.2 µs, 16 splits of 64
+  tokens).
 - The XLA paths (`xla`, `dense`) gather the rows into a dense copy before their einsums;
   at H=16, B ≥ 64, L ≥ 4k they reach 17–21 % of the floor.
 """,
@@ -403,14 +426,14 @@ for H in (32, 64):
     sel = [s for s in results["shapes"] if s["H"] == H]
     print(f"H={H}, {DEFAULT} % of the floor (stage 1, tokens a split), seesaw at "
           f"{sum(map(gluon_stage1, sel))} of {len(sel)}: " + ", ".join(
-              f"{name(s)} {metric(s, DEFAULT, 'device_pct_of_floor'):.0f} "
+              f"{name(s)} {metric(s, DEFAULT, 'device_pct_of_floor'):.1f} "
               f"({'seesaw' if gluon_stage1(s) else 'tl'}, {split_tokens(s)})" for s in sel))
 # Issue #21: H=32 and 64 at >= 60 % of the floor (kernel time) from B=16 up.
 target = [s for s in results["shapes"] if s["H"] in (32, 64) and s["B"] >= 16]
 under = [s for s in target if metric(s, DEFAULT, "device_pct_of_floor") < 60]
 print(f"issue #21, H=32/64, B>=16, >= 60 % of the floor: {len(target) - len(under)} of "
       f"{len(target)}; under: " + ", ".join(
-          f"{name(s)} {metric(s, DEFAULT, 'device_pct_of_floor'):.0f} % "
+          f"{name(s)} {metric(s, DEFAULT, 'device_pct_of_floor'):.1f} % "
           f"({'seesaw' if gluon_stage1(s) else 'tl'}, {split_tokens(s)} tokens a split)"
           for s in under))
 print()
@@ -447,34 +470,33 @@ display(heatmap_figure(results, paths, "device_pct_of_floor",
 ## Against vLLM's kernels
 
 Speed-up = vLLM's kernel time / ours, at the same shape in the same bench process (> 1:
-ours is faster; for the XLA paths, a part of the previous sweep); vLLM's includes the two
+ours is faster; for the XLA paths, a part of the df8ad0c sweep); vLLM's includes the two
 small torch fills around its kernels.
 
 - **Occupancy splits (the default) are faster than vLLM's kernels at all 68 shapes,
-  1.91–9.44×:** 2.55–9.44× at the 44 shapes where stage 1 is the Gluon seesaw
-  (3.66–9.44× at the 12 of them with one split a row, where it runs alone), 1.91–6.77× at
-  the 24 where it is the tl kernel. By head count: 1.91–6.77× at H=16, 2.55–6.67× at
-  H=32, 2.89–8.16× at H=64, 3.31–9.44× at H=128.
-- **The largest: 128/128/16384, 1.040 ms against vLLM's 9.820 ms (9.44×);**
-  64/128/16384 is 0.512 against 4.776 ms (9.33×), 128/128/4096 0.285 against 2.523 ms
-  (8.84×), all three with one split a row.
-- **The closest: 128/16/1024, 0.0501 against 0.0954 ms (1.91×),** then 64/16/4096
-  (0.0834 against 0.1830 ms, 2.19×) and 64/16/1024 (0.0312 against 0.0687 ms, 2.20×):
-  H=16 shapes on the tl kernel, 31–83 µs of kernel time; 128/16/1024 with the 2 splits
+  1.93–9.68×:** 2.63–9.68× at the 44 shapes where stage 1 is the Gluon seesaw
+  (2.63–9.68× at the 18 of them where it runs alone: one split a row, or two merged in a
+  cluster), 1.93–7.13× at the 24 where it is the tl kernel. By head count: 1.93–7.13× at
+  H=16, 2.63–7.03× at H=32, 2.94–8.05× at H=64, 3.51–9.68× at H=128.
+- **The largest: 128/128/16384, 1.011 ms against vLLM's 9.789 ms (9.68×);**
+  64/128/16384 is 0.502 against 4.775 ms (9.52×), 128/128/4096 0.280 against 2.528 ms
+  (9.02×), all three with one split a row.
+- **The closest: 128/16/1024, 0.0495 against 0.0956 ms (1.93×),** then 64/16/4096
+  (0.0828 against 0.1830 ms, 2.21×) and 64/16/1024 (0.0304 against 0.0689 ms, 2.27×):
+  H=16 shapes on the tl kernel, 30–83 µs of kernel time; 128/16/1024 with the 2 splits
   a row that vLLM's rule also picks.
-- At the small shapes (B ≤ 4, L ≤ 4k) the default path is 2.92–6.77× faster in kernel
-  time (1/16/1024: 7.5 against 50.6 µs) and 1.54–2.88× in wall time, where the host
+- At the small shapes (B ≤ 4, L ≤ 4k) the default path is 3.00–7.13× faster in kernel
+  time (1/16/1024: 7.1 against 50.6 µs) and 1.43–2.89× in wall time, where the host
   sets our time but not that of vLLM's CUDA graph. Over all 68 shapes the wall-time range
-  is 1.54–9.35×; its closest, 1/128/4096, runs 15.0 µs of kernels in 35.8 µs of wall
+  is 1.41–9.86×; its closest, 16/32/1024, runs 14.4 µs of kernels in 38.5 µs of wall
   time.
-- With vLLM's split rule our kernels (the tl stage 1 at H=16, the seesaw at H ≥ 32) are
-  faster than vLLM's at all 68 shapes, 1.94–6.06×; the closest are 64/16/4096 (1.94×)
-  and 128/16/4096 (1.95×), the largest 1/128/65536 (6.06×), 4/128/16384 (5.46×) and
-  1/64/65536 (5.38×).
+- Our kernels on vLLM's split rule (`triton`) were not timed in this sweep; their speed-up
+  over vLLM's kernels, on the kernels of c11b1c4, is in
+  `docs/benchmarks/c11b1c4/results.json`.
 - At H=128 with B ≥ 16, vLLM's kernels are at 8–9 % of the floor; even plain JAX
   gather + einsum is 1.70–2.19× faster there, and it beats vLLM's kernels at 46 of the
-  68 shapes (its times from the earlier sweep, against that sweep's run of vLLM's
-  kernels, whose kernel times are within 1.6 % of this one's).
+  68 shapes (its times from the df8ad0c sweep, against that sweep's run of vLLM's
+  kernels, whose kernel times are within 1.8 % of this one's).
 """,
     ),
     (
@@ -509,7 +531,7 @@ else:
     print(f"{DEFAULT} where stage 1 is the Gluon kernel ({sum(gluon_stage1(s) for s, _ in ups)} "
           f"shapes): {span([u for s, u in ups if gluon_stage1(s)])}× "
           f"({span([u for s, u in ups if per_call(s, DEFAULT) == 1])}× at the "
-          f"{sum(per_call(s, DEFAULT) == 1 for s, _ in ups)} shapes with one split a row); "
+          f"{sum(per_call(s, DEFAULT) == 1 for s, _ in ups)} shapes where it runs alone); "
           f"the tl kernel ({sum(not gluon_stage1(s) for s, _ in ups)} shapes): "
           f"{span([u for s, u in ups if not gluon_stage1(s)])}×")
     print(f"{DEFAULT} at B<=4, L<=4k: kernel time "
@@ -537,37 +559,25 @@ else:
         r"""
 ## Occupancy splits against vLLM's split rule
 
-Both paths run our kernels at their own split counts. vLLM's rule picks the count from the
-length alone: next_pow2(L / 512), at most 2 per SM, so 2 splits at 1k, 32 at 16k and 128 at
-64k whatever the batch; its splits hold 512 tokens, so its stage 1 is the seesaw at H ≥ 32
-and the tl kernel at H=16. The occupancy rule (`mla_jax.splits.occupancy_kv_splits`) also
-looks at the batch and the head tiles: enough (row, head tile, split) programs for one
-wave (two per SM with 16-head tiles, one with 32- or 64-head tiles), about 64 tokens per
-split at least, 128 splits at most. At B ≤ 4 that gives 8–128 splits where vLLM's rule
-gives 2–128, to fill the GPU; at B ≥ 64 it gives 1–4 against 2–32, which saves writing
-and merging partial outputs (with one split, at 12 shapes, stage 1 writes the output and
-stage 2 is not launched) and makes the splits longer: 512–16384 tokens at H ≥ 32,
-against vLLM's 512.
+vLLM's kernels take their split count from vLLM's rule, which picks it from the length
+alone: next_pow2(L / 512), at most 2 per SM, so 2 splits at 1k, 32 at 16k and 128 at 64k
+whatever the batch; its splits hold 512 tokens. The occupancy rule of the default path
+(`mla_jax.splits.occupancy_kv_splits`) also looks at the batch and the head tiles: enough
+(row, head tile, split) programs for one wave (two per SM with 16-head tiles, one with
+32- or 64-head tiles), about 64 tokens per split at least, 128 splits at most. At B ≤ 4
+that gives 8–128 splits where vLLM's rule gives 2–128, to fill the GPU; at B ≥ 64 it
+gives 1–4 against 2–32, which saves writing and merging partial outputs (stage 2 is not
+launched at the 12 shapes with one split, where stage 1 writes the output, nor at the 6
+whose two splits on the seesaw a cluster merges) and makes the splits longer: 512–16384
+tokens at H ≥ 32, against vLLM's 512. The two rules pick the same split count at 10
+shapes, all with 512-token splits: the default path runs the seesaw at the eight with
+H ≥ 32 and the tl kernel at 1/16/65536 and 128/16/1024.
 
-**In kernel time occupancy splits are faster at 56 of the 68 shapes.** The rules pick the
-same split count at 10 shapes (all with 512-token splits: the seesaw at the eight with
-H ≥ 32, the tl kernel at 1/16/65536 and 128/16/1024): the same kernels on the same work,
-so their 0.977–1.002× is the spread from one traced run to another. Where the counts
-differ, occupancy splits are faster at 55 of 58 shapes, by 1.03–3.36×: the most at
-L ≤ 4k and B ≤ 4, where more splits a row keep more SMs busy than vLLM's 2–8
-(1/16/1024 3.36×, 4/16/1024 3.14×, 1/16/4096 2.77×, 1/64/1024 2.59×). At the 36 shapes
-where both rules run the seesaw with different counts, the occupancy rule's fewer,
-longer splits are 1.03–1.79× faster: up to 1.79× at H ≥ 64 (64/128/16384, one split a
-row against 32: 0.512 against 0.917 ms), 1.31–1.46× at H=32 (128/32/16384, one split a
-row against 32: 0.598 against 0.847 ms, 1.42×). They are slower at 4/16/16384 (31.1
-against 30.0 µs), 16/16/4096 (30.4 against 29.9 µs) and 64/16/1024 (31.2 against
-30.0 µs), 0.961–0.983×: H=16 shapes where the occupancy rule takes twice vLLM's split
-count.
-
-In wall time the occupancy rule is faster at 58 shapes. Of the 10 others, 7 take under
-40 µs a call on the default path, where the host sets the wall time (at 1/128/4096 the
-wall clock reads 0.86× where the kernels are 1.45× faster), and 3 are shapes where the
-two rules pick the same split count.
+Our kernels on vLLM's split rule (the `triton` path) were not timed in this sweep, so the
+cell below prints the two rules' split counts beside the default path's kernel time, and
+no comparison of the two rules on our kernels; that comparison, in kernel and wall time
+on the kernels of c11b1c4, is in `docs/benchmarks/c11b1c4/results.json`. Where a sweep
+times `triton`, the cell prints it and draws its heat map.
 """,
     ),
     (
@@ -575,6 +585,7 @@ two rules pick the same split count.
         r"""
 SM = machine["sm_count"]
 rule, occ = "triton", DEFAULT
+timed = rule in paths  # our kernels on vLLM's split rule, timed in this sweep or not
 
 
 def over_vllm_rule(s, p, key="device_ms"):
@@ -591,51 +602,55 @@ for s, splits, up in rows:
     print(f"{s['B']:>4} {s['H']:>4} {s['L']:>6}  {s['num_kv_splits']:>17} {splits:>9}  "
           f"{fmt(metric(s, rule, 'device_ms'), '.4f'):>13} "
           f"{fmt(metric(s, occ, 'device_ms'), '.4f'):>9}  {fmt(up, '.2f', suffix='×'):>8}")
-rows = [r for r in rows if r[2] is not None]
+print(f"\nthe occupancy rule's count is the one {occ} ran at "
+      f"{sum(n == metric(s, occ, 'num_kv_splits') for s, n, _ in rows)} of {len(rows)} shapes")
 for label, pick in [("B<=4", lambda s: s["B"] <= 4), ("B>=64", lambda s: s["B"] >= 64)]:
-    print(f"\n{label}: splits a row, vLLM rule "
+    print(f"{label}: splits a row, vLLM rule "
           f"{span([s['num_kv_splits'] for s, _, _ in rows if pick(s)], 'd')}, occupancy "
-          f"{span([n for s, n, _ in rows if pick(s)], 'd')}", end="")
-same = [up for s, n, up in rows if n == s["num_kv_splits"]]
-diff = [(s, up) for s, n, up in rows if n != s["num_kv_splits"]]
-print(f"\n\noccupancy faster at {sum(up > 1 for _, _, up in rows)} of {len(rows)} shapes; "
-      f"same split count at {len(same)} ({span(same, '.3f')}×, tokens a split: "
-      f"{sorted({s['L'] // n for s, n, _ in rows if n == s['num_kv_splits']})}); "
-      f"where they differ, faster at "
-      f"{sum(up > 1 for _, up in diff)} of {len(diff)} "
-      f"({span([up for _, up in diff if up > 1])}×), slower at "
-      + ", ".join(f"{name(s)} ({metric(s, occ, 'device_ms') * 1e3:.1f} against "
-                  f"{metric(s, rule, 'device_ms') * 1e3:.1f} µs, {up:.3f}×)"
-                  for s, up in diff if up <= 1))
-print("largest: " + ", ".join(f"{name(s)} {up:.2f}×"
-                              for s, up in sorted(diff, key=lambda su: su[1])[-4:]))
-
-def both_seesaw(s):
-    return gluon_stage1(s, occ) and gluon_stage1(s, rule)
-
-
-gluon_diff = [up for s, up in diff if both_seesaw(s)]
-print(f"where both rules run the Gluon kernel: "
-      f"{span([up for s, _, up in rows if both_seesaw(s)])}×; where they do and the counts "
-      f"differ: {span(gluon_diff)}× ({len(gluon_diff)} shapes; "
-      + ", ".join(f"{label} {span(ups)}× ({len(ups)})" for label, ups in [
-          ("H>=64", [up for s, up in diff if both_seesaw(s) and s["H"] >= 64]),
-          ("H=32", [up for s, up in diff if both_seesaw(s) and s["H"] == 32])]) + ")")
+          f"{span([n for s, n, _ in rows if pick(s)], 'd')}")
 print(f"H>=32, B>=64: occupancy tokens a split "
       f"{span([split_tokens(s) for s, _, _ in rows if s['H'] >= 32 and s['B'] >= 64], 'd')}")
-print("same split count, stage 1: " + ", ".join(
-    f"{name(s)} {'seesaw' if gluon_stage1(s) else 'tl'}"
-    for s, n, _ in rows if n == s["num_kv_splits"]))
-walls = [(s, n, over_vllm_rule(s, occ, "ms")) for s, n, _ in rows]
-print(f"wall time: faster at {sum(up > 1 for _, _, up in walls)}; slower at "
-      + ", ".join(f"{name(s)} ({up:.2f}×, kernels {over_vllm_rule(s, occ):.2f}×, "
-                  f"{metric(s, occ, 'ms') * 1e3:.1f} µs"
-                  + (", same split count)" if n == s["num_kv_splits"] else ")")
-                  for s, n, up in walls if up <= 1))
+same_count = [s for s, n, _ in rows if n == s["num_kv_splits"]]
+print(f"same split count at {len(same_count)} shapes, stage 1 on the default path: "
+      + ", ".join(f"{name(s)} {'seesaw' if gluon_stage1(s) else 'tl'} "
+                  f"({split_tokens(s)} tokens a split)" for s in same_count))
+if not timed:
+    print(f"\n{rule} (our kernels on vLLM's split rule) was not timed in this sweep; its "
+          "latest numbers: ../docs/benchmarks/c11b1c4/results.json")
+else:
+    rows = [r for r in rows if r[2] is not None]
+    same = [up for s, n, up in rows if n == s["num_kv_splits"]]
+    diff = [(s, up) for s, n, up in rows if n != s["num_kv_splits"]]
+    print(f"\noccupancy faster at {sum(up > 1 for _, _, up in rows)} of {len(rows)} shapes; "
+          f"same split count at {len(same)} ({span(same, '.3f')}×); where they differ, faster "
+          f"at {sum(up > 1 for _, up in diff)} of {len(diff)} "
+          f"({span([up for _, up in diff if up > 1])}×), slower at "
+          + ", ".join(f"{name(s)} ({metric(s, occ, 'device_ms') * 1e3:.1f} against "
+                      f"{metric(s, rule, 'device_ms') * 1e3:.1f} µs, {up:.3f}×)"
+                      for s, up in diff if up <= 1))
+    print("largest: " + ", ".join(f"{name(s)} {up:.2f}×"
+                                  for s, up in sorted(diff, key=lambda su: su[1])[-4:]))
 
-display(heatmap_figure(results, [occ], over_vllm_rule,
-                       "speed-up of occupancy splits over vLLM's split rule\n"
-                       "(kernel time, >1: faster)", ratio=True))
+    def both_seesaw(s):
+        return gluon_stage1(s, occ) and gluon_stage1(s, rule)
+
+    gluon_diff = [up for s, up in diff if both_seesaw(s)]
+    print(f"where both rules run the Gluon kernel: "
+          f"{span([up for s, _, up in rows if both_seesaw(s)])}×; where they do and the "
+          f"counts differ: {span(gluon_diff)}× ({len(gluon_diff)} shapes; "
+          + ", ".join(f"{label} {span(ups)}× ({len(ups)})" for label, ups in [
+              ("H>=64", [up for s, up in diff if both_seesaw(s) and s["H"] >= 64]),
+              ("H=32", [up for s, up in diff if both_seesaw(s) and s["H"] == 32])]) + ")")
+    walls = [(s, n, over_vllm_rule(s, occ, "ms")) for s, n, _ in rows]
+    print(f"wall time: faster at {sum(up > 1 for _, _, up in walls)}; slower at "
+          + ", ".join(f"{name(s)} ({up:.2f}×, kernels {over_vllm_rule(s, occ):.2f}×, "
+                      f"{metric(s, occ, 'ms') * 1e3:.1f} µs"
+                      + (", same split count)" if n == s["num_kv_splits"] else ")")
+                      for s, n, up in walls if up <= 1))
+
+    display(heatmap_figure(results, [occ], over_vllm_rule,
+                           "speed-up of occupancy splits over vLLM's split rule\n"
+                           "(kernel time, >1: faster)", ratio=True))
 """,
     ),
     (
@@ -645,20 +660,19 @@ display(heatmap_figure(results, [occ], over_vllm_rule,
 
 The wall clock is what a caller that dispatches ten chained runs per sync sees; the kernel
 time is what the GPU spends in the path's kernels. Where the kernels take 40 µs a call or
-more, the two agree: the default path's wall time is 0.95–1.14× its kernel time there (32
-shapes), 0.95–1.05× at the 15 shapes of 100 µs or more, and vLLM's CUDA graph reads
+more, the two agree: the default path's wall time is 0.96–1.17× its kernel time there (32
+shapes), 0.96–1.06× at the 15 shapes of 100 µs or more, and vLLM's CUDA graph reads
 1.00–1.04× at all 68. Below that the host's dispatch sets the JAX paths' wall time: the
-default path reads 18.9–39.4 µs at its 30 shapes under 40 µs of wall time, whose kernels
-take 7.5–33.6 µs (up to 3.19× apart, at 1/32/1024); the wall time of our kernels on
-vLLM's rule never reads below 25.2 µs, that of `dense` never below 28.5 µs. Those wall
-times move from run to run (see the top of the notebook), and their three repeats within
-this sweep spread by up to 31 % on the default path and 54 % on vLLM's rule.
+default path reads 17.74–39.99 µs at its 30 shapes under 40 µs of wall time, whose
+kernels take 7.1–33.7 µs (up to 4.19× apart, at 4/32/1024); the wall time of `dense`
+never reads below 28.5 µs, that of `xla` never below 34.3 µs. Those wall times move from
+run to run (see the top of the notebook), and their three repeats within this sweep
+spread by up to 60 % on the default path.
 
 The two instruments come from different runs, so at a shape whose clock varies the kernel
-time can read above the wall time: at 128/128/4096 0.285 ms of kernels against 0.272 ms
-of wall time here, at 128/64/16384 0.615 against 0.603 ms, and by under 1 % at four
-more (64/128/16384, 128/16/16384, 128/32/16384, 128/64/4096); all but 128/16/16384 with
-one split a row.
+time can read above the wall time: at 64/128/16384 0.502 ms of kernels against 0.484 ms
+of wall time here, at 128/128/4096 0.280 against 0.276 ms, and by under 1 % at
+128/64/4096 (0.166 against 0.165 ms); all three with one split a row, stage 1 alone.
 """,
     ),
     (
@@ -689,14 +703,14 @@ for p in paths:
         worst = max(fast, key=lambda s: wall_over_kernel(s, p))
         repeats = [metric(s, p, "times_ms") for s in fast]
         line += (f"; {len(fast)} shapes under 40 µs of wall time: wall "
-                 f"{span([metric(s, p, 'ms') * 1e3 for s in fast], '.1f')} µs, kernels "
+                 f"{span([metric(s, p, 'ms') * 1e3 for s in fast])} µs, kernels "
                  f"{span([metric(s, p, 'device_ms') * 1e3 for s in fast], '.1f')} µs, "
                  f"up to {wall_over_kernel(worst, p):.2f}× at {name(worst)}; repeats spread "
                  f"up to {max(max(r) / min(r) - 1 for r in repeats):.0%}")
     print(line)
 print(f"\n{DEFAULT}, kernel time above wall time (ms): " + ", ".join(
     f"{name(s)} {metric(s, DEFAULT, 'device_ms'):.4f} against {metric(s, DEFAULT, 'ms'):.4f}"
-    + (" (one split)" if per_call(s, DEFAULT) == 1 else "")
+    + (" (stage 1 alone)" if per_call(s, DEFAULT) == 1 else "")
     for s in results["shapes"] if (wall_over_kernel(s, DEFAULT) or 1) < 1))
 display(heatmap_figure(results, [DEFAULT, "vllm"] if "vllm" in paths else [DEFAULT],
                        lambda s, p: (None if wall_over_kernel(s, p) is None
@@ -711,8 +725,9 @@ display(heatmap_figure(results, [DEFAULT, "vllm"] if "vllm" in paths else [DEFAU
 ## Re-measure on this machine
 
 With a CUDA GPU visible to JAX, this runs a small live sweep through `mla_jax.tools.bench.main`
-(B ∈ {1, 64}, H ∈ {16, 128}, L ∈ {4k, 16k}; our two Triton paths, and vLLM's kernels side by
-side when `mla_jax.tools.vllm_kernel.load()` finds its file, see `docs/vllm_kernel.md`) into a
+(B ∈ {1, 64}, H ∈ {16, 128}, L ∈ {4k, 16k}; our two Triton paths, the default and `triton`,
+which the committed sweep did not time, and vLLM's kernels side by side when
+`mla_jax.tools.vllm_kernel.load()` finds its file, see `docs/vllm_kernel.md`) into a
 temporary folder, and draws it like the committed sweep, in kernel time where the run
 traced it. On an sm_90 GPU our stage 1 is the Gluon seesaw at the H=128 shapes on both
 rules (on the default path at B=64 with one split a row, where stage 1 runs alone) and the
