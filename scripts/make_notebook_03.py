@@ -1,6 +1,6 @@
 """Writes notebooks/03_performance.ipynb (committed without outputs).
 
-    docs/gpu/sweep-1203/merge.sh                    # results.json, page, plots
+    docs/gpu/sweep-c11b1c4/merge.sh                 # results.json, page, plots
     scripts/dev python scripts/make_notebook_03.py  # then the notebook
 
 merge.sh runs `bench --report-only` on the five parts in docs/benchmarks/parts/ (our
@@ -102,8 +102,8 @@ bench process measuring its own ceilings, with vLLM's kernels in the same proces
 They are merged from `docs/benchmarks/parts/`: `small.json` (B ≤ 4 at H ∈ {16, 64, 128},
 24 shapes), `large-b16-b64.json` (B 16 and 64 at those heads, 18), `large-b128.json` (B
 128 at H 16 and 64, 6), `large-b128-h32-h128.json` (B 128 at H 32 and 128, 6) and
-`h32.json` (H=32 at B 1–64, 14); the scripts of both calls and of the merge are in
-`docs/gpu/sweep-1203/`. The XLA paths (`xla`, `dense`), whose code did not change, are
+`h32.json` (H=32 at B 1–64, 14); the scripts of both calls are in `docs/gpu/sweep-1203/`,
+the merge is `docs/gpu/sweep-c11b1c4/merge.sh`. The XLA paths (`xla`, `dense`), whose code did not change, are
 carried from an earlier sweep (df8ad0c, 2026-12-01; its six parts, parts 6–11 below, are
 in `docs/benchmarks/df8ad0c/parts/`). Each shape's `path_parts` names the part of each
 path; a path's floor and its speed-up over vLLM's kernels are those of its own part, so
