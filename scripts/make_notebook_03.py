@@ -98,21 +98,21 @@ Our path and vLLM's kernels ran on 2026-12-03 in five parts (parts 1–5 below),
 device calls of one lease of one H200, on the kernels of 752a389; three of the parts
 (`small`, `large-b128`, `h32`) ran on ff27d4c with 752a389's change applied as a patch,
 the same kernel file (their logs say `ff27d4c+pages-first`). Each part was a separate
-bench process measuring its own ceilings, with vLLM's kernels in the same process as ours.
-They are merged from `docs/benchmarks/parts/`: `small.json` (B ≤ 4 at H ∈ {16, 64, 128},
-24 shapes), `large-b16-b64.json` (B 16 and 64 at those heads, 18), `large-b128.json` (B
-128 at H 16 and 64, 6), `large-b128-h32-h128.json` (B 128 at H 32 and 128, 6) and
-`h32.json` (H=32 at B 1–64, 14); the scripts of both calls are in `docs/gpu/sweep-1203/`,
-the merge is `docs/gpu/sweep-c11b1c4/merge.sh`. The XLA paths (`xla`, `dense`), whose code did not change, are
-carried from an earlier sweep (df8ad0c, 2026-12-01; its six parts, parts 6–11 below, are
-in `docs/benchmarks/df8ad0c/parts/`). Each shape's `path_parts` names the part of each
-path; a path's floor and its speed-up over vLLM's kernels are those of its own part, so
-the XLA paths' are against that sweep's ceilings and vLLM run. The first cell
-checks that the default path ran the stage 1 the routing picks (the seesaw where H ≥ 32
-and a split holds at least 128 tokens, else the tl kernel), and stage 2 wherever the
-grid has more than one split but for the seesaw's rows of two splits, which a cluster
-merges. The sweep before this one, on c11b1c4's kernels and with the `triton` path
-timed, is in `docs/benchmarks/c11b1c4/`.
+bench process measuring its own ceilings, with vLLM's kernels in the same process as
+ours. They are merged from `docs/benchmarks/parts/`: `small.json` (B ≤ 4 at H ∈ {16, 64,
+128}, 24 shapes), `large-b16-b64.json` (B 16 and 64 at those heads, 18),
+`large-b128.json` (B 128 at H 16 and 64, 6), `large-b128-h32-h128.json` (B 128 at H 32
+and 128, 6) and `h32.json` (H=32 at B 1–64, 14); the scripts of both calls are in
+`docs/gpu/sweep-1203/`, the merge is `docs/gpu/sweep-c11b1c4/merge.sh`. The XLA paths
+(`xla`, `dense`), whose code did not change, are carried from an earlier sweep (df8ad0c,
+2026-12-01; its six parts, parts 6–11 below, are in `docs/benchmarks/df8ad0c/parts/`).
+Each shape's `path_parts` names the part of each path; a path's floor and its speed-up
+over vLLM's kernels are those of its own part, so the XLA paths' are against that sweep's
+ceilings and vLLM run. The first cell checks that the default path ran the stage 1 the
+routing picks (the seesaw where H ≥ 32 and a split holds at least 128 tokens, else the tl
+kernel), and stage 2 wherever the grid has more than one split but for the seesaw's rows
+of two splits, which a cluster merges. The sweep before this one, on c11b1c4's kernels
+and with the `triton` path timed, is in `docs/benchmarks/c11b1c4/`.
 
 Every cell but the last only reads JSON and draws, so the notebook runs anywhere; the last
 re-measures a few shapes when a CUDA GPU is present. The figures are drawn by
