@@ -375,7 +375,9 @@ In kernel time:
   30.2 % at 16/64/1024 (128 tokens).
 - **Issue #21's target for H=32 and 64, ≥ 60 % of the floor from B=16 up, holds at 15
   of the 18 shapes.** Under it: 16/32/1024 (39.2 %), 16/64/1024 (30.2 %) and 16/64/4096
-  (59.6 %), all on the seesaw with splits of 128 or 512 tokens.
+  (59.6 %), all on the seesaw with splits of 128 or 512 tokens. The bench of 16/64/4096
+  alone, in five processes on the same kernels, read 60.4–60.9 %
+  (`docs/gpu/row-16-64-4096/`): that row sits on the line.
 - **H=128 (compute-bound): at most 86 % of the floor, 9 % for vLLM's kernels.** At the
   six H=128 shapes with B·L ≥ 256k tokens the default path runs the seesaw at 77–86 % of
   the floor (513–582 TFLOP/s, against a 666–680 TFLOP/s matmul): 0.502 ms at
