@@ -1,6 +1,6 @@
 #!/bin/bash
 # One device call (prepared): the split's first two blocks copied by one loop that the
-# compiler cannot unroll (prologue-loop.patch: 240 SASS instructions fewer in the
+# compiler cannot unroll (prologue-loop.patch: 120 SASS instructions fewer in the
 # 16-bit builds, one copy of the block copy's code instead of two) against main, on
 # the 16-bit cache at seven shapes and on the fp8 cache at three; then gluon_check's
 # checks on a copy of the tree with it. Logs to $OUT.
