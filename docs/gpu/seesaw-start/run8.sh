@@ -11,7 +11,7 @@
 #                           the first two blocks copied by one loop the compiler
 #                           cannot unroll (120 SASS instructions fewer in the 16-bit
 #                           builds); FP8=1 adds an A/B on the fp8 cache at three
-#                           shapes (prepared, not run).
+#                           shapes.
 set -u
 export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false TRITON_CACHE_DIR=/tmp/tc
 export PYTHONPATH="$PWD:$PWD/scripts"
