@@ -1,5 +1,5 @@
-"""The benchmark on a CPU: the dry run's outputs, the report, the arithmetic, the timed
-chain (every call's work kept), the CLI's guards."""
+"""The benchmark: the dry run's outputs (the same on a CPU and a GPU), the report, the
+arithmetic, the timed chain (every call's work kept), the CLI's guards."""
 
 import json
 import re
@@ -687,10 +687,14 @@ def test_kernel_time_is_the_union_of_the_gpu_streams_kernels():
     assert bench.kernel_facts(bench.kernel_time(planes[:1]), 1) == {}
 
 
-def test_trace_kernels_returns_runs_result_and_sees_no_gpu_on_a_cpu():
+def test_trace_kernels_returns_runs_result_and_sees_kernels_only_on_a_gpu():
     f = jax.jit(lambda x: x @ x)
     traced, out = bench.trace_kernels(lambda: jax.block_until_ready(f(jnp.ones((8, 8)))))
-    assert traced == bench.KernelTime(0, {}) and out.tolist() == [[8.0] * 8] * 8
+    assert out.tolist() == [[8.0] * 8] * 8 and traced.error is None
+    if jax.default_backend() == "gpu":
+        assert traced.busy_ns > 0 and sum(traced.launches.values()) >= 1
+    else:
+        assert traced == bench.KernelTime(0, {})
 
 
 def test_trace_kernels_runs_untraced_when_the_profiler_does_not_start(monkeypatch):

@@ -32,7 +32,9 @@ the GPU timing calls: the Triton path is lowered for CUDA but not run (its lower
 chain is checked like the compiled one: every call's custom calls, each reaching the
 outputs), and the vLLM path runs a dense torch stand-in of ``decode_attention_fwd``
 (``vllm_decode``'s plumbing included), timed by the wall clock instead of a CUDA
-graph. Its outputs go to ``build/bench-dry-run`` unless ``--out`` says otherwise.
+graph. It traces no kernel time, on a GPU too, so that its report has the same form
+on every machine (wall time only; no path with a kernel time beside one without).
+Its outputs go to ``build/bench-dry-run`` unless ``--out`` says otherwise.
 """
 
 from __future__ import annotations
@@ -1030,7 +1032,8 @@ def _parser() -> argparse.ArgumentParser:
         "--kernel-time",
         action=argparse.BooleanOptionalAction,
         default=True,
-        help="trace each path once more for its kernel time per call (default on)",
+        help="trace each path once more for its kernel time per call (default on; "
+        "never in a dry run)",
     )
     p.add_argument("--calls", type=positive_int, help="K calls per timed run (default: per shape)")
     p.add_argument("--page-size", type=positive_int, help="cache page size (default 64)")
@@ -1181,7 +1184,7 @@ def main(argv: list[str]) -> int:
         time_budget_s=args.time_budget,
         bytes_budget=bytes_budget,
         runs_per_repeat=1 if args.dry_run else RUNS_PER_REPEAT,
-        kernel_time=args.kernel_time,
+        kernel_time=args.kernel_time and not args.dry_run,
     )
     results = run_sweep(shapes, settings, checkpoint=lambda r: write_json(r, args.out))
     page = write_outputs(results, args.out, args.markdown)
