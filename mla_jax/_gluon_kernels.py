@@ -4,7 +4,9 @@ Same contract as ``kernels.mla_decode_stage1`` (same pointer arguments, grid, sp
 partition, clamps and output: the normalised partial ``acc / l * kv_scale`` in
 columns ``[0, LORA)`` of the float32 buffer and the natural-log lse in column
 ``LORA``; empty splits write nothing), so ``kernels.mla_decode_stage2`` merges its
-partials unchanged; with one split, the output and lse themselves, as the tl kernel
+partials, but that the seesaw stores a bf16 q's partials in bf16, two to a float32
+slot (``bf16_partials``; stage 2 told by ``stage2_params``); with one split, the
+output and lse themselves, as the tl kernel
 writes them, and so does the seesaw where a cluster merges a row's two splits
 (below). Three kernels (``kernel_for``): ``mla_decode_stage1_gluon_seesaw`` for
 64-head tiles, on a 16-bit cache of q's dtype or a ``float8_e4m3fn`` one; under 64
@@ -155,13 +157,15 @@ in all.
   dead once its QK^T is done: no P buffers. Shared memory: 72 KB Q + 2 x 72 KB
   latent + 1.5 KB m/l exchange + mbarriers = 222996 bytes, and 816 more in a split
   build for the partials' row offsets.
-* A split's partials (64 x 256 float32 a warpgroup) go out through shared memory
-  that is dead by then (``_store_tile``): warpgroup 0 stages its half in Q's latent
-  part (warpgroup 1's last QK^T finished before it published its last P), warpgroup
-  1 in slot 0 (warpgroup 0's last MMA finished before it arrived on l0). Stored from
-  the accumulator's registers, a warp's store touches eight rows; read back by rows,
-  it writes 128 consecutive bytes. With one split the output (q's dtype, half the
-  bytes) is stored from the registers: staged, it read 5% slower at 128/128/4096.
+* A split's partials (64 x 256 float32 a warpgroup; bf16 for a bf16 q,
+  ``bf16_partials``) go out through shared memory that is dead by then
+  (``_store_tile``): warpgroup 0 stages its half in Q's latent part (warpgroup 1's
+  last QK^T finished before it published its last P), warpgroup 1 in slot 0
+  (warpgroup 0's last MMA finished before it arrived on l0). Stored from the
+  accumulator's registers, a warp's store touches eight rows; read back by rows, it
+  writes 128 consecutive bytes (64 in bf16). With one split the output (q's dtype,
+  half the bytes) is stored from the registers: staged, it read 5% slower at
+  128/128/4096.
 * A row of two splits runs as one thread-block cluster of two CTAs (``CLUSTER``,
   ``cluster_size``; grid ``(tiles * 2, B, 1)``, split = x mod 2), which does stage 2's
   work itself (``_finish_split``): split s's warpgroup s merges the output columns it
@@ -425,20 +429,64 @@ def cluster_size(
     return 2 if merge and seesaw and grid_splits == 2 else 1
 
 
+def bf16_partials(
+    q_dtype: str,
+    kv_dtype: str | None,
+    num_heads: int,
+    fp8_mma: bool,
+    grid_splits: int,
+    cluster: int,
+) -> bool:
+    """Whether the Gluon stage 1 stores its partials in bf16, two to a float32 slot
+    of the buffer (the seesaw's ``BF16_PARTIALS``, stage 2's too): the seesaw
+    (``runs_seesaw``) with a bf16 q (its output's precision), where stage 2 merges
+    its partials (more than one split, no ``cluster``). Half the bytes written and
+    read back: on the H200 both stages 2.5-2.8 µs faster at 16/64/4096 and
+    16/64/1024, 3 µs on an fp8 cache, the output's error against float64 2.0e-3 ->
+    2.4e-3 and 2.8e-3 -> 4.6e-3 (docs/performance.md, "bf16 partials"). float32
+    with an fp16 q, whose output has three more bits."""
+    return (
+        runs_seesaw(kv_dtype, num_heads, fp8_mma)
+        and q_dtype == "bfloat16"
+        and grid_splits > 1
+        and cluster == 1
+    )
+
+
+def stage2_params(stage2: dict | None, stage1: dict) -> dict | None:
+    """``kernels.launch_params``' stage 2 (None with one split) for the partials of
+    the Gluon stage 1 ``stage1`` (``launch_params``): None where its cluster merges
+    the row's splits itself, ``BF16_PARTIALS`` where it stores them in bf16."""
+    if stage2 is None or stage1["cluster"] > 1:
+        return None
+    flag = {"BF16_PARTIALS": stage1["bf16_partials"]}
+    return stage2 | {"constexprs": stage2["constexprs"] | flag}
+
+
 def launch_params(
-    kv_dtype: str | None = None, fp8_mma: bool = False, cluster_merge: bool = True, **problem: Any
+    *,
+    q_dtype: str,
+    kv_dtype: str | None = None,
+    fp8_mma: bool = False,
+    cluster_merge: bool = True,
+    **problem: Any,
 ) -> dict:
-    """Grid, options and constexprs of the Gluon stage 1 for a cache of dtype
-    ``kv_dtype`` (``kernel_for(kv_dtype, num_heads, fp8_mma)``; None: a 16-bit cache):
+    """Grid, options and constexprs of the Gluon stage 1 for a q of dtype ``q_dtype``
+    (a numpy name: ``"bfloat16"``, ``"float16"``) and a cache of dtype ``kv_dtype``
+    (``kernel_for(kv_dtype, num_heads, fp8_mma)``; None: a 16-bit cache):
     ``problem`` is ``kernels.launch_params``' keywords but ``float32_inputs`` and
     ``config``. The problem's constexprs are the tl stage 1's (one definition), less
     its tiling; the buffer is the tl kernel's, so stage 2 is launched from
-    ``kernels.launch_params`` where ``cluster`` (``cluster_size``, with
-    ``cluster_merge``) is 1. A cluster's grid holds its CTAs along x."""
+    ``kernels.launch_params``, adapted by ``stage2_params`` (none where ``cluster``,
+    ``cluster_size`` with ``cluster_merge``, is 2; ``bf16_partials``). A cluster's
+    grid holds its CTAs along x."""
     tl_stage1, _ = kernels.launch_params(**problem, float32_inputs=False)
     small = small_heads(kv_dtype, problem["num_heads"])
     cluster = cluster_size(
         kv_dtype, problem["num_heads"], fp8_mma, problem["grid_splits"], cluster_merge
+    )
+    half = bf16_partials(
+        q_dtype, kv_dtype, problem["num_heads"], fp8_mma, problem["grid_splits"], cluster
     )
     block_h = SMALL_BLOCK_H if small else BLOCK_H
     if uses_fp8_mma(kv_dtype, problem["num_heads"], fp8_mma):
@@ -452,6 +500,7 @@ def launch_params(
     tiles = triton.cdiv(problem["num_heads"], block_h)
     if runs_seesaw(kv_dtype, problem["num_heads"], fp8_mma):
         constexprs["CLUSTER"] = cluster
+        constexprs["BF16_PARTIALS"] = half
     if cluster > 1:
         grid = (tiles * cluster, problem["batch"], 1)
     else:
@@ -459,6 +508,7 @@ def launch_params(
     return {
         "grid": grid,
         "cluster": cluster,
+        "bf16_partials": half,
         "num_warps": num_warps,
         "num_stages": 1,
         "constexprs": constexprs,
@@ -599,6 +649,7 @@ def _write_partials(
     stage,
     COL0: gl.constexpr,
     WRITE_LSE: gl.constexpr,
+    BF16_PARTIALS: gl.constexpr,
     NUM_HEADS: gl.constexpr,
     LORA: gl.constexpr,
     BLOCK_H: gl.constexpr,
@@ -609,10 +660,11 @@ def _write_partials(
     """The split's normalised partial ``acc / l * kv_scale`` in the columns from
     ``COL0`` on (those ``acc`` holds), and its natural-log lse if
     ``WRITE_LSE``, into the buffer; nothing for heads past ``NUM_HEADS`` or where
-    ``valid`` is false (an empty split). With one split (``out_ptr`` given) those
-    columns of the output and the lse instead, as stage 2 would write them
-    (``_one_split_result``), an empty row's too. The columns go through ``stage``
-    (``_store_tile``)."""
+    ``valid`` is false (an empty split); ``BF16_PARTIALS``: the partial in bf16, two
+    to a float32 slot from the slot's start (``bf16_partials``). With one split
+    (``out_ptr`` given) those columns of the output and the lse instead, as stage 2
+    would write them (``_one_split_result``), an empty row's too. The columns go
+    through ``stage`` (``_store_tile``)."""
     o_layout: gl.constexpr = acc.type.layout
     o_rows: gl.constexpr = gl.SliceLayout(1, o_layout)
     out_heads = tile * BLOCK_H + gl.arange(0, BLOCK_H, layout=o_rows)
@@ -630,7 +682,12 @@ def _write_partials(
         )
         out_ok = (out_heads < NUM_HEADS) & valid
         inv = kv_scale / gl.convert_layout(l_i, o_rows)
-        _store_tile(buf_ptr, out_off, out_ok, acc * inv[:, None], stage, COL0)
+        if BF16_PARTIALS:
+            half_ptr = buf_ptr.to(gl.pointer_type(gl.bfloat16))
+            half = (acc * inv[:, None]).to(gl.bfloat16)
+            _store_tile(half_ptr, 2 * out_off, out_ok, half, stage, COL0)
+        else:
+            _store_tile(buf_ptr, out_off, out_ok, acc * inv[:, None], stage, COL0)
         if WRITE_LSE:
             _store_partial_lse(
                 buf_ptr,
@@ -879,6 +936,7 @@ def _finish_split(
     COL0: gl.constexpr,
     WRITE_LSE: gl.constexpr,
     CLUSTER: gl.constexpr,
+    BF16_PARTIALS: gl.constexpr,
     NUM_HEADS: gl.constexpr,
     LORA: gl.constexpr,
     BLOCK_H: gl.constexpr,
@@ -940,6 +998,7 @@ def _finish_split(
             stage,
             COL0,
             WRITE_LSE,
+            BF16_PARTIALS,
             NUM_HEADS,
             LORA,
             BLOCK_H,
@@ -1851,6 +1910,7 @@ def _seesaw_wg0(
     BLOCK_H: gl.constexpr,
     BLOCK_N: gl.constexpr,
     CLUSTER: gl.constexpr,
+    BF16_PARTIALS: gl.constexpr,
     stride_kv_page: gl.constexpr,
     stride_kv_row: gl.constexpr,
     stride_buf_b: gl.constexpr,
@@ -2031,6 +2091,7 @@ def _seesaw_wg0(
         0,
         True,
         CLUSTER,
+        BF16_PARTIALS,
         NUM_HEADS,
         LORA,
         BLOCK_H,
@@ -2079,6 +2140,7 @@ def _seesaw_wg1(
     BLOCK_H: gl.constexpr,
     BLOCK_N: gl.constexpr,
     CLUSTER: gl.constexpr,
+    BF16_PARTIALS: gl.constexpr,
     stride_kv_page: gl.constexpr,
     stride_kv_row: gl.constexpr,
     stride_buf_b: gl.constexpr,
@@ -2263,6 +2325,7 @@ def _seesaw_wg1(
         LORA // 2,
         False,
         CLUSTER,
+        BF16_PARTIALS,
         NUM_HEADS,
         LORA,
         BLOCK_H,
@@ -2306,6 +2369,7 @@ def mla_decode_stage1_gluon_seesaw(
     BLOCK_H: gl.constexpr,
     BLOCK_N: gl.constexpr,
     CLUSTER: gl.constexpr,
+    BF16_PARTIALS: gl.constexpr,
 ):
     gl.static_assert(PAGE_SIZE % BLOCK_N == 0, "blocks must lie inside one page")
     gl.static_assert(gl.num_warps() == 4, "one warpgroup here, the worker adds the other")
@@ -2520,6 +2584,7 @@ def mla_decode_stage1_gluon_seesaw(
                     BLOCK_H,
                     BLOCK_N,
                     CLUSTER,
+                    BF16_PARTIALS,
                     stride_kv_page,
                     stride_kv_row,
                     stride_buf_b,
@@ -2567,6 +2632,7 @@ def mla_decode_stage1_gluon_seesaw(
                     BLOCK_H,
                     BLOCK_N,
                     CLUSTER,
+                    BF16_PARTIALS,
                     stride_kv_page,
                     stride_kv_row,
                     stride_buf_b,

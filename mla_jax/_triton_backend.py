@@ -7,10 +7,12 @@ one split (``grid_splits == 1``) there is no stage 2: stage 1 also outputs ``out
 and ``lse`` and leaves the buffer unwritten. On
 sm_90 it is a Gluon kernel (``mla_jax._gluon_kernels``: the seesaw one for a 16-bit
 cache, the fp8 ones for an fp8 cache, the fp8-MMA one where asked) where those are
-measured to win (``use_gluon``: long splits), else the ``tl`` kernel; all write the
-same partials, which the one stage 2 merges, but where the seesaw's row of two
-splits is a thread-block cluster that merges them itself and outputs ``out`` and
-``lse`` as with one split (``_gluon_kernels.cluster_size``).
+measured to win (``use_gluon``: long splits), else the ``tl`` kernel; all write
+partials in one layout, which the one stage 2 merges (float32, or bf16 two to a slot
+where the seesaw writes them so for a bf16 q, ``_gluon_kernels.bf16_partials``), but
+where the seesaw's row of two splits is a thread-block cluster that merges them
+itself and outputs ``out`` and ``lse`` as with one split
+(``_gluon_kernels.cluster_size``).
 Shapes are checked by the caller (``mla_jax.decode``); everything here is static
 except the arrays, and the split count travels as an int32 array.
 """
@@ -162,11 +164,14 @@ def decode(
     ):
         kv_dtype = jnp.dtype(kv_cache.dtype).name
         stage1 = _gluon_kernels.launch_params(
-            kv_dtype=kv_dtype, fp8_mma=fp8_mma, cluster_merge=cluster_merge, **problem
+            q_dtype=jnp.dtype(q_nope.dtype).name,
+            kv_dtype=kv_dtype,
+            fp8_mma=fp8_mma,
+            cluster_merge=cluster_merge,
+            **problem,
         )
         stage1_kernel = _gluon_kernels.kernel_for(kv_dtype, num_heads, fp8_mma)
-        if stage1["cluster"] > 1:
-            stage2 = None  # the cluster merges its row's splits
+        stage2 = _gluon_kernels.stage2_params(stage2, stage1)
     out_shapes = [
         jax.ShapeDtypeStruct((batch, num_heads, kv_lora_rank), q_nope.dtype),
         jax.ShapeDtypeStruct((batch, num_heads), jnp.float32),

@@ -12,7 +12,9 @@ normalised partial output and its log-sum-exp into the logits buffer.
 
 Stage 2, one program per (row, block of heads, block of output columns): merges the
 row's non-empty splits into the output and the log-sum-exp; a row with no tokens gets
-``out = 0, lse = -inf``.
+``out = 0, lse = -inf``. It reads float32 partials, or bf16 ones packed two to a
+float32 slot (``BF16_PARTIALS``), which the Gluon seesaw writes for a bf16 q
+(``mla_jax._gluon_kernels.bf16_partials``).
 
 With one split (``grid_splits == 1``) there is nothing to merge: stage 1 writes the
 output and the log-sum-exp itself, as stage 2 would from that one partial (the same
@@ -339,6 +341,25 @@ def mla_decode_stage1(
 
 
 @triton.jit
+def _load_partials(buf_ptr, off, cols, mask, BF16_PARTIALS: tl.constexpr):
+    """Columns ``cols`` of the partials at slot offsets ``off`` (``[heads, splits]``,
+    float32 elements) where ``mask``, as float32 ``[heads, splits, cols]`` (0 elsewhere).
+    ``BF16_PARTIALS``: the partial is bf16, two to a float32 slot from the slot's start
+    (the Gluon seesaw's with a bf16 q), its lse in slot ``LORA`` as always."""
+    if BF16_PARTIALS:
+        vals = tl.load(
+            buf_ptr.to(tl.pointer_type(tl.bfloat16)) + 2 * off[:, :, None] + cols[None, None, :],
+            mask=mask[:, :, None],
+            other=0.0,
+        ).to(tl.float32)
+    else:
+        vals = tl.load(
+            buf_ptr + off[:, :, None] + cols[None, None, :], mask=mask[:, :, None], other=0.0
+        )
+    return vals
+
+
+@triton.jit
 def mla_decode_stage2(
     buf_ptr,
     seq_lens_ptr,
@@ -355,6 +376,7 @@ def mla_decode_stage2(
     HEAD_BLOCK: tl.constexpr,
     SPLIT_BLOCK: tl.constexpr,
     COL_BLOCK: tl.constexpr,
+    BF16_PARTIALS: tl.constexpr,
 ):
     row = tl.program_id(0)
     heads = tl.program_id(1) * HEAD_BLOCK + tl.arange(0, HEAD_BLOCK)
@@ -370,9 +392,7 @@ def mla_decode_stage2(
     in_grid = head_ok[:, None] & (splits < GRID_SPLITS)[None, :]
     off = head_off[:, None] + splits[None, :] * stride_buf_s
     first_lse = tl.load(buf_ptr + off + LORA, mask=in_grid, other=float("-inf"))
-    first = tl.load(
-        buf_ptr + off[:, :, None] + cols[None, None, :], mask=in_grid[:, :, None], other=0.0
-    )
+    first = _load_partials(buf_ptr, off, cols, in_grid, BF16_PARTIALS)
     num_splits = tl.load(num_splits_ptr)
     seq_len = tl.minimum(tl.maximum(tl.load(seq_lens_ptr + row), 0), CAPACITY)  # as stage 1
     # Splits [0, cdiv(seq_len, per_split)) are exactly the non-empty ones.
@@ -397,9 +417,7 @@ def mla_decode_stage2(
         ok = head_ok[:, None] & (splits < live)[None, :]
         off = head_off[:, None] + splits[None, :] * stride_buf_s
         part_lse = tl.load(buf_ptr + off + LORA, mask=ok, other=float("-inf"))
-        part = tl.load(
-            buf_ptr + off[:, :, None] + cols[None, None, :], mask=ok[:, :, None], other=0.0
-        )
+        part = _load_partials(buf_ptr, off, cols, ok, BF16_PARTIALS)
         m_new = tl.maximum(m, tl.max(part_lse, 1))
         alpha = tl.exp(m - m_new)
         w = tl.exp(part_lse - m_new[:, None])
@@ -583,6 +601,9 @@ def launch_params(
             **buf,
             GRID_SPLITS=grid_splits,
             **tiles,
+            # The tl stage 1's partials are float32; a Gluon one's may be bf16
+            # (_gluon_kernels.stage2_params).
+            BF16_PARTIALS=False,
         ),
     }
     return stage1, stage2

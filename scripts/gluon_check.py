@@ -181,8 +181,14 @@ class Launch:
         # Triton's launcher makes no clusters: the build whose partials stage 2 merges
         # (mla_decode merges a seesaw row's two splits in a cluster instead).
         self.g1 = gk.launch_params(
-            kv_dtype=kv_name if fp8 else None, fp8_mma=fp8_mma, cluster_merge=False, **geometry
+            q_dtype=str(q.dtype).removeprefix("torch."),
+            kv_dtype=kv_name if fp8 else None,
+            fp8_mma=fp8_mma,
+            cluster_merge=False,
+            **geometry,
         )
+        # Stage 2 for the Gluon partials (bf16 where the seesaw writes them so).
+        self.g2 = gk.stage2_params(self.s2, self.g1)
         self.gluon_kernel = gk.kernel_for(kv_name, heads, fp8_mma) if gluon else None
         assert not (gluon and routed) or gk.supports(
             num_heads=heads,
@@ -222,7 +228,7 @@ class Launch:
 
     def stage2(self, name):
         """Stage 2 on path ``name``'s buffer; nothing with one split."""
-        s2 = self.s2
+        s2 = self.g2 if name == "gluon" else self.s2
         if s2 is None:
             return
         kernels.mla_decode_stage2[s2["grid"]](
@@ -235,6 +241,17 @@ class Launch:
             num_stages=s2["num_stages"],
             **s2["constexprs"],
         )
+
+    def partials(self, name):
+        """Path ``name``'s buffer with its partials as float32 (bf16 ones unpacked:
+        ``gk.bf16_partials``), the lse in slot ``LORA``; NaN past it."""
+        buf = self.buf[name]
+        if name == "tl" or not self.g1["bf16_partials"]:
+            return buf
+        unpacked = torch.full_like(buf, float("nan"))
+        unpacked[..., :LORA] = buf[..., : LORA // 2].contiguous().view(torch.bfloat16).float()
+        unpacked[..., LORA] = buf[..., LORA]
+        return unpacked
 
     def both(self, name):
         self.stage1(name)
@@ -325,7 +342,7 @@ def check(name, q, pool, table, lens, splits, kv_scale=1.0, routed=True):
         part = (outs["gluon"] - outs["tl"]).abs()
         dead = torch.ones_like(gl_buf, dtype=torch.bool)
     else:
-        part = (gl_buf - tl_buf).abs()[live.unsqueeze(1).expand(-1, q.shape[1], -1)]
+        part = (run.partials("gluon") - tl_buf).abs()[live.unsqueeze(1).expand(-1, q.shape[1], -1)]
         dead = ~live.unsqueeze(1).expand(-1, q.shape[1], -1)
     part_err = float(part.nan_to_num(float("inf")).max()) if part.numel() else 0.0
     wrote_dead = bool((~torch.isnan(gl_buf[dead])).any())

@@ -112,9 +112,14 @@ def launchers(
         problem.pop("batch_tokens", None)
         # Triton's launcher makes no clusters: the build whose partials stage 2 merges.
         s1 = _gluon_kernels.launch_params(
-            kv_dtype=kv_dtype, fp8_mma=fp8_mma, cluster_merge=False, **problem
+            q_dtype=str(q.dtype).removeprefix("torch."),
+            kv_dtype=kv_dtype,
+            fp8_mma=fp8_mma,
+            cluster_merge=False,
+            **problem,
         )
         stage1_kernel = _gluon_kernels.kernel_for(kv_dtype, heads, fp8_mma)
+        s2 = _gluon_kernels.stage2_params(s2, s1)
 
     # With one split stage 1 writes out / lse and there is no stage 2 (``stage2`` is a
     # no-op); versions before that take the buffer only.

@@ -123,3 +123,41 @@ def run(
             buf_t, sl_t, ns_t, out_t, lse_t, **stage2["constexprs"]
         )
     return out_t.float().numpy(), lse_t.numpy(), buf_t.numpy()
+
+
+def run_stage2(buffer, seq_lens, num_splits, *, grid_splits, bf16_partials):
+    """Stage 2 alone on ``buffer`` (float32 ``[B, H, S, LORA + 1]``, the partials as
+    stage 1 leaves them: float32, or with ``bf16_partials`` bf16 two to a slot);
+    returns float32 ``out`` and ``lse`` (NaN-poisoned before)."""
+    import torch
+
+    from mla_jax import kernels
+
+    batch, heads, _, slot = buffer.shape
+    lora = slot - 1
+    buf_t = torch.from_numpy(np.ascontiguousarray(buffer))
+    sl_t = torch.from_numpy(np.ascontiguousarray(seq_lens, dtype=np.int32))
+    ns_t = torch.tensor([num_splits], dtype=torch.int32)
+    out_t = torch.full((batch, heads, lora), float("nan"), dtype=torch.float32)
+    lse_t = torch.full((batch, heads), float("nan"), dtype=torch.float32)
+    _, stage2 = kernels.launch_params(
+        batch=batch,
+        num_heads=heads,
+        num_pages=1,
+        page_size=int(max(seq_lens.max(), 1)),
+        pages_per_seq=1,
+        kv_lora_rank=lora,
+        rope_dim=0,
+        scale=1.0,
+        grid_splits=grid_splits,
+        q_nope_strides=(heads * lora, lora, 1),
+        q_pe_strides=(heads * lora, lora, 1),
+        qp_offset=lora,
+        kv_strides=(lora, lora, 1),
+        block_table_strides=(1, 1),
+        buffer_strides=buf_t.stride(),
+        float32_inputs=True,
+    )
+    constexprs = stage2["constexprs"] | {"BF16_PARTIALS": bf16_partials}
+    kernels.mla_decode_stage2[stage2["grid"]](buf_t, sl_t, ns_t, out_t, lse_t, **constexprs)
+    return out_t.numpy(), lse_t.numpy()

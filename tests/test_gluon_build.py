@@ -69,6 +69,7 @@ def compile_sm90(heads=128, dtype="bf16", kv="same", splits=4, merge=True):
 
     fp8 = kv in ("fp8", "fp8mma")
     stage1 = gk.launch_params(
+        q_dtype={"bf16": "bfloat16", "fp16": "float16"}[dtype],
         kv_dtype=gk.FP8 if fp8 else None,
         fp8_mma=kv == "fp8mma",
         cluster_merge=merge,
@@ -167,6 +168,7 @@ def build_report(heads=128, dtype="bf16", kv="same", splits=4):
         "lds128": count(r"\bLDS\.128\b", code),
         "sts128": count(r"\bSTS\.128\b", code),
         "sts64": count(r"\bSTS\.64\b", code),
+        "stg_u16": count(r"\bSTG\.E\.U16\b", code),
         # The fp8 tile's widening: the bit sequence (HMUL2.BF16 / HMUL2), the e4m3 cvt
         # (F2FP.*.E4M3), the scalar f16 -> bf16 conversion (F2F.BF16.F16).
         "hmul2": count(r"HMUL2\b", code),
@@ -234,8 +236,12 @@ def test_gluon_seesaw_stage1_sm90_build(heads, dtype, splits, tmp_path):
     assert r["mma_in_flight_across_wait"], r
     assert r["vote_any"] == 4 and r["bar_red_or"] == 0, r
     # A split's partials go out through shared memory (_store_tile): each warpgroup's
-    # 64 x 256 float32 staged in 8-byte stores, 64 a thread; the one-split output not.
-    assert (r["sts64"] >= 2 * 64) == (splits > 1), r
+    # 64 x 256 float32 staged in 8-byte stores, 64 a thread, or for a bf16 q in bf16
+    # (bf16_partials), stored by rows in 16-bit words, 128 a thread; the one-split
+    # output neither.
+    half = splits > 1 and dtype == "bf16"
+    assert (r["sts64"] >= 2 * 64) == (splits > 1 and not half), r
+    assert r["stg_u16"] == (2 * 128 if half else 0), r
 
 
 # cp.async copies of 16 bytes a thread (one warpgroup copies): Q (64 x 576 16-bit) is
@@ -405,13 +411,16 @@ def test_supports_and_kernel_for():
         block_table_strides=(4, 1),
         buffer_strides=(64 * 513, 513, 513, 1),
     )
+    lp["q_dtype"] = "bfloat16"
     sixteen, fp8 = gk.launch_params(**lp), gk.launch_params(kv_dtype=gk.FP8, **lp)
     assert fp8 == sixteen and sixteen["num_warps"] == gk.SEESAW_NUM_WARPS
     fp8_mma = gk.launch_params(kv_dtype=gk.FP8, fp8_mma=True, **lp)
     assert fp8_mma["num_warps"] == gk.FP8_MMA_NUM_WARPS == 8
     assert gk.launch_params(fp8_mma=True, **lp) == sixteen
-    # The same problem constexprs; the seesaw's cluster size (1: one split) its own.
+    # The same problem constexprs; the seesaw's cluster size (1: one split) and
+    # partials' dtype (float32: one split) its own.
     assert fp8_mma["grid"] == sixteen["grid"] and sixteen["constexprs"].pop("CLUSTER") == 1
+    assert sixteen["constexprs"].pop("BF16_PARTIALS") is False
     assert fp8_mma["constexprs"] == sixteen["constexprs"]
     small = gk.launch_params(kv_dtype=gk.FP8, **(lp | dict(num_heads=20)))
     assert small["grid"] == (2, 2, 1) and small["num_warps"] == gk.SMALL_NUM_WARPS
@@ -432,17 +441,54 @@ def test_cluster_size_is_two_for_a_seesaw_row_of_two_splits():
     assert gk.cluster_size(gk.FP8, 64, True, 2) == 1  # fp8 MMAs
     assert gk.cluster_size(gk.FP8, 32, False, 2) == 1  # the 16-head fp8 kernel
     assert gk.cluster_size(None, 128, False, 2, merge=False) == 1
-    merged = gk.launch_params(**geometry(16, 128, 2))
+    merged = gk.launch_params(q_dtype="bfloat16", **geometry(16, 128, 2))
     assert (merged["grid"], merged["cluster"]) == ((2 * 2, 16, 1), 2)
     assert merged["constexprs"]["CLUSTER"] == 2
-    staged = gk.launch_params(cluster_merge=False, **geometry(16, 128, 2))
+    staged = gk.launch_params(q_dtype="bfloat16", cluster_merge=False, **geometry(16, 128, 2))
     assert (staged["grid"], staged["cluster"], staged["constexprs"]["CLUSTER"]) == (
         (2, 16, 2),
         1,
         1,
     )
-    small = gk.launch_params(kv_dtype=gk.FP8, **geometry(16, 32, 2))
+    small = gk.launch_params(q_dtype="bfloat16", kv_dtype=gk.FP8, **geometry(16, 32, 2))
     assert small["cluster"] == 1 and "CLUSTER" not in small["constexprs"]
+
+
+def test_bf16_partials_where_the_seesaw_feeds_stage_2_a_bf16_q():
+    """``bf16_partials``: the seesaw (16-bit or fp8 cache, not the fp8-MMA or 16-head
+    kernels) with a bf16 q, more than one split, no cluster; ``launch_params`` tells
+    the seesaw (``BF16_PARTIALS``) and ``stage2_params`` stage 2, which it drops where
+    the cluster merges (and with one split)."""
+    from mla_jax import _gluon_kernels as gk
+    from mla_jax import kernels
+
+    bf16, fp16 = "bfloat16", "float16"
+    assert gk.bf16_partials(bf16, None, 64, False, 8, 1)
+    assert gk.bf16_partials(bf16, gk.FP8, 128, False, 4, 1)
+    assert not gk.bf16_partials(fp16, None, 64, False, 8, 1)  # fp16's three more bits
+    assert not gk.bf16_partials(fp16, gk.FP8, 64, False, 8, 1)
+    assert not gk.bf16_partials(bf16, None, 64, False, 1, 1)  # stage 1 writes the output
+    assert not gk.bf16_partials(bf16, None, 64, False, 2, 2)  # the cluster merges
+    assert not gk.bf16_partials(bf16, gk.FP8, 64, True, 8, 1)  # fp8 MMAs
+    assert not gk.bf16_partials(bf16, gk.FP8, 32, False, 8, 1)  # 16-head fp8 kernel
+    for q_dtype, splits, merge, want in [
+        (bf16, 8, True, True),
+        (fp16, 8, True, False),
+        (bf16, 2, False, True),
+    ]:
+        problem = geometry(16, 64, splits)
+        stage1 = gk.launch_params(q_dtype=q_dtype, cluster_merge=merge, **problem)
+        assert stage1["bf16_partials"] is stage1["constexprs"]["BF16_PARTIALS"] is want
+        _, stage2 = kernels.launch_params(**problem, float32_inputs=False)
+        assert stage2["constexprs"]["BF16_PARTIALS"] is False  # the tl stage 1's
+        adapted = gk.stage2_params(stage2, stage1)
+        assert adapted == stage2 | {"constexprs": stage2["constexprs"] | {"BF16_PARTIALS": want}}
+    problem = geometry(16, 64, 2)
+    stage1 = gk.launch_params(q_dtype=bf16, **problem)  # a cluster: no stage 2
+    assert (
+        gk.stage2_params(kernels.launch_params(**problem, float32_inputs=False)[1], stage1) is None
+    )
+    assert gk.stage2_params(None, stage1) is None
 
 
 def test_cluster_build_syncs_its_cluster_once_on_every_path():

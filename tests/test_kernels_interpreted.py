@@ -222,3 +222,44 @@ def test_fp8_cache(pool, dtype, rng):
     )
     np.testing.assert_allclose(out, ref_out, atol=tolerance(dtype) * 3, rtol=0)
     np.testing.assert_allclose(lse, ref_lse, atol=1e-3, rtol=1e-4)
+
+
+@pytest.mark.parametrize("bf16_partials", [False, True])
+def test_stage2_merges_float32_and_bf16_partials(pool, bf16_partials, rng):
+    """Stage 2 alone on partials written as stage 1 leaves them, float32 or bf16 two to
+    a float32 slot (``BF16_PARTIALS``, the Gluon seesaw's for a bf16 q), against a
+    float64 merge of the same values: live splits only (dead slots NaN), an empty row,
+    rows whose live splits end early."""
+    import ml_dtypes
+
+    from tests.interpreted import run_stage2
+
+    batch, heads, lora, grid, splits = 5, 6, 32, 5, 4
+    lens = np.array([0, 1, 3, 40, 64], np.int32)
+    part = rng.standard_normal((batch, heads, grid, lora)) * 3
+    lse = rng.standard_normal((batch, heads, grid)) * 4
+    if bf16_partials:
+        part = part.astype(ml_dtypes.bfloat16).astype(np.float64)  # what stage 1 stores
+    per = np.maximum(-(-lens // splits), 1)
+    live = np.arange(grid)[None, :] * per[:, None] < lens[:, None]  # [B, S]
+    buffer = np.full((batch, heads, grid, lora + 1), np.nan, np.float32)
+    for b, s in zip(*np.nonzero(live), strict=True):
+        if bf16_partials:
+            halves = part[b, :, s].astype(ml_dtypes.bfloat16)
+            buffer[b, :, s, : lora // 2] = halves.view(np.uint16).view(np.float32)
+        else:
+            buffer[b, :, s, :lora] = part[b, :, s]
+        buffer[b, :, s, lora] = lse[b, :, s]
+    out, out_lse = pool.apply(
+        run_stage2, (buffer, lens, splits), dict(grid_splits=grid, bf16_partials=bf16_partials)
+    )
+    for b in range(batch):
+        w = np.where(live[b][None, :], lse[b], -np.inf)  # [H, S]
+        if not live[b].any():
+            assert np.all(out[b] == 0) and np.all(out_lse[b] == -np.inf)
+            continue
+        m = w.max(1, keepdims=True)
+        e = np.exp(w - m)
+        want = (e[:, :, None] * np.nan_to_num(part[b])).sum(1) / e.sum(1, keepdims=True)
+        np.testing.assert_allclose(out[b], want, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(out_lse[b], m[:, 0] + np.log(e.sum(1)), rtol=1e-6, atol=1e-5)

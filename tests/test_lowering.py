@@ -202,6 +202,25 @@ def test_seesaw_rows_of_two_splits_are_clusters_that_write_the_output():
     assert [name for *_, name in kernel_calls(four)] == ["mla_decode_stage1", "mla_decode_stage2"]
 
 
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
+def test_seesaw_and_stage_2_agree_on_the_partials_dtype(dtype):
+    """At H=128 with 4 splits (vLLM's rule at L=2048) the seesaw writes partials for
+    stage 2: for a bf16 q both kernels of the lowered step move them as 16-bit words
+    (``st.global.b16`` in stage 1's PTX; stage 2 widens them, ``cvt.f32.bf16``;
+    ``_gluon_kernels.bf16_partials``), for an fp16 q neither does (float32)."""
+    from tests.test_kernel_cache import custom_calls, kernel_call
+
+    text = lowered_text(dtype, heads=128, max_seq_len=2048)
+    stage1, stage2 = (kernel_call(line) for line in custom_calls(text))
+    assert (stage1["kernel_name"], stage2["kernel_name"]) == (
+        "mla_decode_stage1_gluon_seesaw",
+        "mla_decode_stage2",
+    )
+    half = dtype == jnp.bfloat16
+    assert bool(re.search(r"st\.global(\.\w+)*\.b16", stage1["ptx"].decode())) == half
+    assert ("cvt.f32.bf16" in stage2["ptx"].decode()) == half
+
+
 def test_runtime_split_count_and_query_pair_lower():
     text = lowered_text(jnp.bfloat16, heads=16, max_seq_len=None, pair=True)
     calls = kernel_calls(text)
