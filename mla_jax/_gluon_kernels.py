@@ -441,10 +441,10 @@ def bf16_partials(
     of the buffer (the seesaw's ``BF16_PARTIALS``, stage 2's too): the seesaw
     (``runs_seesaw``) with a bf16 q (its output's precision), where stage 2 merges
     its partials (more than one split, no ``cluster``). Half the bytes written and
-    read back: on the H200 both stages 2.5-2.8 µs faster at 16/64/4096 and
-    16/64/1024, 3 µs on an fp8 cache, the output's error against float64 2.0e-3 ->
-    2.4e-3 and 2.8e-3 -> 4.6e-3 (docs/performance.md, "bf16 partials"). float32
-    with an fp16 q, whose output has three more bits."""
+    read back: on the H200 both stages 2.3-3.2 µs faster at the 8-split rows of 64
+    heads (7-13%), the output's error against float64 2.0-2.8e-3 -> 2.4-4.6e-3
+    (docs/performance.md, "bf16 partials"). float32 with an fp16 q, whose output has
+    three more mantissa bits."""
     return (
         runs_seesaw(kv_dtype, num_heads, fp8_mma)
         and q_dtype == "bfloat16"
