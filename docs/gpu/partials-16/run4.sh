@@ -3,8 +3,9 @@
 # in bf16 too (tl-bf16.patch: its partial stores in bf16, two to a float32 slot, and
 # stage 2 reading them so; 33 global stores a thread where main has 65 at 16 heads),
 # against the tree at the H=16 shapes, where the tl kernel runs (64/16/4096 is the
-# target at 80 µs: its 8.4 MB of partials written and read back are about 2 µs of
-# its 82.8), both stages and each alone under CUDA graphs (scripts/ab_kernels.py).
+# target at 80 µs: halving its 8.4 MB of partials, written then read back, would save
+# about 2 µs of its 82.8), both stages and each alone under CUDA graphs
+# (scripts/ab_kernels.py).
 # Logs to $OUT.
 set -u
 export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false TRITON_CACHE_DIR=/tmp/tc
