@@ -681,13 +681,12 @@ def _write_partials(
             stride_buf_s,
         )
         out_ok = (out_heads < NUM_HEADS) & valid
-        inv = kv_scale / gl.convert_layout(l_i, o_rows)
+        part = acc * (kv_scale / gl.convert_layout(l_i, o_rows))[:, None]
         if BF16_PARTIALS:
             half_ptr = buf_ptr.to(gl.pointer_type(gl.bfloat16))
-            half = (acc * inv[:, None]).to(gl.bfloat16)
-            _store_tile(half_ptr, 2 * out_off, out_ok, half, stage, COL0)
+            _store_tile(half_ptr, 2 * out_off, out_ok, part.to(gl.bfloat16), stage, COL0)
         else:
-            _store_tile(buf_ptr, out_off, out_ok, acc * inv[:, None], stage, COL0)
+            _store_tile(buf_ptr, out_off, out_ok, part, stage, COL0)
         if WRITE_LSE:
             _store_partial_lse(
                 buf_ptr,

@@ -5,7 +5,9 @@ reference (``gluon_check``'s error measures; the float32 partials' first).
 
 The variant is this tree's ``mla_jax/_gluon_kernels.py`` and ``mla_jax/kernels.py``
 with ``bf16-partials.patch`` applied, imported from a temporary folder: its seesaw
-stores each split's normalised partial in bf16, its stage 2 reads them so.
+stores each split's normalised partial in bf16, its stage 2 reads them so. A record of
+the run on 9087928: the patch applies there, not on the trees that landed it (0b3289b
+on), where ``gluon_check.Launch`` runs the bf16 partials itself.
 
     python docs/gpu/partials-16/partials_ab.py --shapes 16x64x4096,16x64x1024
 """
