@@ -338,8 +338,16 @@ FP8 = "float8_e4m3fn"  # mla_jax.cache.FP8_DTYPE's name
 _LOG2E = kernels._LOG2E
 _LN2 = kernels._LN2
 RESCALE_THRESHOLD = kernels.RESCALE_THRESHOLD
-# The tl stage 1's constexprs that are its own tiling, not the problem's.
-_TL_TILING = ("BLOCK_H", "BLOCK_N", "DOT_PRECISION", "PAGED_LOADS", "LORA_CHUNKS")
+# The tl stage 1's constexprs that are its own choices (tiling, precision, the
+# partials' dtype), not the problem's: a Gluon kernel makes its own or has none.
+_TL_TILING = (
+    "BLOCK_H",
+    "BLOCK_N",
+    "DOT_PRECISION",
+    "PAGED_LOADS",
+    "LORA_CHUNKS",
+    "BF16_PARTIALS",
+)
 _CP_ASYNC_BYTES = 16
 
 
@@ -438,17 +446,13 @@ def bf16_partials(
     cluster: int,
 ) -> bool:
     """Whether the Gluon stage 1 stores its partials in bf16, two to a float32 slot
-    of the buffer (the seesaw's ``BF16_PARTIALS``, stage 2's too): the seesaw
-    (``runs_seesaw``) with a bf16 q (its output's precision), where stage 2 merges
-    its partials (more than one split, no ``cluster``). Half the bytes written and
-    read back: on the H200 both stages 2.3-3.2 µs faster at the 8-split rows of 64
-    heads (7-13%), the output's error against float64 2.0-2.8e-3 -> 2.4-4.6e-3
-    (docs/performance.md, "bf16 partials"). float32 with an fp16 q, whose output has
-    three more mantissa bits."""
+    of the buffer (the seesaw's ``BF16_PARTIALS``, stage 2's too): where the tl
+    stage 1 would (``kernels.bf16_partials``: a bf16 q, more than one split) and
+    stage 2 merges them (no ``cluster``), on the seesaw (``runs_seesaw``; the other
+    Gluon kernels store float32)."""
     return (
         runs_seesaw(kv_dtype, num_heads, fp8_mma)
-        and q_dtype == "bfloat16"
-        and grid_splits > 1
+        and kernels.bf16_partials(q_dtype, grid_splits)
         and cluster == 1
     )
 
@@ -474,13 +478,13 @@ def launch_params(
     """Grid, options and constexprs of the Gluon stage 1 for a q of dtype ``q_dtype``
     (a numpy name: ``"bfloat16"``, ``"float16"``) and a cache of dtype ``kv_dtype``
     (``kernel_for(kv_dtype, num_heads, fp8_mma)``; None: a 16-bit cache):
-    ``problem`` is ``kernels.launch_params``' keywords but ``float32_inputs`` and
+    ``problem`` is ``kernels.launch_params``' keywords but ``q_dtype`` and
     ``config``. The problem's constexprs are the tl stage 1's (one definition), less
     its tiling; the buffer is the tl kernel's, so stage 2 is launched from
     ``kernels.launch_params``, adapted by ``stage2_params`` (none where ``cluster``,
     ``cluster_size`` with ``cluster_merge``, is 2; ``bf16_partials``). A cluster's
     grid holds its CTAs along x."""
-    tl_stage1, _ = kernels.launch_params(**problem, float32_inputs=False)
+    tl_stage1, _ = kernels.launch_params(**problem, q_dtype=q_dtype)
     small = small_heads(kv_dtype, problem["num_heads"])
     cluster = cluster_size(
         kv_dtype, problem["num_heads"], fp8_mma, problem["grid_splits"], cluster_merge
@@ -743,7 +747,9 @@ def _store_tile(dst_ptr, row_off, row_ok, vals, stage, COL0: gl.constexpr):
         gl.store(dst_ptr + row_off[:, None] + d[None, :], vals, mask=row_ok[:, None])
     else:
         swizzle: gl.constexpr = gl.SwizzledSharedLayout(8, 1, 8, [1, 0])
-        rows_layout: gl.constexpr = gl.BlockedLayout([1, 1], [1, 32], [gl.num_warps(), 1], [1, 0])
+        # Two 16-bit values a thread (a 4-byte store, 128 bytes a warp), one 32-bit one.
+        VEC: gl.constexpr = 2 if vals.dtype.primitive_bitwidth == 16 else 1
+        rows_layout: gl.constexpr = gl.BlockedLayout([1, VEC], [1, 32], [gl.num_warps(), 1], [1, 0])
         staged = stage._reinterpret(vals.dtype, vals.shape, swizzle)
         staged.store(vals)
         gl.thread_barrier()

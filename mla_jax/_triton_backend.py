@@ -9,7 +9,8 @@ sm_90 it is a Gluon kernel (``mla_jax._gluon_kernels``: the seesaw one for a 16-
 cache, the fp8 ones for an fp8 cache, the fp8-MMA one where asked) where those are
 measured to win (``use_gluon``: long splits), else the ``tl`` kernel; all write
 partials in one layout, which the one stage 2 merges (float32, or bf16 two to a slot
-where the seesaw writes them so for a bf16 q, ``_gluon_kernels.bf16_partials``), but
+for a bf16 q: ``kernels.bf16_partials``, narrowed to the seesaw among the Gluon
+kernels by ``_gluon_kernels.bf16_partials``), but
 where the seesaw's row of two splits is a thread-block cluster that merges them
 itself and outputs ``out`` and ``lse`` as with one split
 (``_gluon_kernels.cluster_size``).
@@ -151,7 +152,7 @@ def decode(
     )
     stage1, stage2 = kernels.launch_params(
         **problem,
-        float32_inputs=q_nope.dtype == jnp.float32,
+        q_dtype=jnp.dtype(q_nope.dtype).name,
         batch_tokens=batch_tokens,
         config=config,
     )

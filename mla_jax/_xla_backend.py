@@ -1,11 +1,12 @@
 """The two-stage split-KV algorithm in plain jnp: the portable backend.
 
 Same buffer, same split rule, same partials as the Triton kernels, so it runs on
-any JAX platform and can be compared slot by slot with them. Stage 1 gathers each
-split's tokens into a window of static width ``cdiv(N, k)`` for a static split count
-``k`` (``N`` = pages_per_seq * page_size), so no work is spent on other splits'
-tokens; a run-time split count picks its branch with ``lax.switch`` over the few
-counts the split rule can produce, all compiled once.
+any JAX platform and can be compared slot by slot with them (its partials float32,
+where the Triton kernels store a bf16 q's in bf16: ``kernels.bf16_partials``).
+Stage 1 gathers each split's tokens into a window of static width ``cdiv(N, k)`` for
+a static split count ``k`` (``N`` = pages_per_seq * page_size), so no work is spent
+on other splits' tokens; a run-time split count picks its branch with ``lax.switch``
+over the few counts the split rule can produce, all compiled once.
 """
 
 from __future__ import annotations

@@ -1,7 +1,9 @@
 """The split-KV logits buffer: reserved once, at the worst case, then threaded.
 
 The buffer is stage 1's scratch: per (sequence, head, split) a partial output of
-``kv_lora_rank`` floats followed by its log-sum-exp. It is reserved once for
+``kv_lora_rank`` floats followed by its log-sum-exp (the Triton kernels store a bf16
+q's partial in bf16, two to a float32 slot: ``mla_jax.kernels.bf16_partials``; the
+XLA backend's are float32). It is reserved once for
 ``max_num_seqs`` sequences of up to ``max_model_len`` tokens and threaded through
 every decode step; a step with fewer sequences or splits uses a corner of it.
 

@@ -12,9 +12,8 @@ normalised partial output and its log-sum-exp into the logits buffer.
 
 Stage 2, one program per (row, block of heads, block of output columns): merges the
 row's non-empty splits into the output and the log-sum-exp; a row with no tokens gets
-``out = 0, lse = -inf``. It reads float32 partials, or bf16 ones packed two to a
-float32 slot (``BF16_PARTIALS``), which the Gluon seesaw writes for a bf16 q
-(``mla_jax._gluon_kernels.bf16_partials``).
+``out = 0, lse = -inf``. The partials are bf16, packed two to a float32 slot, for a
+bf16 q, float32 otherwise (``bf16_partials``; both stages' ``BF16_PARTIALS``).
 
 With one split (``grid_splits == 1``) there is nothing to merge: stage 1 writes the
 output and the log-sum-exp itself, as stage 2 would from that one partial (the same
@@ -173,6 +172,7 @@ def mla_decode_stage1(
     DOT_PRECISION: tl.constexpr,
     PAGED_LOADS: tl.constexpr,
     LORA_CHUNKS: tl.constexpr,
+    BF16_PARTIALS: tl.constexpr,
 ):
     # Head tiles vary fastest: the tiles of one (row, split) run side by side and
     # read the same latent rows, so all but the first find them in L2.
@@ -317,11 +317,23 @@ def mla_decode_stage1(
             + split * stride_buf_s
         )
         for i in tl.static_range(LORA_CHUNKS):
-            tl.store(
-                buf_ptr + out_off + i * CHUNK + d_lora[None, :],
-                acc[i] * (kv_scale / l_i[:, None]),
-                mask=head_mask[:, None],
-            )
+            part = acc[i] * (kv_scale / l_i[:, None])
+            if BF16_PARTIALS:
+                # Two to a float32 slot from the slot's start (``_load_partials``).
+                tl.store(
+                    buf_ptr.to(tl.pointer_type(tl.bfloat16))
+                    + 2 * out_off
+                    + i * CHUNK
+                    + d_lora[None, :],
+                    part.to(tl.bfloat16),
+                    mask=head_mask[:, None],
+                )
+            else:
+                tl.store(
+                    buf_ptr + out_off + i * CHUNK + d_lora[None, :],
+                    part,
+                    mask=head_mask[:, None],
+                )
         # The lse after the partial's stores, in each branch: computed once before the
         # branch, it changed the split build's SASS (see docs/performance.md, "Current
         # results"); this order keeps the build the sweeps measured.
@@ -345,7 +357,7 @@ def _load_partials(buf_ptr, off, cols, mask, BF16_PARTIALS: tl.constexpr):
     """Columns ``cols`` of the partials at slot offsets ``off`` (``[heads, splits]``,
     float32 elements) where ``mask``, as float32 ``[heads, splits, cols]`` (0 elsewhere).
     ``BF16_PARTIALS``: the partial is bf16, two to a float32 slot from the slot's start
-    (the Gluon seesaw's with a bf16 q), its lse in slot ``LORA`` as always."""
+    (``bf16_partials``), its lse in slot ``LORA`` as always."""
     if BF16_PARTIALS:
         vals = tl.load(
             buf_ptr.to(tl.pointer_type(tl.bfloat16)) + 2 * off[:, :, None] + cols[None, None, :],
@@ -513,6 +525,19 @@ def stage1_config(
     return {"BLOCK_H": block_h, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2, "LORA_CHUNKS": 1}
 
 
+def bf16_partials(q_dtype: str, grid_splits: int) -> bool:
+    """Whether stage 1 stores its partials in bf16, two to a float32 slot of the
+    buffer, and stage 2 reads them so (both stages' ``BF16_PARTIALS``): for a q of
+    dtype ``q_dtype`` (a numpy name) ``"bfloat16"`` where stage 2 runs (more than one
+    split), the output's own precision. Half the bytes written and read back: on the
+    H200 both stages of the tl kernels 1-4% faster at H=16, the Gluon seesaw's 7-13%
+    at the 8-split rows of 64 heads, the output's error against float64 2.0-2.8e-3 ->
+    2.4-4.6e-3 there (docs/performance.md, "bf16 partials"). float32 for an fp16 q,
+    whose output has three more mantissa bits, and a float32 one. A Gluon stage 1
+    may narrow this (``mla_jax._gluon_kernels.bf16_partials``)."""
+    return q_dtype == "bfloat16" and grid_splits > 1
+
+
 def launch_params(
     *,
     batch: int,
@@ -530,7 +555,7 @@ def launch_params(
     kv_strides: tuple[int, ...],
     block_table_strides: tuple[int, ...],
     buffer_strides: tuple[int, ...],
-    float32_inputs: bool,
+    q_dtype: str,
     batch_tokens: int | None = None,
     config: dict[str, int] | None = None,
 ) -> tuple[dict, dict | None]:
@@ -540,13 +565,17 @@ def launch_params(
     "constexprs"}``; with one split (``grid_splits == 1``) stage 1 writes the output
     itself and ``stage2`` is None (stage 1's pointers: ``stage1_pointers``). The JAX
     backend and the interpreter tests both launch from these, so they cannot disagree.
-    ``float32_inputs`` keeps float32 dots exact (no TF32); ``batch_tokens``: ``batch``
+    ``q_dtype``: q's dtype as a numpy name (``"bfloat16"``, ``"float16"``,
+    ``"float32"``): a float32 q keeps its dots exact (no TF32), a bf16 one takes bf16
+    partials (``bf16_partials``); ``batch_tokens``: ``batch``
     times the longest row's length when known at trace time, else None (it picks the
     head tile, ``stage1_config``; pass what the split count was planned with,
     ``splits.occupancy_kv_splits``); ``config`` overrides entries of ``stage1_config``
     (for tuning).
     """
-    cfg = stage1_config(num_heads, float32_inputs, batch_tokens) | (config or {})
+    float32 = q_dtype == "float32"
+    half = bf16_partials(q_dtype, grid_splits)
+    cfg = stage1_config(num_heads, float32, batch_tokens) | (config or {})
     buf = {
         "stride_buf_b": buffer_strides[0],
         "stride_buf_h": buffer_strides[1],
@@ -580,7 +609,8 @@ def launch_params(
             PAGED_LOADS=page_size % cfg["BLOCK_N"] == 0,
             # A chunk is a dot's depth (QK) and width (PV): at least MIN_DOT.
             LORA_CHUNKS=min(cfg["LORA_CHUNKS"], max(1, kv_lora_rank // MIN_DOT)),
-            DOT_PRECISION="ieee" if float32_inputs else "tf32",
+            DOT_PRECISION="ieee" if float32 else "tf32",
+            BF16_PARTIALS=half,
         ),
     }
     if grid_splits == 1:
@@ -601,9 +631,7 @@ def launch_params(
             **buf,
             GRID_SPLITS=grid_splits,
             **tiles,
-            # The tl stage 1's partials are float32; a Gluon one's may be bf16
-            # (_gluon_kernels.stage2_params).
-            BF16_PARTIALS=False,
+            BF16_PARTIALS=half,
         ),
     }
     return stage1, stage2

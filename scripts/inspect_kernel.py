@@ -38,7 +38,7 @@ def compile_stage1(heads, page, dtype, kv_dtype, config):
         kv_strides=(page * 576, 576, 1),
         block_table_strides=(256, 1),
         buffer_strides=(heads * 4 * 513, 4 * 513, 513, 1),
-        float32_inputs=dtype == "fp32",
+        q_dtype={"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}[dtype],
         config=config,
     )
     # Triton types of the run-time arguments: q_nope, q_pe, kv, block table, seq_lens,

@@ -105,14 +105,19 @@ def launchers(
         block_table_strides=table.stride(),
         buffer_strides=buf.stride(),
     )
-    s1, s2 = module.launch_params(**problem, float32_inputs=False)
+    q_dtype = str(q.dtype).removeprefix("torch.")
+    # Versions before the bf16 partials take whether q is float32 instead of its dtype.
+    if "q_dtype" in inspect.signature(module.launch_params).parameters:
+        s1, s2 = module.launch_params(**problem, q_dtype=q_dtype)
+    else:
+        s1, s2 = module.launch_params(**problem, float32_inputs=False)
     stage1_kernel = module.mla_decode_stage1
     if gluon:
         kv_dtype = str(kv.dtype).removeprefix("torch.")
         problem.pop("batch_tokens", None)
         # Triton's launcher makes no clusters: the build whose partials stage 2 merges.
         s1 = _gluon_kernels.launch_params(
-            q_dtype=str(q.dtype).removeprefix("torch."),
+            q_dtype=q_dtype,
             kv_dtype=kv_dtype,
             fp8_mma=fp8_mma,
             cluster_merge=False,

@@ -55,6 +55,7 @@ def run(
     batch_tokens: int | None = None,
     config: dict | None = None,
     poison: int = 0,
+    bf16_partials: bool | None = None,
 ):
     """Both stages on numpy inputs (in a pool worker); returns numpy ``(out, lse, buffer)``.
     With one split (``grid_splits``, else ``num_splits``, of 1) stage 1 alone, which
@@ -64,7 +65,9 @@ def run(
     keeps its contents where the kernel does not write. Outputs start as NaN.
     ``batch_tokens`` picks the head tile as a static step's would
     (``kernels.launch_params``); ``config`` overrides the stage-1 configuration
-    ``kernels.stage1_config`` picks.
+    ``kernels.stage1_config`` picks; ``bf16_partials`` overrides the partials' dtype
+    ``kernels.bf16_partials`` picks for q's (in both stages: an fp16 q's partials in
+    bf16, as a bf16 q's are, without the interpreter's bf16 dots).
     ``poison`` places the cache inside ``poison`` NaN pages on either side and the block
     table inside ``poison`` rows of entries that point just past the pool, so a read
     outside either array turns the output NaN (or wrong) instead of passing unseen.
@@ -110,10 +113,13 @@ def run(
         kv_strides=kv_t.stride(),
         block_table_strides=bt_t.stride(),
         buffer_strides=buf_t.stride(),
-        float32_inputs=q.dtype == np.float32,
+        q_dtype=np.dtype(q.dtype).name,
         batch_tokens=batch_tokens,
         config=config,
     )
+    if bf16_partials is not None and stage2 is not None:
+        for stage in (stage1, stage2):
+            stage["constexprs"]["BF16_PARTIALS"] = bf16_partials
     pointers = kernels.stage1_pointers(stage2 is None, buf_t, out_t, lse_t)
     kernels.mla_decode_stage1[stage1["grid"]](
         q_t, q_t, kv_t, bt_t, sl_t, ns_t, scale_t, **pointers, **stage1["constexprs"]
@@ -156,8 +162,10 @@ def run_stage2(buffer, seq_lens, num_splits, *, grid_splits, bf16_partials):
         kv_strides=(lora, lora, 1),
         block_table_strides=(1, 1),
         buffer_strides=buf_t.stride(),
-        float32_inputs=True,
+        q_dtype="bfloat16" if bf16_partials else "float32",
     )
-    constexprs = stage2["constexprs"] | {"BF16_PARTIALS": bf16_partials}
-    kernels.mla_decode_stage2[stage2["grid"]](buf_t, sl_t, ns_t, out_t, lse_t, **constexprs)
+    assert stage2["constexprs"]["BF16_PARTIALS"] == bf16_partials
+    kernels.mla_decode_stage2[stage2["grid"]](
+        buf_t, sl_t, ns_t, out_t, lse_t, **stage2["constexprs"]
+    )
     return out_t.numpy(), lse_t.numpy()

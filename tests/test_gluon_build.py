@@ -168,7 +168,7 @@ def build_report(heads=128, dtype="bf16", kv="same", splits=4):
         "lds128": count(r"\bLDS\.128\b", code),
         "sts128": count(r"\bSTS\.128\b", code),
         "sts64": count(r"\bSTS\.64\b", code),
-        "stg_u16": count(r"\bSTG\.E\.U16\b", code),
+        "stg32": count(r"\bSTG\.E\s", code),
         # The fp8 tile's widening: the bit sequence (HMUL2.BF16 / HMUL2), the e4m3 cvt
         # (F2FP.*.E4M3), the scalar f16 -> bf16 conversion (F2F.BF16.F16).
         "hmul2": count(r"HMUL2\b", code),
@@ -236,12 +236,13 @@ def test_gluon_seesaw_stage1_sm90_build(heads, dtype, splits, tmp_path):
     assert r["mma_in_flight_across_wait"], r
     assert r["vote_any"] == 4 and r["bar_red_or"] == 0, r
     # A split's partials go out through shared memory (_store_tile): each warpgroup's
-    # 64 x 256 float32 staged in 8-byte stores, 64 a thread, or for a bf16 q in bf16
-    # (bf16_partials), stored by rows in 16-bit words, 128 a thread; the one-split
-    # output neither.
+    # 64 x 256 float32 staged in 8-byte stores, 64 a thread, then stored by rows, 128
+    # a thread; for a bf16 q in bf16 (bf16_partials), two values a 4-byte store, 64
+    # a thread; the one-split output neither. Two more stores: the lse.
     half = splits > 1 and dtype == "bf16"
     assert (r["sts64"] >= 2 * 64) == (splits > 1 and not half), r
-    assert r["stg_u16"] == (2 * 128 if half else 0), r
+    if splits > 1:
+        assert r["stg32"] == 2 * (64 if half else 128) + 2, r
 
 
 # cp.async copies of 16 bytes a thread (one warpgroup copies): Q (64 x 576 16-bit) is
@@ -454,40 +455,50 @@ def test_cluster_size_is_two_for_a_seesaw_row_of_two_splits():
     assert small["cluster"] == 1 and "CLUSTER" not in small["constexprs"]
 
 
-def test_bf16_partials_where_the_seesaw_feeds_stage_2_a_bf16_q():
-    """``bf16_partials``: the seesaw (16-bit or fp8 cache, not the fp8-MMA or 16-head
-    kernels) with a bf16 q, more than one split, no cluster; ``launch_params`` tells
-    the seesaw (``BF16_PARTIALS``) and ``stage2_params`` stage 2, which it drops where
-    the cluster merges (and with one split)."""
+def test_bf16_partials_for_a_bf16_q_where_stage_2_merges():
+    """``kernels.bf16_partials``: a bf16 q with more than one split, the tl stage 1's
+    and stage 2's ``BF16_PARTIALS`` (``kernels.launch_params``). ``gk.bf16_partials``
+    narrows it to the seesaw (16-bit or fp8 cache, not the fp8-MMA or 16-head
+    kernels) without a cluster; ``gk.launch_params`` tells the seesaw and
+    ``stage2_params`` stage 2, which it drops where the cluster merges (and with one
+    split)."""
     from mla_jax import _gluon_kernels as gk
     from mla_jax import kernels
 
     bf16, fp16 = "bfloat16", "float16"
+    assert kernels.bf16_partials(bf16, 2)
+    assert not kernels.bf16_partials(bf16, 1)  # stage 1 writes the output
+    assert not kernels.bf16_partials(fp16, 8)  # fp16's three more bits
+    assert not kernels.bf16_partials("float32", 8)
     assert gk.bf16_partials(bf16, None, 64, False, 8, 1)
     assert gk.bf16_partials(bf16, gk.FP8, 128, False, 4, 1)
-    assert not gk.bf16_partials(fp16, None, 64, False, 8, 1)  # fp16's three more bits
+    assert not gk.bf16_partials(fp16, None, 64, False, 8, 1)
     assert not gk.bf16_partials(fp16, gk.FP8, 64, False, 8, 1)
-    assert not gk.bf16_partials(bf16, None, 64, False, 1, 1)  # stage 1 writes the output
+    assert not gk.bf16_partials(bf16, None, 64, False, 1, 1)
     assert not gk.bf16_partials(bf16, None, 64, False, 2, 2)  # the cluster merges
     assert not gk.bf16_partials(bf16, gk.FP8, 64, True, 8, 1)  # fp8 MMAs
     assert not gk.bf16_partials(bf16, gk.FP8, 32, False, 8, 1)  # 16-head fp8 kernel
-    for q_dtype, splits, merge, want in [
-        (bf16, 8, True, True),
-        (fp16, 8, True, False),
-        (bf16, 2, False, True),
+    for q_dtype, kv_dtype, heads, splits, merge, want in [
+        (bf16, None, 64, 8, True, True),
+        (fp16, None, 64, 8, True, False),
+        (bf16, None, 64, 2, False, True),
+        (bf16, gk.FP8, 32, 8, True, False),  # the 16-head fp8 kernel's float32
     ]:
-        problem = geometry(16, 64, splits)
-        stage1 = gk.launch_params(q_dtype=q_dtype, cluster_merge=merge, **problem)
-        assert stage1["bf16_partials"] is stage1["constexprs"]["BF16_PARTIALS"] is want
-        _, stage2 = kernels.launch_params(**problem, float32_inputs=False)
-        assert stage2["constexprs"]["BF16_PARTIALS"] is False  # the tl stage 1's
+        problem = geometry(16, heads, splits)
+        stage1 = gk.launch_params(
+            q_dtype=q_dtype, kv_dtype=kv_dtype, cluster_merge=merge, **problem
+        )
+        assert stage1["bf16_partials"] is want
+        assert stage1["constexprs"].get("BF16_PARTIALS", False) is want
+        tl_stage1, stage2 = kernels.launch_params(**problem, q_dtype=q_dtype)
+        tl_half = q_dtype == bf16
+        assert tl_stage1["constexprs"]["BF16_PARTIALS"] is tl_half
+        assert stage2["constexprs"]["BF16_PARTIALS"] is tl_half
         adapted = gk.stage2_params(stage2, stage1)
         assert adapted == stage2 | {"constexprs": stage2["constexprs"] | {"BF16_PARTIALS": want}}
     problem = geometry(16, 64, 2)
     stage1 = gk.launch_params(q_dtype=bf16, **problem)  # a cluster: no stage 2
-    assert (
-        gk.stage2_params(kernels.launch_params(**problem, float32_inputs=False)[1], stage1) is None
-    )
+    assert gk.stage2_params(kernels.launch_params(**problem, q_dtype=bf16)[1], stage1) is None
     assert gk.stage2_params(None, stage1) is None
 
 
@@ -646,7 +657,7 @@ def test_tl_stage1_loads_split_count_and_length_before_branching():
     from mla_jax import kernels
 
     stage1, _ = kernels.launch_params(
-        **geometry(64, 16, 4), float32_inputs=False, batch_tokens=64 * 4096
+        **geometry(64, 16, 4), q_dtype="bfloat16", batch_tokens=64 * 4096
     )
     runtime = ["*bf16"] * 3 + ["*i32"] * 3 + ["*fp32"] * 3
     constexprs = stage1["constexprs"] | kernels.stage1_absent(False)
@@ -660,7 +671,7 @@ def test_stage2_loads_first_partials_before_branching():
     the split count alone were loaded before it when the merge loop held them."""
     from mla_jax import kernels
 
-    _, stage2 = kernels.launch_params(**geometry(16, 64, 8), float32_inputs=False)
+    _, stage2 = kernels.launch_params(**geometry(16, 64, 8), q_dtype="bfloat16")
     runtime = ["*fp32", "*i32", "*i32", "*bf16", "*fp32"]
     loads = loads_before_branch(
         kernels.mla_decode_stage2, runtime, stage2, stage2["constexprs"], r"\bBRA\b"

@@ -224,10 +224,59 @@ def test_fp8_cache(pool, dtype, rng):
     np.testing.assert_allclose(lse, ref_lse, atol=1e-3, rtol=1e-4)
 
 
+def test_stage1_stores_bf16_partials_two_to_a_slot(pool, rng):
+    """Stage 1 with ``BF16_PARTIALS`` (``kernels.bf16_partials``; an fp16 q here, the
+    interpreter's bf16 dots being wrong): each live split's partial is the float32
+    build's in bf16, two to a float32 slot from the slot's start, its lse in
+    slot ``LORA`` the float32 build's; the rest of the slot and dead splits unwritten;
+    both stages' output within the bf16 rounding of the float64 reference."""
+    import ml_dtypes
+
+    lora, grid, splits = 512, 5, 4
+    case = random_case(
+        rng,
+        batch=3,
+        heads=16,
+        dims=DEEPSEEK,
+        page_size=64,
+        pages_per_seq=4,
+        dtype=np.float16,
+        seq_lens=[0, int(rng.integers(1, 256)), 256],
+    )
+    buffer = np.full((4, 16, grid, lora + 1), POISON, np.float32)
+    args = (case.q, case.kv_cache, case.block_table, case.seq_lens, buffer)
+    kw = dict(scale=case.scale, num_splits=splits, grid_splits=grid)
+    (out32, _, buf32), (out, lse, buf) = (
+        pool.apply(run, args, kw | dict(bf16_partials=half)) for half in (False, True)
+    )
+    live = ~np.isnan(buf32[..., lora])  # [rows, H, S]
+    assert live[1:3].any() and not live[0].any() and not live[3].any()
+    halves = buf[..., : lora // 2].copy().view(np.uint16).view(ml_dtypes.bfloat16)
+    want = buf32[..., :lora][live]
+    # One bf16 ulp at most (2^-7 of the value): the interpreter's conversion rounds
+    # toward zero, the GPU's (cvt.rn) to nearest.
+    err = np.abs(halves[live].astype(np.float32) - want)
+    assert (err <= 2**-7 * np.abs(want)).all() and err.max() > 0
+    np.testing.assert_array_equal(buf[..., lora][live], buf32[..., lora][live])
+    assert np.isnan(buf[..., lora // 2 : lora][live]).all() and np.isnan(buf[~live]).all()
+    ref_out, ref_lse = mla_decode_reference_np(
+        case.q,
+        case.kv_cache,
+        case.block_table,
+        case.seq_lens,
+        scale=case.scale,
+        kv_lora_rank=lora,
+    )
+    # bf16 partials round to 2^-8 of their size (|out| < 4 here) before the merge.
+    np.testing.assert_allclose(out, ref_out, atol=tolerance(np.float16) + 4 * 2**-8, rtol=0)
+    np.testing.assert_allclose(lse, ref_lse, atol=1e-4, rtol=1e-5)
+    assert np.abs(out - out32).max() > 0  # the bf16 build did round
+
+
 @pytest.mark.parametrize("bf16_partials", [False, True])
 def test_stage2_merges_float32_and_bf16_partials(pool, bf16_partials, rng):
     """Stage 2 alone on partials written as stage 1 leaves them, float32 or bf16 two to
-    a float32 slot (``BF16_PARTIALS``, the Gluon seesaw's for a bf16 q), against a
+    a float32 slot (``BF16_PARTIALS``, ``kernels.bf16_partials``), against a
     float64 merge of the same values: live splits only (dead slots NaN), an empty row,
     rows whose live splits end early."""
     import ml_dtypes

@@ -202,23 +202,28 @@ def test_seesaw_rows_of_two_splits_are_clusters_that_write_the_output():
     assert [name for *_, name in kernel_calls(four)] == ["mla_decode_stage1", "mla_decode_stage2"]
 
 
-@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
-def test_seesaw_and_stage_2_agree_on_the_partials_dtype(dtype):
-    """At H=128 with 4 splits (vLLM's rule at L=2048) the seesaw writes partials for
-    stage 2: for a bf16 q both kernels of the lowered step move them as 16-bit words
-    (``st.global.b16`` in stage 1's PTX; stage 2 widens them, ``cvt.f32.bf16``;
-    ``_gluon_kernels.bf16_partials``), for an fp16 q neither does (float32)."""
+@pytest.mark.parametrize(
+    "heads, stage1_name, lse_stores",
+    [(16, "mla_decode_stage1", 1), (128, "mla_decode_stage1_gluon_seesaw", 2)],
+)
+def test_stage_1_and_stage_2_agree_on_the_partials_dtype(heads, stage1_name, lse_stores):
+    """With 4 splits (vLLM's rule at L=2048) stage 1 writes partials for stage 2, the
+    tl kernel at H=16 and the seesaw at H=128: for a bf16 q in bf16
+    (``kernels.bf16_partials``), so stage 1 has half a float32 build's global stores
+    of partials (those of a fp16 q; besides them, ``lse_stores`` of the lse a
+    thread) and stage 2 widens what it reads (``cvt.f32.bf16``); for an fp16 q,
+    float32, widened by neither."""
     from tests.test_kernel_cache import custom_calls, kernel_call
 
-    text = lowered_text(dtype, heads=128, max_seq_len=2048)
-    stage1, stage2 = (kernel_call(line) for line in custom_calls(text))
-    assert (stage1["kernel_name"], stage2["kernel_name"]) == (
-        "mla_decode_stage1_gluon_seesaw",
-        "mla_decode_stage2",
-    )
-    half = dtype == jnp.bfloat16
-    assert bool(re.search(r"st\.global(\.\w+)*\.b16", stage1["ptx"].decode())) == half
-    assert ("cvt.f32.bf16" in stage2["ptx"].decode()) == half
+    stores, widens = {}, {}
+    for dtype in (jnp.bfloat16, jnp.float16):
+        text = lowered_text(dtype, heads=heads, max_seq_len=2048)
+        stage1, stage2 = (kernel_call(line) for line in custom_calls(text))
+        assert (stage1["kernel_name"], stage2["kernel_name"]) == (stage1_name, "mla_decode_stage2")
+        stores[dtype] = len(re.findall(r"\bst\.global\.", stage1["ptx"].decode()))
+        widens[dtype] = "cvt.f32.bf16" in stage2["ptx"].decode()
+    assert stores[jnp.float16] - lse_stores == 2 * (stores[jnp.bfloat16] - lse_stores), stores
+    assert widens == {jnp.bfloat16: True, jnp.float16: False}
 
 
 def test_runtime_split_count_and_query_pair_lower():
@@ -424,6 +429,6 @@ def test_latent_chunks_by_tile_and_rank(heads, lora, want):
         kv_strides=(64 * (lora + 16), lora + 16, 1),
         block_table_strides=(4, 1),
         buffer_strides=(heads * 2 * (lora + 1), 2 * (lora + 1), lora + 1, 1),
-        float32_inputs=False,
+        q_dtype="bfloat16",
     )
     assert stage1["constexprs"]["LORA_CHUNKS"] == want
