@@ -30,7 +30,7 @@ CELLS = [
 # Performance on an H200
 
 What one decode step costs on the GPU, read from the current sweep in
-`docs/benchmarks/results.json` (`python -m mla_jax bench`, 2026-12-03, kernels of 752a389,
+`docs/benchmarks/results.json` (`python -m mla_jax bench`, 2026-12-03, kernels of 72ef8a8,
 the current ones; the XLA paths from an earlier sweep, see below): NVIDIA H200, 68 shapes with
 B ∈ {1, 4, 16, 64, 128}, H ∈ {16, 32, 64, 128}, L ∈ {1k, 4k, 16k} and L = 64k for B ≤ 4;
 bf16, latent 512 + rope 64, pages of 64 tokens, shuffled block tables. Four paths:
@@ -89,21 +89,21 @@ not timed in this sweep; their latest numbers, on the kernels of c11b1c4, are in
   K is 5–20 (about 2 ms a run), median of 3 repeats. Below about 40 µs a call the
   host's dispatch, not the GPU, sets the JAX paths' wall time, and it moves from run to
   run: three runs in new processes read 1/16/1024 at 31.7, 30.4 and 35.8 µs and
-  1/128/1024 at 40.5, 29.6 and 25.2 µs, whose kernels take 7.1 and 8.2 µs in this sweep
+  1/128/1024 at 40.5, 29.6 and 25.2 µs, whose kernels take 7.1 and 7.8 µs in this sweep
   ([`docs/gpu/bench-wall-with-and-without-traces.log`](../docs/gpu/bench-wall-with-and-without-traces.log);
   its runs with and without `--kernel-time` show that the traced run does not change the
   wall time). The last section but one compares the two instruments.
 
-Our path and vLLM's kernels ran on 2026-12-03 in five parts (parts 1–5 below), in two
-device calls of one lease of one H200, on the kernels of 752a389; three of the parts
-(`small`, `large-b128`, `h32`) ran on ff27d4c with 752a389's change applied as a patch,
-the same kernel file (their logs say `ff27d4c+pages-first`). Each part was a separate
-bench process measuring its own ceilings, with vLLM's kernels in the same process as
-ours. They are merged from `docs/benchmarks/parts/`: `small.json` (B ≤ 4 at H ∈ {16, 64,
-128}, 24 shapes), `large-b16-b64.json` (B 16 and 64 at those heads, 18),
+Our path and vLLM's kernels ran on 2026-12-03 in five parts (parts 1–5 below), in three
+device calls of one lease of one H200, on the kernels of 72ef8a8, which store a bf16 q's
+split partials in bf16 from the tl stage 1 and the Gluon seesaw alike (the 18 shapes
+without stage 2 run the same binaries as in the sweep on 752a389's kernels). Each part
+was a separate bench process measuring its own ceilings, with vLLM's kernels in the same
+process as ours. They are merged from `docs/benchmarks/parts/`: `small.json` (B ≤ 4 at
+H ∈ {16, 64, 128}, 24 shapes), `large-b16-b64.json` (B 16 and 64 at those heads, 18),
 `large-b128.json` (B 128 at H 16 and 64, 6), `large-b128-h32-h128.json` (B 128 at H 32
-and 128, 6) and `h32.json` (H=32 at B 1–64, 14); the scripts of both calls are in
-`docs/gpu/sweep-1203/`, the merge is `docs/gpu/sweep-c11b1c4/merge.sh`. The XLA paths
+and 128, 6) and `h32.json` (H=32 at B 1–64, 14); the scripts of the three calls are in
+`docs/gpu/sweep-72ef8a8/`, the merge is `docs/gpu/sweep-c11b1c4/merge.sh`. The XLA paths
 (`xla`, `dense`), whose code did not change, are carried from an earlier sweep (df8ad0c,
 2026-12-01; its six parts, parts 6–11 below, are in `docs/benchmarks/df8ad0c/parts/`).
 Each shape's `path_parts` names the part of each path; a path's floor and its speed-up
@@ -111,8 +111,9 @@ over vLLM's kernels are those of its own part, so the XLA paths' are against tha
 ceilings and vLLM run. The first cell checks that the default path ran the stage 1 the
 routing picks (the seesaw where H ≥ 32 and a split holds at least 128 tokens, else the tl
 kernel), and stage 2 wherever the grid has more than one split but for the seesaw's rows
-of two splits, which a cluster merges. The sweep before this one, on c11b1c4's kernels
-and with the `triton` path timed, is in `docs/benchmarks/c11b1c4/`.
+of two splits, which a cluster merges. The sweep before this one, on 752a389's kernels
+(the same day), is in `docs/benchmarks/752a389/`; the one before that, on c11b1c4's
+kernels and with the `triton` path timed, in `docs/benchmarks/c11b1c4/`.
 
 Every cell but the last only reads JSON and draws, so the notebook runs anywhere; the last
 re-measures a few shapes when a CUDA GPU is present. The figures are drawn by
@@ -145,7 +146,7 @@ OURS = [p for p in (DEFAULT, "triton") if p in results["paths"]]
 PARTS = results.get("parts") or [{"ceilings": results["ceilings"],
                                   "shapes": len(results["shapes"])}]
 SEESAW = "mla_decode_stage1_gluon_seesaw"
-# The routing the sweep ran (mla_jax._triton_backend at 752a389): the seesaw stage 1 for a
+# The routing the sweep ran (mla_jax._triton_backend at 72ef8a8): the seesaw stage 1 for a
 # 16-bit cache with at least 32 heads where each split holds at least this many tokens;
 # where it runs a row in two splits, the row's two CTAs are a thread-block cluster that
 # merges them, and stage 2 is not launched (mla_jax._gluon_kernels.cluster_size).
@@ -288,10 +289,10 @@ $$\text{floor} = \max\left(\frac{\text{KV bytes}}{\text{copy bandwidth}},\;
 \frac{\text{flops}}{\text{matmul rate}}\right)$$
 
 The copy bandwidth is a device copy in JAX (bytes read + written per second), the matmul
-rate a large square bf16 matmul in JAX: 3.34 TB/s and 666–680 TFLOP/s in the five parts
+rate a large square bf16 matmul in JAX: 3.34 TB/s and 677–683 TFLOP/s in the five parts
 that timed our path and vLLM's (3.34–3.35 TB/s and 655–683 TFLOP/s in the XLA paths'
 six). A step does 1.89·H flops per byte, so the ridge point (matmul rate / copy
-bandwidth: 196–204 flop/byte) sits near H ≈ 104–108: **with 16, 32 and 64 heads a step is
+bandwidth: 196–205 flop/byte) sits near H ≈ 104–108: **with 16, 32 and 64 heads a step is
 memory-bound, with 128 heads compute-bound.** The floor is an ideal: no kernel reaches
 both ceilings, and attention's small dot products are not the large GEMM that set the
 matmul rate. The copy counts bytes read and written, a pessimistic ceiling for a kernel
@@ -348,53 +349,53 @@ display(time_vs_len_figure(results, paths, key="device_ms",
 
 In kernel time:
 
-- **H=16 (memory-bound), B ≥ 64, L ≥ 4k: 109–128 % of the floor (3.65–4.26 TB/s of KV
-  reads), 49–53 % for vLLM's kernels.** Stage 1 is the tl kernel. The best, 0.567 ms at
-  128/16/16384 (128 %, 4.26 TB/s; vLLM's kernels 1.368 ms), reads faster than the
+- **H=16 (memory-bound), B ≥ 64, L ≥ 4k: 112–128 % of the floor (3.74–4.29 TB/s of KV
+  reads), 50–53 % for vLLM's kernels.** Stage 1 is the tl kernel. The best, 0.563 ms at
+  128/16/16384 (128 %, 4.29 TB/s; vLLM's kernels 1.368 ms), reads faster than the
   3.34 TB/s device copy the bench measured and than the 4.22 TB/s reference copy rate;
   Nsight Compute puts its stage 1 at 91.5 % of the DRAM peak ([`docs/performance.md`,
   "Hardware floors"](../docs/performance.md#hardware-floors)).
-- **H=32, B ≥ 16: 39–127 % of the floor, stage 1 the Gluon seesaw at all 9 shapes**
-  (1.31–4.25 TB/s), on one 64-head tile with half its rows masked. With splits of
-  ≥ 1024 tokens it reaches 98–127 % (6 shapes, 3.29–4.25 TB/s): 0.569 ms at 128/32/16384
-  (127.3 %, 4.25 TB/s; vLLM's kernels 2.637 ms), 121.3 % at 128/32/4096, 121.0 % at
-  64/32/16384, 103.9 % at 64/32/4096, 103.7 % at 16/32/16384, 98.5 % at 128/32/1024 (one
+- **H=32, B ≥ 16: 44–123 % of the floor, stage 1 the Gluon seesaw at all 9 shapes**
+  (1.47–4.11 TB/s), on one 64-head tile with half its rows masked. With splits of
+  ≥ 1024 tokens it reaches 97–123 % (6 shapes, 3.25–4.11 TB/s): 0.588 ms at 128/32/16384
+  (123.1 %, 4.11 TB/s; vLLM's kernels 2.634 ms), 119.9 % at 64/32/16384, 116.3 % at
+  128/32/4096, 107.8 % at 16/32/16384, 104.6 % at 64/32/4096, 97.3 % at 128/32/1024 (one
   1024-token split a row). At B=128 the grid has one split a row and at B=64 a cluster
-  merges a row's two, so stage 1 runs alone at both. With 512-token splits: 68.1 % at
-  16/32/4096 and 66.9 % at 64/32/1024; with 128-token splits, 39.2 % at 16/32/1024
-  (14.4 µs). At B ≥ 16, L ≥ 4k vLLM's kernels reach 25–28 %. At B ≤ 4 the default path
-  runs the seesaw at 5 of the 8 shapes: 4/32/65536 (2048-token splits, 105.7 %),
-  1/32/65536 and 4/32/16384 (512-token splits, 64.4 and 68.9 %), 1/32/16384 and
-  4/32/4096 (128-token splits, 34.0 and 38.1 %).
-- **H=64, B ≥ 64, L ≥ 4k: 99–118 %** (0.620 ms at 128/64/16384, one split a row,
-  3.90 TB/s; vLLM's kernels 4.985 ms), 14–15 % for vLLM's kernels. The default path runs
+  merges a row's two, so stage 1 runs alone at both. With 512-token splits: 72.3 % at
+  16/32/4096 and 67.1 % at 64/32/1024; with 128-token splits, 44.0 % at 16/32/1024
+  (12.9 µs). At B ≥ 16, L ≥ 4k vLLM's kernels reach 25–28 %. At B ≤ 4 the default path
+  runs the seesaw at 5 of the 8 shapes: 4/32/65536 (2048-token splits, 108.3 %),
+  1/32/65536 and 4/32/16384 (512-token splits, 65.4 and 72.1 %), 1/32/16384 and
+  4/32/4096 (128-token splits, 36.4 and 40.9 %).
+- **H=64, B ≥ 64, L ≥ 4k: 97–118 %** (0.615 ms at 128/64/16384, one split a row,
+  3.93 TB/s; vLLM's kernels 4.983 ms), 14–15 % for vLLM's kernels. The default path runs
   the seesaw at 14 of the 17 H=64 shapes, all but 1/64/1024, 1/64/4096 and 4/64/1024,
-  whose splits hold 64 tokens. With shorter splits at B=16 and 64: 99.6 % at 16/64/16384
-  (2048 tokens a split), 59.6 % at 16/64/4096 and 60.4 % at 64/64/1024 (512 tokens, the
+  whose splits hold 64 tokens. With shorter splits at B=16 and 64: 101.6 % at 16/64/16384
+  (2048 tokens a split), 66.2 % at 16/64/4096 and 60.4 % at 64/64/1024 (512 tokens, the
   split count vLLM's rule also picks; at 64/64/1024 a cluster merges the row's two),
-  30.2 % at 16/64/1024 (128 tokens).
-- **Issue #21's target for H=32 and 64, ≥ 60 % of the floor from B=16 up, holds at 15
-  of the 18 shapes.** Under it: 16/32/1024 (39.2 %), 16/64/1024 (30.2 %) and 16/64/4096
-  (59.6 %), all on the seesaw with splits of 128 or 512 tokens. The bench of 16/64/4096
-  alone, in five processes on the same kernels, read 60.4–60.9 %
-  (`docs/gpu/row-16-64-4096/`): that row sits on the line.
-- **H=128 (compute-bound): at most 86 % of the floor, 9 % for vLLM's kernels.** At the
-  six H=128 shapes with B·L ≥ 256k tokens the default path runs the seesaw at 77–86 % of
-  the floor (513–582 TFLOP/s, against a 666–680 TFLOP/s matmul): 0.502 ms at
-  64/128/16384 (582 TFLOP/s; vLLM's kernels 4.775 ms), 1.011 ms at 128/128/16384
-  (578 TFLOP/s; vLLM's kernels 9.789 ms), both with one split a row, stage 1 alone.
-  vLLM's kernels reach 9 % there (57.8–61.3 TFLOP/s). In the seesaw schedule two
+  36.8 % at 16/64/1024 (128 tokens).
+- **Issue #21's target for H=32 and 64, ≥ 60 % of the floor from B=16 up, holds at 16
+  of the 18 shapes.** Under it: 16/32/1024 (44.0 %) and 16/64/1024 (36.8 %), both on the
+  seesaw with splits of 128 tokens. 16/64/4096, on the line in the sweep before (59.6 %;
+  60.4–60.9 % in five processes of that row alone, `docs/gpu/row-16-64-4096/`), reads
+  66.2 % now that its eight splits' partials are stored in bf16.
+- **H=128 (compute-bound): at most 85 % of the floor, 9 % for vLLM's kernels.** At the
+  six H=128 shapes with B·L ≥ 256k tokens the default path runs the seesaw at 78–85 % of
+  the floor (527–581 TFLOP/s, against a 680–682 TFLOP/s matmul): 1.006 ms at
+  128/128/16384 (581 TFLOP/s; vLLM's kernels 9.741 ms), 0.514 ms at 64/128/16384
+  (568 TFLOP/s; vLLM's kernels 4.736 ms), both with one split a row, stage 1 alone.
+  vLLM's kernels reach 9 % there (58.4–61.7 TFLOP/s). In the seesaw schedule two
   warp-specialised warpgroups each compute the whole of alternate 64-token blocks, so
   one's softmax runs under the other's MMAs; what it still leaves out of FlashMLA's
   kernel is in [`docs/performance.md`, "Gluon stage 1
   (sm_90)"](../docs/performance.md#gluon-stage-1-sm_90). vLLM's kernel groups 16 heads
   per program (`BLOCK_H = 16`), so at H=128 eight programs each load the same KV tiles.
 - **Small shapes (B ≤ 4, L ≤ 4k): a fixed cost, not the work.** The floor there is
-  0.4–6.9 µs. The default path takes 7.1–21.1 µs of kernel time, `xla` 13.6–67.6 µs,
-  `dense` 12.9–49.1 µs, vLLM's kernels 50.6–77.9 µs. The occupancy rule gives 8–64 splits
+  0.4–6.7 µs. The default path takes 7.1–17.8 µs of kernel time, `xla` 13.6–67.6 µs,
+  `dense` 12.9–49.1 µs, vLLM's kernels 51.2–77.8 µs. The occupancy rule gives 8–64 splits
   a row there, of 64–256 tokens: the default path runs the seesaw at the 5 shapes with
-  H ≥ 32 and at least 128 tokens a split (1/128/4096: 14.2 µs, 32 splits of 128 tokens),
-  the tl kernel on 16-head tiles at the other 11 (1/128/1024: 8.2 µs, 16 splits of 64
+  H ≥ 32 and at least 128 tokens a split (1/128/4096: 12.9 µs, 32 splits of 128 tokens),
+  the tl kernel on 16-head tiles at the other 11 (1/128/1024: 7.8 µs, 16 splits of 64
   tokens).
 - The XLA paths (`xla`, `dense`) gather the rows into a dense copy before their einsums;
   at H=16, B ≥ 64, L ≥ 4k they reach 17–21 % of the floor.
@@ -476,21 +477,21 @@ ours is faster; for the XLA paths, a part of the df8ad0c sweep); vLLM's includes
 small torch fills around its kernels.
 
 - **Occupancy splits (the default) are faster than vLLM's kernels at all 68 shapes,
-  1.93–9.68×:** 2.63–9.68× at the 44 shapes where stage 1 is the Gluon seesaw
+  2.02–9.68×:** 2.63–9.68× at the 44 shapes where stage 1 is the Gluon seesaw
   (2.63–9.68× at the 18 of them where it runs alone: one split a row, or two merged in a
-  cluster), 1.93–7.13× at the 24 where it is the tl kernel. By head count: 1.93–7.13× at
-  H=16, 2.63–7.03× at H=32, 2.94–8.05× at H=64, 3.51–9.68× at H=128.
-- **The largest: 128/128/16384, 1.011 ms against vLLM's 9.789 ms (9.68×);**
-  64/128/16384 is 0.502 against 4.775 ms (9.52×), 128/128/4096 0.280 against 2.528 ms
-  (9.02×), all three with one split a row.
-- **The closest: 128/16/1024, 0.0495 against 0.0956 ms (1.93×),** then 64/16/4096
-  (0.0828 against 0.1830 ms, 2.21×) and 64/16/1024 (0.0304 against 0.0689 ms, 2.27×):
-  H=16 shapes on the tl kernel, 30–83 µs of kernel time; 128/16/1024 with the 2 splits
+  cluster), 2.02–7.23× at the 24 where it is the tl kernel. By head count: 2.02–7.23× at
+  H=16, 2.63–7.16× at H=32, 3.50–8.17× at H=64, 4.08–9.68× at H=128.
+- **The largest: 128/128/16384, 1.006 ms against vLLM's 9.741 ms (9.68×);**
+  128/128/4096 is 0.267 against 2.500 ms (9.35×), 64/128/16384 0.514 against 4.736 ms
+  (9.21×), all three with one split a row.
+- **The closest: 128/16/1024, 0.0476 against 0.0962 ms (2.02×),** then 64/16/4096
+  (0.0808 against 0.1819 ms, 2.25×) and 16/16/16384 (0.0816 against 0.1887 ms, 2.31×):
+  H=16 shapes on the tl kernel, 48–82 µs of kernel time; 128/16/1024 with the 2 splits
   a row that vLLM's rule also picks.
-- At the small shapes (B ≤ 4, L ≤ 4k) the default path is 3.00–7.13× faster in kernel
-  time (1/16/1024: 7.1 against 50.6 µs) and 1.43–2.89× in wall time, where the host
+- At the small shapes (B ≤ 4, L ≤ 4k) the default path is 3.50–7.23× faster in kernel
+  time (1/16/1024: 7.1 against 51.2 µs) and 1.35–2.78× in wall time, where the host
   sets our time but not that of vLLM's CUDA graph. Over all 68 shapes the wall-time range
-  is 1.41–9.86×; its closest, 16/32/1024, runs 14.4 µs of kernels in 38.5 µs of wall
+  is 1.32–9.65×; its closest, 16/32/1024, runs 12.9 µs of kernels in 41.6 µs of wall
   time.
 - Our kernels on vLLM's split rule (`triton`) were not timed in this sweep; their speed-up
   over vLLM's kernels, on the kernels of c11b1c4, is in
@@ -498,7 +499,7 @@ small torch fills around its kernels.
 - At H=128 with B ≥ 16, vLLM's kernels are at 8–9 % of the floor; even plain JAX
   gather + einsum is 1.70–2.19× faster there, and it beats vLLM's kernels at 46 of the
   68 shapes (its times from the df8ad0c sweep, against that sweep's run of vLLM's
-  kernels, whose kernel times are within 1.8 % of this one's).
+  kernels, whose kernel times are within 1.4 % of this one's).
 """,
     ),
     (
@@ -662,19 +663,19 @@ else:
 
 The wall clock is what a caller that dispatches ten chained runs per sync sees; the kernel
 time is what the GPU spends in the path's kernels. Where the kernels take 40 µs a call or
-more, the two agree: the default path's wall time is 0.96–1.17× its kernel time there (32
-shapes), 0.96–1.06× at the 15 shapes of 100 µs or more, and vLLM's CUDA graph reads
-1.00–1.04× at all 68. Below that the host's dispatch sets the JAX paths' wall time: the
-default path reads 17.74–39.99 µs at its 30 shapes under 40 µs of wall time, whose
-kernels take 7.1–33.7 µs (up to 4.19× apart, at 4/32/1024); the wall time of `dense`
+more, the two agree: the default path's wall time is 0.95–1.17× its kernel time there (32
+shapes), 0.95–1.10× at the 15 shapes of 100 µs or more, and vLLM's CUDA graph reads
+0.99–1.03× at all 68. Below that the host's dispatch sets the JAX paths' wall time: the
+default path reads 18.70–39.26 µs at its 27 shapes under 40 µs of wall time, whose
+kernels take 7.1–33.7 µs (up to 5.40× apart, at 1/32/1024); the wall time of `dense`
 never reads below 28.5 µs, that of `xla` never below 34.3 µs. Those wall times move from
 run to run (see the top of the notebook), and their three repeats within this sweep
-spread by up to 60 % on the default path.
+spread by up to 47 % on the default path.
 
 The two instruments come from different runs, so at a shape whose clock varies the kernel
-time can read above the wall time: at 64/128/16384 0.502 ms of kernels against 0.484 ms
-of wall time here, at 128/128/4096 0.280 against 0.276 ms, and by under 1 % at
-128/64/4096 (0.166 against 0.165 ms); all three with one split a row, stage 1 alone.
+time can read above the wall time: at 64/128/16384 0.514 ms of kernels against 0.491 ms
+of wall time here, at 128/64/16384 0.615 against 0.592 ms, and by under 1 % at
+128/128/4096 (0.2673 against 0.2666 ms); all three with one split a row, stage 1 alone.
 """,
     ),
     (
