@@ -340,7 +340,7 @@ _LN2 = kernels._LN2
 RESCALE_THRESHOLD = kernels.RESCALE_THRESHOLD
 # The tl stage 1's constexprs that are its own choices (tiling, precision, the
 # partials' dtype), not the problem's: a Gluon kernel makes its own or has none.
-_TL_TILING = (
+_TL_CHOICES = (
     "BLOCK_H",
     "BLOCK_N",
     "DOT_PRECISION",
@@ -480,7 +480,7 @@ def launch_params(
     (``kernel_for(kv_dtype, num_heads, fp8_mma)``; None: a 16-bit cache):
     ``problem`` is ``kernels.launch_params``' keywords but ``q_dtype`` and
     ``config``. The problem's constexprs are the tl stage 1's (one definition), less
-    its tiling; the buffer is the tl kernel's, so stage 2 is launched from
+    its own choices; the buffer is the tl kernel's, so stage 2 is launched from
     ``kernels.launch_params``, adapted by ``stage2_params`` (none where ``cluster``,
     ``cluster_size`` with ``cluster_merge``, is 2; ``bf16_partials``). A cluster's
     grid holds its CTAs along x."""
@@ -497,7 +497,7 @@ def launch_params(
         num_warps = FP8_MMA_NUM_WARPS
     else:
         num_warps = SMALL_NUM_WARPS if small else SEESAW_NUM_WARPS
-    constexprs = {k: v for k, v in tl_stage1["constexprs"].items() if k not in _TL_TILING} | {
+    constexprs = {k: v for k, v in tl_stage1["constexprs"].items() if k not in _TL_CHOICES} | {
         "BLOCK_H": block_h,
         "BLOCK_N": BLOCK_N,
     }

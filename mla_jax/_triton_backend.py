@@ -150,9 +150,10 @@ def decode(
         block_table_strides=_strides(block_table),
         buffer_strides=_strides(logits_buffer),
     )
+    q_dtype = jnp.dtype(q_nope.dtype).name
     stage1, stage2 = kernels.launch_params(
         **problem,
-        q_dtype=jnp.dtype(q_nope.dtype).name,
+        q_dtype=q_dtype,
         batch_tokens=batch_tokens,
         config=config,
     )
@@ -165,7 +166,7 @@ def decode(
     ):
         kv_dtype = jnp.dtype(kv_cache.dtype).name
         stage1 = _gluon_kernels.launch_params(
-            q_dtype=jnp.dtype(q_nope.dtype).name,
+            q_dtype=q_dtype,
             kv_dtype=kv_dtype,
             fp8_mma=fp8_mma,
             cluster_merge=cluster_merge,

@@ -231,9 +231,19 @@ class Launch:
                 **g1["constexprs"],
             )
 
+    def stage2_launch(self, name):
+        """Path ``name``'s stage 2 launch parameters; None with one split."""
+        return self.g2 if name == "gluon" else self.s2
+
+    def bf16_partials(self, name):
+        """Whether path ``name`` stores bf16 partials (``kernels.bf16_partials``,
+        ``gk.bf16_partials``)."""
+        s2 = self.stage2_launch(name)
+        return s2 is not None and s2["constexprs"]["BF16_PARTIALS"]
+
     def stage2(self, name):
         """Stage 2 on path ``name``'s buffer; nothing with one split."""
-        s2 = self.g2 if name == "gluon" else self.s2
+        s2 = self.stage2_launch(name)
         if s2 is None:
             return
         kernels.mla_decode_stage2[s2["grid"]](
@@ -249,22 +259,14 @@ class Launch:
 
     def partials(self, name):
         """Path ``name``'s buffer with its partials as float32 (bf16 ones unpacked:
-        ``kernels.bf16_partials``, ``gk.bf16_partials``), the lse in slot ``LORA``;
-        NaN past it."""
+        ``bf16_partials``), the lse in slot ``LORA``; NaN past it."""
         buf = self.buf[name]
-        s2 = self.g2 if name == "gluon" else self.s2
-        if s2 is None or not s2["constexprs"]["BF16_PARTIALS"]:
+        if not self.bf16_partials(name):
             return buf
         unpacked = torch.full_like(buf, float("nan"))
         unpacked[..., :LORA] = buf[..., : LORA // 2].contiguous().view(torch.bfloat16).float()
         unpacked[..., LORA] = buf[..., LORA]
         return unpacked
-
-    def bf16_partials(self):
-        """Whether either path stores bf16 partials (``kernels.bf16_partials``)."""
-        return any(
-            s2 is not None and s2["constexprs"]["BF16_PARTIALS"] for s2 in (self.s2, self.g2)
-        )
 
     def both(self, name):
         self.stage1(name)
@@ -358,7 +360,7 @@ def check(name, q, pool, table, lens, splits, kv_scale=1.0, routed=True):
         live_slots = live.unsqueeze(1).expand(-1, q.shape[1], -1)
         tl_part = run.partials("tl")[live_slots]
         part = (run.partials("gluon")[live_slots] - tl_part).abs()
-        if run.bf16_partials():
+        if run.bf16_partials("tl") or run.bf16_partials("gluon"):
             # Each side's bf16 rounding (half an ulp, at most 2^-8 of the value).
             part = part - PART_BF16_RTOL * tl_part.abs()
         dead = ~live_slots

@@ -63,6 +63,25 @@ def random_case(
     return Case(q, kv, table.astype(np.int32), np.asarray(seq_lens, np.int32), scale, lora)
 
 
+def pack_bf16_partials(part: np.ndarray) -> np.ndarray:
+    """Partials ``[..., LORA]`` in bf16, two to a float32 slot from the slot's start, as
+    stage 1 stores them for a bf16 q (``kernels.bf16_partials``): ``[..., LORA / 2]``."""
+    import ml_dtypes
+
+    return np.asarray(part).astype(ml_dtypes.bfloat16).view(np.uint16).view(np.float32)
+
+
+def unpack_bf16_partials(buffer: np.ndarray) -> np.ndarray:
+    """A logits buffer ``[..., LORA + 1]`` holding bf16 partials (``pack_bf16_partials``)
+    as float32 partials in columns ``[0, LORA)``; the lse in slot ``LORA`` as it was."""
+    import ml_dtypes
+
+    lora = buffer.shape[-1] - 1
+    out = np.array(buffer, np.float32)
+    out[..., :lora] = np.ascontiguousarray(buffer[..., : lora // 2]).view(ml_dtypes.bfloat16)
+    return out
+
+
 def tolerance(dtype) -> float:
     """Max abs error allowed on outputs of O(1): the output's own rounding dominates."""
     return {np.float32: 2e-5, np.float16: 4e-3}[np.dtype(dtype).type]

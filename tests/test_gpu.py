@@ -2,14 +2,20 @@
 
 import jax
 import jax.numpy as jnp
-import ml_dtypes
 import numpy as np
 import pytest
 
 import mla_jax
 from mla_jax import kernels
 from mla_jax.reference import mla_decode_reference_np
-from tests.cases import DEEPSEEK, TINY, buffer_spec, edge_lengths, random_case
+from tests.cases import (
+    DEEPSEEK,
+    TINY,
+    buffer_spec,
+    edge_lengths,
+    random_case,
+    unpack_bf16_partials,
+)
 
 pytestmark = pytest.mark.gpu
 REL_TOL = {jnp.bfloat16: 1e-2, jnp.float16: 2e-3}
@@ -198,9 +204,7 @@ def test_triton_and_xla_partials_agree(rng):
     # The Triton stage 1 (the tl kernel at 16 heads) stores a bf16 q's partials in
     # bf16, two to a float32 slot (kernels.bf16_partials); the XLA backend in float32.
     assert kernels.bf16_partials("bfloat16", splits)
-    packed = bufs["triton"]
-    bufs["triton"] = packed.copy()
-    bufs["triton"][..., :512] = packed[..., :256].copy().view(ml_dtypes.bfloat16)
+    bufs["triton"] = unpack_bf16_partials(bufs["triton"])
     for b, n in enumerate(case.seq_lens):
         per = -(-int(n) // splits)
         for s in range(splits):

@@ -5,7 +5,15 @@ import pytest
 
 from mla_jax import kernels
 from mla_jax.reference import mla_decode_reference_np
-from tests.cases import DEEPSEEK, TINY, edge_lengths, random_case, tolerance
+from tests.cases import (
+    DEEPSEEK,
+    TINY,
+    edge_lengths,
+    pack_bf16_partials,
+    random_case,
+    tolerance,
+    unpack_bf16_partials,
+)
 from tests.interpreted import run
 
 POISON = np.nan
@@ -230,8 +238,6 @@ def test_stage1_stores_bf16_partials_two_to_a_slot(pool, rng):
     build's in bf16, two to a float32 slot from the slot's start, its lse in
     slot ``LORA`` the float32 build's; the rest of the slot and dead splits unwritten;
     both stages' output within the bf16 rounding of the float64 reference."""
-    import ml_dtypes
-
     lora, grid, splits = 512, 5, 4
     case = random_case(
         rng,
@@ -251,11 +257,11 @@ def test_stage1_stores_bf16_partials_two_to_a_slot(pool, rng):
     )
     live = ~np.isnan(buf32[..., lora])  # [rows, H, S]
     assert live[1:3].any() and not live[0].any() and not live[3].any()
-    halves = buf[..., : lora // 2].copy().view(np.uint16).view(ml_dtypes.bfloat16)
+    halves = unpack_bf16_partials(buf)[..., :lora][live]
     want = buf32[..., :lora][live]
     # One bf16 ulp at most (2^-7 of the value): the interpreter's conversion rounds
     # toward zero, the GPU's (cvt.rn) to nearest.
-    err = np.abs(halves[live].astype(np.float32) - want)
+    err = np.abs(halves - want)
     assert (err <= 2**-7 * np.abs(want)).all() and err.max() > 0
     np.testing.assert_array_equal(buf[..., lora][live], buf32[..., lora][live])
     assert np.isnan(buf[..., lora // 2 : lora][live]).all() and np.isnan(buf[~live]).all()
@@ -294,8 +300,7 @@ def test_stage2_merges_float32_and_bf16_partials(pool, bf16_partials, rng):
     buffer = np.full((batch, heads, grid, lora + 1), np.nan, np.float32)
     for b, s in zip(*np.nonzero(live), strict=True):
         if bf16_partials:
-            halves = part[b, :, s].astype(ml_dtypes.bfloat16)
-            buffer[b, :, s, : lora // 2] = halves.view(np.uint16).view(np.float32)
+            buffer[b, :, s, : lora // 2] = pack_bf16_partials(part[b, :, s])
         else:
             buffer[b, :, s, :lora] = part[b, :, s]
         buffer[b, :, s, lora] = lse[b, :, s]
