@@ -63,17 +63,22 @@ CONFIGS = {
 }
 
 
-def split_choices(batch, heads, length):
+def split_choices(batch, heads, length, factors=None):
     """vLLM's count, the occupancy count and its neighbours; at small batches every
-    power of two up to one split per 64 tokens."""
+    power of two up to one split per 64 tokens. ``factors``: only these multiples of
+    the occupancy count instead."""
     occ = occupancy_kv_splits(batch, heads, length, SM)
+    if factors:
+        return sorted({max(1, int(occ * f)) for f in factors})
     choices = {num_kv_splits(length, SM), occ, 2 * occ, max(1, occ // 2)}
     if batch <= 4:
         choices |= {s for s in (8, 16, 32, 64, 128) if s <= max(1, length // 64)}
     return sorted(choices)
 
 
-def configs(heads, default_only):
+def configs(heads, default_only, given=None):
+    if given is not None:
+        return given
     return [None] if default_only else CONFIGS[16 if heads <= 16 else 128]
 
 
@@ -153,6 +158,14 @@ def main():
     parser.add_argument(
         "--default-config", action="store_true", help="only kernels.stage1_config's configuration"
     )
+    parser.add_argument(
+        "--configs", type=json.loads, help="a JSON list of stage-1 configurations to sweep"
+    )
+    parser.add_argument(
+        "--occupancy-factors",
+        type=lambda t: [float(v) for v in t.split(",")],
+        help="comma-separated multiples of the occupancy split count (e.g. 0.5,1)",
+    )
     args = parser.parse_args()
     results = []
     for batch, heads, length in args.shapes:
@@ -164,8 +177,8 @@ def main():
             [("mla_decode defaults", None, None, "reserved")]
             + [
                 (f"splits={s:3d} {c or 'default config'}", s, c, "exact")
-                for c in configs(heads, args.default_config)
-                for s in split_choices(batch, heads, length)
+                for c in configs(heads, args.default_config, args.configs)
+                for s in split_choices(batch, heads, length, args.occupancy_factors)
             ]
             + [
                 (f"splits={occ:3d} mla_decode's config, reserved buffer", occ, None, "reserved"),
