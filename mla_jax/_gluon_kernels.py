@@ -4,18 +4,19 @@ Same contract as ``kernels.mla_decode_stage1`` (same pointer arguments, grid, sp
 partition, clamps and output: the normalised partial ``acc / l * kv_scale`` in
 columns ``[0, LORA)`` of the float32 buffer and the natural-log lse in column
 ``LORA``; empty splits write nothing), so ``kernels.mla_decode_stage2`` merges its
-partials, but that the seesaw stores a bf16 q's partials in bf16, two to a float32
-slot (``bf16_partials``; stage 2 told by ``stage2_params``); with one split, the
-output and lse themselves, as the tl kernel
+partials, but that the seesaw and the 16-bit 16-head kernel store a bf16 q's
+partials in bf16, two to a float32 slot (``bf16_partials``; stage 2 told by
+``stage2_params``); with one split, the output and lse themselves, as the tl kernel
 writes them, and so does the seesaw where a cluster merges a row's two splits
-(below). Three kernels (``kernel_for``): ``mla_decode_stage1_gluon_seesaw`` for
-64-head tiles, on a 16-bit cache of q's dtype or a ``float8_e4m3fn`` one; under 64
-heads on an fp8 cache, ``mla_decode_stage1_gluon_fp8_h16`` (16-head tiles); and,
-only where asked (``mla_decode(..., fp8_mma=True)``), on an fp8 cache from 64 heads,
+(below). Four kernels (``kernel_for``): ``mla_decode_stage1_gluon_seesaw`` for
+64-head tiles, on a 16-bit cache of q's dtype from 32 heads or a ``float8_e4m3fn``
+one from 64; under those, 16-head tiles, ``mla_decode_stage1_gluon_h16`` on a 16-bit
+cache and ``mla_decode_stage1_gluon_fp8_h16`` on an fp8 one; and, only where asked
+(``mla_decode(..., fp8_mma=True)``), on an fp8 cache from 64 heads,
 ``mla_decode_stage1_gluon_fp8_mma``, which rounds q and P to e4m3 and multiplies on
 the fp8 tensor cores (the last section below). What they support is ``supports``:
-``LORA = 512``, ``ROPE = 64``, pages of a multiple of 64 tokens, at least 32 heads
-(16 for an fp8 cache); everything else stays with the tl kernel. All run online
+``LORA = 512``, ``ROPE = 64``, pages of a multiple of 64 tokens, at least 16 heads;
+everything else stays with the tl kernel. All run online
 softmax in base 2 with the tl kernel's lazy rescaling; with
 lazy rescaling most blocks move no running max, so the kernels ask first (a vote) and
 rescale only where one moves (``_cta_any``, ``_rescale_rows``): the result is the
@@ -110,6 +111,37 @@ of every MMA and be compute-bound. So the products are transposed, tokens on M:
 * Not done (``docs/performance.md``, "The fp8 cache"): a producer warpgroup filling
   the ring (its one worker was the bottleneck); 32-head tiles (N = 32) would need 128
   accumulator registers a thread; fp8 MMAs (q quantised, an opt-in accuracy trade).
+
+The 16-head kernel for a 16-bit cache, ``mla_decode_stage1_gluon_h16`` (grid as the
+fp8 one's): the fp8 kernel's transposed products and column softmax, with nothing to
+widen, so every MMA operand comes from shared memory.
+
+* Each block (64 tokens x 576, 72 KB) lands by ``cp.async`` as the cache holds it
+  (NVMMA 128-byte swizzle, the latent and rope columns apart; ``_copy_block_rows``)
+  in one of two slots: block j + 1 in flight while block j is multiplied. Q stays in
+  shared memory (18 KB), P^T 2 KB: 168,192 bytes, one CTA an SM.
+* ``S^T [64 tokens, 16 heads] = K Q^T``: A is the slot (K-major), B is Q seen
+  transposed; 36 ``m64n16k16`` MMAs. ``O^T [512, 16] += V^T P^T``: A is the slot's
+  latent part seen transposed (M-major, which wgmma takes for 16-bit operands), B is
+  P^T as the softmax stored it; one accumulator of 8 M-tiles (64 registers a
+  thread), 32 MMAs.
+* The softmax, the vote and the lazy rescaling are the fp8 kernel's, in q's dtype
+  (no per-head scaling: the MMAs multiply q's own dtype).
+* Per block: ``wait_group 0``, the proxy fence and one CTA barrier (the block landed;
+  every warp past the other slot's MMAs), the page index two blocks ahead, the next
+  block's copies into the other slot, S^T (waited), the softmax, P^T (fence +
+  the vote's barrier), O^T (waited).
+* Occupancy: one CTA an SM, where the tl kernel's 16-head tile runs two, so it takes
+  half the splits the occupancy rule plans (``split_divisor``): as many programs, one
+  wave, each with twice the tokens. At the same split count it was 2-6% slower than
+  the tl kernel; at half of it, 3-8% faster, both stages, at the H=16 shapes of
+  ``docs/performance.md`` ("A Gluon stage 1 for a 16-bit cache at 16 heads").
+* The partials (or the output with one split) are stored from a by-heads layout
+  (``convert_layout`` through shared memory), so that a warp writes a head's
+  consecutive dims; bf16 for a bf16 q where stage 2 merges them, as the tl kernel's.
+* The sm_90 build (``tests/test_gluon_build.py``): 125 registers (128 with fp16 q),
+  no spills, 68 HGMMA (``64x16x16``, from shared memory), 81 ``LDGSTS``, no global
+  scratch.
 
 The 64-head kernel, ``mla_decode_stage1_gluon_seesaw``: FlashMLA's "seesaw" schedule
 (its 2025-04 deep dive) as far as Gluon on triton 3.6 goes, one CTA per (head tile,
@@ -320,7 +352,7 @@ BLOCK_N = 64
 # The seesaw kernel is launched with its default partition's 4 warps, and its build
 # adds the worker's 4 (its metadata says 8).
 SEESAW_NUM_WARPS = 4
-# The 16-head fp8 kernel: one warpgroup, 16 heads (the MMAs' N).
+# The 16-head kernels (fp8 and 16-bit caches): one warpgroup, 16 heads (the MMAs' N).
 SMALL_BLOCK_H = 16
 SMALL_NUM_WARPS = 4
 # The fp8-MMA kernel: two warpgroups, no specialisation; its ring's stages.
@@ -369,19 +401,24 @@ def supports(
     and the cache either of q's dtype or ``float8_e4m3fn`` (its scale passed as
     ``kv_scale``). Pages must hold whole 64-token blocks, and each latent row must
     start 16-byte aligned (``cp.async``, TMA and the fp8 loads move 16 bytes); the last
-    dimension is assumed contiguous, and a 16-bit cache's pages back to back. At least
-    ``BLOCK_H // 2`` heads for a 16-bit cache
-    (a tile of 32-63 heads masks the rest of the seesaw's 64 rows: it still does the
-    same work 1.4-1.6x faster than the tl kernel's tile, ``docs/gpu/gluon-heads-32-48.log``),
-    or for an fp8 cache at least ``SMALL_BLOCK_H`` (the 16-head kernel,
-    ``mla_decode_stage1_gluon_fp8_h16``, under ``BLOCK_H``).
+    dimension is assumed contiguous, and a 16-bit cache's pages back to back. Heads: on
+    an fp8 cache at least ``SMALL_BLOCK_H`` (the 16-head kernel under ``BLOCK_H``); on
+    a 16-bit one ``SMALL_BLOCK_H`` (the 16-bit 16-head kernel, whose split count
+    ``split_divisor`` halves: at 17-31 heads the tl kernel's 32-head tile is already one
+    program an SM, so there is no count to halve) or at least ``BLOCK_H // 2``; above
+    the 16-head kernels, the seesaw (a tile of 32-63 heads masks the rest of its 64
+    rows: it still does the same work 1.4-1.6x faster than the tl kernel's tile,
+    ``docs/gpu/gluon-heads-32-48.log``).
     """
     if q_dtype not in SIXTEEN_BIT or kv_dtype not in (q_dtype, FP8):
         return False
     per_copy = _CP_ASYNC_BYTES // (1 if kv_dtype == FP8 else 2)  # elements in 16 bytes
-    min_heads = SMALL_BLOCK_H if kv_dtype == FP8 else BLOCK_H // 2
+    if kv_dtype == FP8:
+        heads_ok = num_heads >= SMALL_BLOCK_H
+    else:
+        heads_ok = num_heads == SMALL_BLOCK_H or num_heads >= BLOCK_H // 2
     return (
-        num_heads >= min_heads
+        heads_ok
         and page_size % BLOCK_N == 0
         and kv_lora_rank == LORA
         and rope_dim == ROPE
@@ -393,9 +430,22 @@ def supports(
 
 
 def small_heads(kv_dtype: str | None, num_heads: int) -> bool:
-    """Whether the problem runs the 16-head fp8 kernel (``mla_decode_stage1_gluon_fp8_h16``):
-    an fp8 cache (``kv_dtype`` a name, None for a 16-bit cache) under ``BLOCK_H`` heads."""
-    return kv_dtype == FP8 and num_heads < BLOCK_H
+    """Whether the problem runs a 16-head kernel: on an fp8 cache (``kv_dtype`` a name)
+    under ``BLOCK_H`` heads, ``mla_decode_stage1_gluon_fp8_h16``; on a 16-bit one
+    (``kv_dtype`` its name, or None) under ``BLOCK_H // 2``,
+    ``mla_decode_stage1_gluon_h16``."""
+    return num_heads < (BLOCK_H if kv_dtype == FP8 else BLOCK_H // 2)
+
+
+def split_divisor(kv_dtype: str | None, num_heads: int) -> int:
+    """How many times fewer splits than the occupancy rule plans the Gluon stage 1
+    takes (``kernel_for``): 2 for the 16-bit 16-head kernel, which holds one CTA an SM
+    (168 KB of shared memory) where the rule counts two 16-head programs (the tl
+    tile's, ``_tiling.programs_per_sm``), so that its programs still fill one wave;
+    else 1. On the H200 it ran both stages 3-8% faster at half the splits than the tl
+    kernel at the full count, and 2-6% slower at the full count
+    (``docs/performance.md``, "A Gluon stage 1 for a 16-bit cache at 16 heads")."""
+    return 2 if kv_dtype != FP8 and small_heads(kv_dtype, num_heads) else 1
 
 
 def uses_fp8_mma(kv_dtype: str | None, num_heads: int, fp8_mma: bool) -> bool:
@@ -408,14 +458,16 @@ def uses_fp8_mma(kv_dtype: str | None, num_heads: int, fp8_mma: bool) -> bool:
 
 def kernel_for(kv_dtype: str, num_heads: int = BLOCK_H, fp8_mma: bool = False) -> Any:
     """The Gluon stage 1 for a cache of dtype ``kv_dtype`` (a name, as in ``supports``)
-    and ``num_heads`` query heads: the fp8-MMA kernel where ``uses_fp8_mma``, the
-    16-head fp8 kernel where ``small_heads``, else the seesaw (a 16-bit cache of q's
-    dtype or an fp8 one). All take the same arguments; ``launch_params`` gives each its
-    launch."""
+    and ``num_heads`` query heads: the fp8-MMA kernel where ``uses_fp8_mma``, a 16-head
+    kernel where ``small_heads`` (fp8 or 16-bit), else the seesaw (a 16-bit cache of
+    q's dtype or an fp8 one). All take the same arguments; ``launch_params`` gives each
+    its launch."""
     if uses_fp8_mma(kv_dtype, num_heads, fp8_mma):
         return mla_decode_stage1_gluon_fp8_mma
     if small_heads(kv_dtype, num_heads):
-        return mla_decode_stage1_gluon_fp8_h16
+        if kv_dtype == FP8:
+            return mla_decode_stage1_gluon_fp8_h16
+        return mla_decode_stage1_gluon_h16
     return mla_decode_stage1_gluon_seesaw
 
 
@@ -446,12 +498,14 @@ def bf16_partials(
     cluster: int,
 ) -> bool:
     """Whether the Gluon stage 1 stores its partials in bf16, two to a float32 slot
-    of the buffer (the seesaw's ``BF16_PARTIALS``, stage 2's too): where the tl
-    stage 1 would (``kernels.bf16_partials``: a bf16 q, more than one split) and
-    stage 2 merges them (no ``cluster``), on the seesaw (``runs_seesaw``; the other
-    Gluon kernels store float32)."""
+    of the buffer (its ``BF16_PARTIALS``, stage 2's too): where the tl stage 1 would
+    (``kernels.bf16_partials``: a bf16 q, more than one split) and stage 2 merges them
+    (no ``cluster``), on a 16-bit cache (the seesaw, the 16-bit 16-head kernel) or
+    the seesaw on an fp8 one (``runs_seesaw``; the fp8 16-head and fp8-MMA kernels
+    store float32)."""
+    sixteen_bit_cache = kv_dtype != FP8
     return (
-        runs_seesaw(kv_dtype, num_heads, fp8_mma)
+        (sixteen_bit_cache or runs_seesaw(kv_dtype, num_heads, fp8_mma))
         and kernels.bf16_partials(q_dtype, grid_splits)
         and cluster == 1
     )
@@ -504,6 +558,8 @@ def launch_params(
     tiles = triton.cdiv(problem["num_heads"], block_h)
     if runs_seesaw(kv_dtype, problem["num_heads"], fp8_mma):
         constexprs["CLUSTER"] = cluster
+    kernel = kernel_for(kv_dtype, problem["num_heads"], fp8_mma)
+    if kernel in (mla_decode_stage1_gluon_seesaw, mla_decode_stage1_gluon_h16):
         constexprs["BF16_PARTIALS"] = half
     if cluster > 1:
         grid = (tiles * cluster, problem["batch"], 1)
@@ -1725,6 +1781,229 @@ def mla_decode_stage1_gluon_fp8_h16(
         gl.store(lse_ptr + row * NUM_HEADS + out_heads, lse, mask=out_ok)
 
 
+@gluon.jit
+def mla_decode_stage1_gluon_h16(
+    q_nope_ptr,
+    q_pe_ptr,
+    kv_ptr,
+    block_table_ptr,
+    seq_lens_ptr,
+    num_splits_ptr,
+    kv_scale_ptr,
+    buf_in_ptr,  # noqa: ARG001 (the aliased buffer as an input, never read)
+    buf_ptr,
+    out_ptr,
+    lse_ptr,
+    SM_SCALE: gl.constexpr,
+    NUM_HEADS: gl.constexpr,
+    PAGE_SIZE: gl.constexpr,
+    NUM_PAGES: gl.constexpr,
+    CAPACITY: gl.constexpr,
+    LORA: gl.constexpr,
+    ROPE: gl.constexpr,
+    stride_qn_b: gl.constexpr,
+    stride_qn_h: gl.constexpr,
+    stride_qp_b: gl.constexpr,
+    stride_qp_h: gl.constexpr,
+    QP_OFFSET: gl.constexpr,
+    stride_kv_page: gl.constexpr,
+    stride_kv_row: gl.constexpr,
+    stride_bt_b: gl.constexpr,
+    stride_buf_b: gl.constexpr,
+    stride_buf_h: gl.constexpr,
+    stride_buf_s: gl.constexpr,
+    BLOCK_H: gl.constexpr,
+    BLOCK_N: gl.constexpr,
+    BF16_PARTIALS: gl.constexpr,
+):
+    """Stage 1 for a 16-bit cache at 16-head tiles, tokens on the MMAs' M (the module
+    docstring): two latent slots filled by ``cp.async`` (block j + 1 in flight while
+    block j is multiplied), every MMA operand from shared memory. 168,192 bytes of
+    shared memory: one CTA an SM."""
+    gl.static_assert(PAGE_SIZE % BLOCK_N == 0, "blocks must lie inside one page")
+    gl.static_assert(gl.num_warps() == 4, "one warpgroup")
+    gl.static_assert(BLOCK_N == 64, "a block is one warpgroup MMA's M")
+    dtype: gl.constexpr = q_nope_ptr.dtype.element_ty
+    gl.static_assert(kv_ptr.dtype.element_ty == dtype, "a cache of q's dtype")
+
+    tile = gl.program_id(0)
+    row = gl.program_id(1)
+    split = gl.program_id(2)
+    if out_ptr is None:
+        num_splits = gl.load(num_splits_ptr)
+    else:
+        num_splits = 1  # the one split: the whole row
+    start, end = _split_range(seq_lens_ptr, row, num_splits, split, CAPACITY)
+    if end <= start:
+        if out_ptr is not None:
+            _write_empty_row(out_ptr, lse_ptr, tile, row, NUM_HEADS, LORA, BLOCK_H)
+        return
+
+    mma_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_H, 16]
+    )
+    cols_layout: gl.constexpr = gl.SliceLayout(0, mma_layout)
+    rows_layout: gl.constexpr = gl.SliceLayout(1, mma_layout)
+    q_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
+    q_nope_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_H, LORA], dtype)
+    q_pe_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_H, ROPE], dtype)
+    p_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, BLOCK_H], dtype)
+    kv_c_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, LORA], dtype)
+    k_pe_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, ROPE], dtype)
+    q_nope_smem = gl.allocate_shared_memory(dtype, [1, BLOCK_H, LORA], q_nope_layout)
+    q_pe_smem = gl.allocate_shared_memory(dtype, [1, BLOCK_H, ROPE], q_pe_layout)
+    pt_smem = gl.allocate_shared_memory(dtype, [1, BLOCK_N, BLOCK_H], p_layout)
+    kv_c_smem = gl.allocate_shared_memory(dtype, [2, BLOCK_N, LORA], kv_c_layout)
+    k_pe_smem = gl.allocate_shared_memory(dtype, [2, BLOCK_N, ROPE], k_pe_layout)
+
+    bt_row = block_table_ptr + row * stride_bt_b
+    first = start - start % BLOCK_N
+    page = gl.load(bt_row + first // PAGE_SIZE)
+    _copy_query(
+        q_nope_smem.index(0),
+        q_pe_smem.index(0),
+        q_nope_ptr,
+        q_pe_ptr,
+        tile,
+        row,
+        NUM_HEADS,
+        BLOCK_H,
+        LORA,
+        ROPE,
+        QP_OFFSET,
+        stride_qn_b,
+        stride_qn_h,
+        stride_qp_b,
+        stride_qp_h,
+        q_layout,
+    )
+    _copy_block_rows(
+        kv_c_smem.index(0),
+        k_pe_smem.index(0),
+        kv_ptr,
+        page,
+        first,
+        start,
+        end,
+        PAGE_SIZE,
+        NUM_PAGES,
+        LORA,
+        ROPE,
+        BLOCK_N,
+        stride_kv_page,
+        stride_kv_row,
+    )
+    async_copy.commit_group()  # Q and the first block: waited at the first block
+    page = gl.load(bt_row + (first + BLOCK_N) // PAGE_SIZE, mask=first + BLOCK_N < end, other=0)
+
+    kv_scale = gl.load(kv_scale_ptr)
+    qk_scale = SM_SCALE * _LOG2E * kv_scale
+    m_i = gl.full([BLOCK_H], float("-inf"), gl.float32, layout=cols_layout)
+    l_acc = gl.zeros([BLOCK_N, BLOCK_H], gl.float32, layout=mma_layout)
+    o = gl.zeros([LORA, BLOCK_H], gl.float32, layout=mma_layout)
+    s = gl.zeros([BLOCK_N, BLOCK_H], gl.float32, layout=mma_layout)
+    s_rows = gl.arange(0, BLOCK_N, layout=rows_layout)
+
+    for n0 in range(first, end, BLOCK_N):
+        stage = ((n0 - first) // BLOCK_N) & 1
+        z = _opaque_zero(n0)
+        q_nope = q_nope_smem.index(z)
+        q_pe = q_pe_smem.index(z)
+        pt = pt_smem.index(z)
+        # This block has landed (this thread's copies, then, past the barrier, every
+        # thread's); every warp is past the last block's MMAs on the other slot, so the
+        # next block may be copied there and P^T overwritten.
+        async_copy.wait_group(0)
+        fence_async_shared()  # cp.async wrote through the generic proxy; wgmma reads async
+        gl.thread_barrier()
+        # The page index two blocks ahead first: the copies issued after it would
+        # otherwise stand before it in the load queue.
+        nxt = n0 + BLOCK_N
+        page_after = gl.load(
+            bt_row + (nxt + BLOCK_N) // PAGE_SIZE, mask=nxt + BLOCK_N < end, other=0
+        )
+        _copy_block_rows(
+            kv_c_smem.index(1 - stage),
+            k_pe_smem.index(1 - stage),
+            kv_ptr,
+            page,
+            nxt,
+            start,
+            end,
+            PAGE_SIZE,
+            NUM_PAGES,
+            LORA,
+            ROPE,
+            BLOCK_N,
+            stride_kv_page,
+            stride_kv_row,
+        )
+        async_copy.commit_group()
+        page = page_after
+        kv_c = kv_c_smem.index(stage)
+        k_pe = k_pe_smem.index(stage)
+        # S^T = K Q^T: K from its slot, Q seen transposed (K-major).
+        s = warpgroup_mma(kv_c, q_nope.permute((1, 0)), s, use_acc=False, is_async=True)
+        s = warpgroup_mma(k_pe, q_pe.permute((1, 0)), s, is_async=True)
+        s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
+        # The column softmax (``mla_decode_stage1_gluon_fp8_h16``'s): P^T on the
+        # running max, the exact max and P^T again only where the vote says a column
+        # grew past it by more than the threshold.
+        tokens = n0 + s_rows
+        live = (tokens >= start) & (tokens < end)
+        s = gl.where(live[:, None], s * qk_scale, float("-inf"))
+        p = gl.exp2(s - m_i[None, :])
+        pt.store(p.to(dtype))
+        fence_async_shared()
+        flags = (s - m_i[None, :] > RESCALE_THRESHOLD).to(gl.int32)
+        if _cta_any(flags, n0, _THREAD_ANY_8) != 0:
+            m_new = gl.maximum(m_i, gl.max(s, 0))
+            grow = m_new - m_i > RESCALE_THRESHOLD
+            alpha = gl.where(grow, gl.exp2(m_i - m_new), 1.0)
+            m_i = gl.where(grow, m_new, m_i)
+            p = gl.exp2(s - m_i[None, :])
+            l_acc = l_acc * alpha[None, :] + p
+            o = o * alpha[None, :]
+            pt.store(p.to(dtype))
+            fence_async_shared()
+            gl.thread_barrier()
+        else:
+            l_acc = l_acc + p
+        # O^T += V^T P^T: V^T is the slot's latent part seen transposed (M-major), 8
+        # M-tiles of 64 dims.
+        o = warpgroup_mma(kv_c.permute((1, 0)), pt, o, is_async=True)
+        o = warpgroup_mma_wait(num_outstanding=0, deps=(o,))
+
+    async_copy.wait_group(0)  # the phantom copy past the last block
+    l_i = gl.sum(l_acc, 0)
+    # By heads for the stores: a warp writes a head's consecutive dims.
+    by_heads: gl.constexpr = gl.BlockedLayout([1, 2], [1, 32], [4, 1], [1, 0])
+    acc = gl.convert_layout(gl.permute(o, (1, 0)), by_heads)
+    _write_partials(
+        buf_ptr,
+        out_ptr,
+        lse_ptr,
+        acc,
+        l_i,
+        m_i,
+        kv_scale,
+        tile,
+        row,
+        split,
+        True,
+        None,
+        0,
+        True,
+        BF16_PARTIALS,
+        NUM_HEADS,
+        LORA,
+        BLOCK_H,
+        stride_buf_b,
+        stride_buf_h,
+        stride_buf_s,
+    )
+
+
 # --------------------------------------------------------------------------------------
 # The 16-bit kernel: the seesaw schedule (see the module docstring).
 
@@ -1783,17 +2062,56 @@ def _seesaw_copy_block(
         tma.async_copy_global_to_shared(kv_c_desc, [row0, 0], ready, kv_c_dst)
         tma.async_copy_global_to_shared(k_pe_desc, [row0, 0], ready, k_pe_dst)
     else:
-        copy_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
-        offs = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, copy_layout))
-        page_base = kv_ptr + _safe_page(page, NUM_PAGES).to(gl.int64) * stride_kv_page
-        # The rows as rows of the page (not of the block from a block base): element
-        # offsets that change block to block are not hoisted out of the loop, where 36
-        # 64-bit offsets a thread would spill.
-        rows = n0 % PAGE_SIZE + offs
-        ok = (n0 + offs >= start) & (n0 + offs < end)
-        _copy_rows(kv_c_dst, page_base, rows, ok, stride_kv_row, LORA, copy_layout)
-        _copy_rows(k_pe_dst, page_base + LORA, rows, ok, stride_kv_row, ROPE, copy_layout)
+        _copy_block_rows(
+            kv_c_dst,
+            k_pe_dst,
+            kv_ptr,
+            page,
+            n0,
+            start,
+            end,
+            PAGE_SIZE,
+            NUM_PAGES,
+            LORA,
+            ROPE,
+            BLOCK_N,
+            stride_kv_page,
+            stride_kv_row,
+        )
         _arrive_once_landed(ready)
+
+
+@gluon.jit
+def _copy_block_rows(
+    kv_c_dst,
+    k_pe_dst,
+    kv_ptr,
+    page,
+    n0,
+    start,
+    end,
+    PAGE_SIZE: gl.constexpr,
+    NUM_PAGES: gl.constexpr,
+    LORA: gl.constexpr,
+    ROPE: gl.constexpr,
+    BLOCK_N: gl.constexpr,
+    stride_kv_page: gl.constexpr,
+    stride_kv_row: gl.constexpr,
+):
+    """Issues the ``cp.async`` copies of the 16-bit block at token ``n0`` (raw page index
+    ``page``) into a slot (``kv_c_dst``: its latent columns, ``k_pe_dst``: its rope
+    ones), by one warpgroup's 128 threads; rows outside ``[start, end)`` are
+    zero-filled, so no value outside the split reaches an MMA. Commits no group."""
+    copy_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
+    offs = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, copy_layout))
+    page_base = kv_ptr + _safe_page(page, NUM_PAGES).to(gl.int64) * stride_kv_page
+    # The rows as rows of the page (not of the block from a block base): element
+    # offsets that change block to block are not hoisted out of the loop, where 36
+    # 64-bit offsets a thread would spill.
+    rows = n0 % PAGE_SIZE + offs
+    ok = (n0 + offs >= start) & (n0 + offs < end)
+    _copy_rows(kv_c_dst, page_base, rows, ok, stride_kv_row, LORA, copy_layout)
+    _copy_rows(k_pe_dst, page_base + LORA, rows, ok, stride_kv_row, ROPE, copy_layout)
 
 
 @gluon.jit

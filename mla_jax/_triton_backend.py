@@ -5,9 +5,11 @@ Stage 1 receives the logits buffer as an input aliased to its only output
 (``input_output_aliases``), so it writes in place and returns the same buffer. With
 one split (``grid_splits == 1``) there is no stage 2: stage 1 also outputs ``out``
 and ``lse`` and leaves the buffer unwritten. On
-sm_90 it is a Gluon kernel (``mla_jax._gluon_kernels``: the seesaw one for a 16-bit
-cache, the fp8 ones for an fp8 cache, the fp8-MMA one where asked) where those are
-measured to win (``use_gluon``: long splits), else the ``tl`` kernel; all write
+sm_90 it is a Gluon kernel (``mla_jax._gluon_kernels``: the seesaw or the 16-bit
+16-head one for a 16-bit cache, the fp8 ones for an fp8 cache, the fp8-MMA one where
+asked) where those are measured to win (``gluon_split_divisor``: long splits; the
+16-bit 16-head kernel at half the occupancy rule's splits), else the ``tl`` kernel;
+all write
 partials in one layout, which the one stage 2 merges (float32, or bf16 two to a slot
 for a bf16 q: ``kernels.bf16_partials``, narrowed to the seesaw among the Gluon
 kernels by ``_gluon_kernels.bf16_partials``), but
@@ -39,6 +41,11 @@ SEESAW_MIN_SPLIT_TOKENS = 128
 # tl fp8 kernel widens in registers. Splits under one 64-token block are unmeasured
 # (the occupancy rule makes none).
 FP8_SMALL_HEADS_MIN_SPLIT_TOKENS = 64
+# The 16-bit 16-head kernel at half the occupancy rule's split count against the tl
+# stage 1 at the full count, both stages: 3-8% faster from 512 tokens a split (its
+# half count) at the H=16 shapes measured (docs/performance.md, "A Gluon stage 1 for
+# a 16-bit cache at 16 heads").
+SIXTEEN_BIT_SMALL_HEADS_MIN_SPLIT_TOKENS = 512
 
 
 def _strides(x: jax.Array) -> tuple[int, ...]:
@@ -50,7 +57,7 @@ def _strides(x: jax.Array) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
-def use_gluon(
+def gluon_split_divisor(
     q_nope: jax.Array,
     kv_cache: jax.Array,
     grid_splits: int,
@@ -58,21 +65,34 @@ def use_gluon(
     kv_lora_rank: int,
     rope_dim: int,
     compute_capability: int,
-) -> bool:
-    """Whether stage 1 runs as a Gluon kernel: an sm_90 build, a problem one supports
+    occupancy: bool,
+) -> int | None:
+    """None where stage 1 runs as the tl kernel; else it runs as a Gluon kernel at
+    ``grid_splits`` divided by the returned count (``_gluon_kernels.split_divisor``).
+
+    A Gluon kernel needs an sm_90 build, a problem one supports
     (``_gluon_kernels.supports``), and splits of at least ``SEESAW_MIN_SPLIT_TOKENS``
-    tokens (``FP8_SMALL_HEADS_MIN_SPLIT_TOKENS`` for the 16-head fp8 kernel) when a
-    row holds ``max_tokens``."""
+    tokens (``FP8_SMALL_HEADS_MIN_SPLIT_TOKENS`` for the fp8 16-head kernel,
+    ``SIXTEEN_BIT_SMALL_HEADS_MIN_SPLIT_TOKENS`` for the 16-bit one) when a row holds
+    ``max_tokens``. The 16-bit 16-head kernel, one CTA an SM, runs only at half of an
+    occupancy rule's count (``occupancy``, ``grid_splits`` at least 2): at the same
+    count as the tl kernel, or in one split, it is not the faster one.
+    """
     kv_page_stride, kv_row_stride = _strides(kv_cache)[:2]
     num_heads = q_nope.shape[1]
     kv_dtype = jnp.dtype(kv_cache.dtype).name
-    if _gluon_kernels.small_heads(kv_dtype, num_heads):
+    divisor = _gluon_kernels.split_divisor(kv_dtype, num_heads)
+    if not _gluon_kernels.small_heads(kv_dtype, num_heads):
+        min_tokens = SEESAW_MIN_SPLIT_TOKENS
+    elif kv_dtype == _gluon_kernels.FP8:
         min_tokens = FP8_SMALL_HEADS_MIN_SPLIT_TOKENS
     else:
-        min_tokens = SEESAW_MIN_SPLIT_TOKENS
-    return (
+        min_tokens = SIXTEEN_BIT_SMALL_HEADS_MIN_SPLIT_TOKENS
+    if divisor > 1 and (not occupancy or grid_splits < divisor):
+        return None
+    gluon = (
         compute_capability == 90
-        and -(-max_tokens // grid_splits) >= min_tokens
+        and -(-max_tokens // (grid_splits // divisor)) >= min_tokens
         and _gluon_kernels.supports(
             num_heads=num_heads,
             page_size=kv_cache.shape[1],
@@ -84,6 +104,7 @@ def use_gluon(
             kv_page_stride=kv_page_stride,
         )
     )
+    return divisor if gluon else None
 
 
 def decode(
@@ -107,6 +128,7 @@ def decode(
     config: dict[str, int] | None = None,
     fp8_mma: bool = False,
     cluster_merge: bool = True,
+    occupancy: bool = False,
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """Both stages on checked inputs (stage 1 alone where ``grid_splits`` is 1).
 
@@ -127,12 +149,27 @@ def decode(
         the fp8-MMA one (``_gluon_kernels.uses_fp8_mma``: q and P rounded to e4m3).
       cluster_merge: False keeps stage 2 where a Gluon stage 1's cluster would merge
         the splits (``_gluon_kernels.cluster_size``; A/B runs only).
+      occupancy: the split count is the occupancy rule's, planned for the tl stage 1's
+        programs an SM, so a Gluon stage 1 that holds fewer may take fewer splits
+        (``gluon_split_divisor``): ``grid_splits`` and ``num_splits`` divided alike,
+        which partitions each row as that many splits would.
 
     Returns:
       ``out [B, H, kv_lora_rank]`` in q's dtype, ``lse`` float32 ``[B, H]``, and the
       logits buffer written in place (unwritten with one split).
     """
     batch, num_heads = q_nope.shape[:2]
+    cc = _launch.device_capability() if compute_capability is None else compute_capability
+    capacity = block_table.shape[1] * kv_cache.shape[1]
+    longest = capacity if max_tokens is None else min(max_tokens, capacity)
+    divisor = None
+    if config is None:
+        divisor = gluon_split_divisor(
+            q_nope, kv_cache, grid_splits, longest, kv_lora_rank, rope_dim, cc, occupancy
+        )
+    if divisor is not None and divisor > 1:
+        grid_splits //= divisor
+        num_splits = jnp.maximum(num_splits // divisor, 1)
     problem: dict[str, Any] = dict(
         batch=batch,
         num_heads=num_heads,
@@ -158,12 +195,7 @@ def decode(
         config=config,
     )
     stage1_kernel = kernels.mla_decode_stage1
-    cc = _launch.device_capability() if compute_capability is None else compute_capability
-    capacity = block_table.shape[1] * kv_cache.shape[1]
-    longest = capacity if max_tokens is None else min(max_tokens, capacity)
-    if config is None and use_gluon(
-        q_nope, kv_cache, grid_splits, longest, kv_lora_rank, rope_dim, cc
-    ):
+    if divisor is not None:
         kv_dtype = jnp.dtype(kv_cache.dtype).name
         stage1 = _gluon_kernels.launch_params(
             q_dtype=q_dtype,

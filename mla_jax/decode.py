@@ -303,6 +303,7 @@ def _decode_step(
             max_tokens=static_max_seq_len,
             batch_tokens=batch_tokens,
             fp8_mma=fp8_mma,
+            occupancy=buf.policy == "occupancy",
         )
     else:
         q = q_nope if q_pe is None else jnp.concatenate([q_nope, q_pe], axis=-1)

@@ -125,6 +125,8 @@ CROSSOVER_FP8 = [
     (16, 128, 4096),
 ]
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+# A 16-bit cache's checks: the 16-bit 16-head kernel, the seesaw (its tile, two tiles).
+SIXTEEN_BIT_HEADS = (16, 64, 128)
 FP8_MAX = 448.0  # mla_jax.cache.FP8_MAX
 
 
@@ -810,11 +812,11 @@ def main():
         gen = torch.Generator(device="cuda").manual_seed(0)
         pool = new_pool(dtype, gen)
         if not args.skip_checks:
-            ok &= run_checks(dtype_name, pool, gen, sm)
+            ok &= run_checks(dtype_name, pool, gen, sm, heads_list=SIXTEEN_BIT_HEADS)
         if dtype_name == "bf16" and not args.skip_timing:
             run_timing(pool, gen, sm)
         if not args.skip_checks:
-            ok &= run_ragged(dtype_name, pool, gen, sm)
+            ok &= run_ragged(dtype_name, pool, gen, sm, heads_list=SIXTEEN_BIT_HEADS + (96,))
         del pool
         torch.cuda.empty_cache()
     ok &= run_fp8(args, sm)

@@ -312,6 +312,35 @@ def test_gluon_fp8_h16_stage1_sm90_build(heads, dtype, splits, tmp_path):
     assert r["f2fp_e4m3"] >= 144 + 128 and r["hmul2"] == 0 and r["f2f_bf16_f16"] == 0, r
 
 
+# The 16-bit 16-head kernel: Q is 9 16-byte cp.async a thread (8 latent, 1 rope), a
+# block 36 (32 latent, 4 rope), copied at two sites (the first block, one a loop).
+H16_BF16_Q_COPIES, H16_BF16_BLOCK_COPIES = 9, 36
+
+
+@pytest.mark.parametrize(
+    "heads, dtype, splits", [(16, "bf16", 4), (16, "fp16", 4), (16, "bf16", 1)]
+)
+def test_gluon_h16_stage1_sm90_build(heads, dtype, splits, tmp_path):
+    """The 16-head kernel for a 16-bit cache: one warpgroup; tokens on the warpgroup
+    MMA's M, the fp8 kernel's 68 HGMMA a block, all from shared memory (no register A:
+    nothing to widen); Q and the blocks by 16-byte cp.async, all landed before a block
+    is read (``wait_group 0``), no global loads of them; the softmax's CTA vote; no
+    spills, no global scratch; one CTA an SM by shared memory, which the split count it
+    takes assumes (``split_divisor``), two by registers."""
+    from mla_jax import _gluon_kernels as gk
+
+    r = child_build_report(tmp_path, heads, dtype, "same", splits)
+    check_common(r, num_warps=4)
+    assert r["hgmma"] == H16_S_HGMMA + H16_PV_HGMMA and r["hgmma_register_a"] == 0, r
+    assert r["ldgsts"] == H16_BF16_Q_COPIES + 2 * H16_BF16_BLOCK_COPIES, r
+    assert r["cp_async_waits"] == ["0"], r
+    assert r["ldg128"] == 0, r
+    assert r["cta_barriers_in_loops"] <= 3 and r["bar_red_or"] == 1, r
+    assert 2 * (r["shared"] + CTA_RESERVED_SHARED) > SM90_SHARED_PER_SM, r
+    assert gk.split_divisor("bfloat16", heads) == 2
+    assert 2 * 128 * r["registers"] <= SM90_REGISTERS, r
+
+
 # The fp8-MMA kernel, a block (64 tokens): S is 18 m64n32k32 e4m3 MMAs a warpgroup
 # (576 deep; the warpgroups take 32 tokens each), O^T 8 m64n64k32 (4 tiles of 128 dims,
 # 64 rows a warpgroup, 2 steps of 32 tokens), those with their A operand (V^T) in
@@ -380,14 +409,22 @@ def test_supports_and_kernel_for():
     # the 16-bit seesaw's TMA (the cache as rows of tokens) does not.
     assert ok(kv="float8_e4m3fn", page=65 * 576) and not ok(page=65 * 576)
     assert not ok(kv="float8_e4m3fn", page_size=32)
-    # fp8 caches from 16 heads (the 16-head fp8 kernel under 64), 16-bit ones from 32
-    # (the seesaw's 64-head tile, half of it masked).
-    assert ok(kv="float8_e4m3fn", heads=16) and ok(kv="float8_e4m3fn", heads=32)
-    assert not ok(kv="float8_e4m3fn", heads=8)
-    assert not ok(heads=16) and not ok(heads=31) and ok(heads=32) and ok(heads=63)
+    # fp8 caches from 16 heads (the 16-head fp8 kernel under 64); 16-bit ones at 16
+    # (the 16-bit 16-head kernel) and from 32 (the seesaw's 64-head tile, half of it
+    # masked at 32), not in between (the tl kernel's 32-head tile).
+    assert ok(kv="float8_e4m3fn", heads=16) and ok(kv="float8_e4m3fn", heads=20)
+    assert not ok(kv="float8_e4m3fn", heads=8) and not ok(heads=8) and not ok(heads=15)
+    assert ok(heads=16) and not ok(heads=17) and not ok(heads=31)
+    assert ok(heads=32) and ok(heads=63)
     assert gk.kernel_for("float8_e4m3fn", 16) is gk.kernel_for("float8_e4m3fn", 63)
     assert gk.kernel_for("float8_e4m3fn", 16) is gk.mla_decode_stage1_gluon_fp8_h16
-    assert gk.kernel_for("bfloat16", 16) is gk.mla_decode_stage1_gluon_seesaw
+    for kv in ("bfloat16", "float16", None):
+        assert gk.kernel_for(kv, 16) is gk.kernel_for(kv, 31) is gk.mla_decode_stage1_gluon_h16
+        assert gk.kernel_for(kv, 32) is gk.mla_decode_stage1_gluon_seesaw
+    # Half the occupancy rule's splits for the 16-bit 16-head kernel (one CTA an SM).
+    assert [gk.split_divisor(kv, h) for kv in (None, gk.FP8) for h in (16, 31, 32, 64)] == [
+        2, 2, 1, 1, 1, 1, 1, 1
+    ]  # fmt: skip
     for kv in ("bfloat16", "float16", "float8_e4m3fn"):
         assert gk.kernel_for(kv) is gk.kernel_for(kv, 64) is gk.mla_decode_stage1_gluon_seesaw
     # fp8 MMAs where asked, on an fp8 cache from 64 heads; elsewhere the flag changes
@@ -426,6 +463,11 @@ def test_supports_and_kernel_for():
     small = gk.launch_params(kv_dtype=gk.FP8, **(lp | dict(num_heads=20)))
     assert small["grid"] == (2, 2, 1) and small["num_warps"] == gk.SMALL_NUM_WARPS
     assert small["constexprs"]["BLOCK_H"] == gk.SMALL_BLOCK_H
+    small16 = gk.launch_params(**(lp | dict(num_heads=20)))
+    assert small16["grid"] == (2, 2, 1) and small16["num_warps"] == gk.SMALL_NUM_WARPS
+    assert small16["cluster"] == 1 and "CLUSTER" not in small16["constexprs"]
+    assert small16["constexprs"].pop("BF16_PARTIALS") is False  # one split
+    assert small16["constexprs"] == small["constexprs"]
 
 
 def test_cluster_size_is_two_for_a_seesaw_row_of_two_splits():
@@ -441,6 +483,7 @@ def test_cluster_size_is_two_for_a_seesaw_row_of_two_splits():
     assert gk.cluster_size(gk.FP8, 64, False, 2) == 2
     assert gk.cluster_size(gk.FP8, 64, True, 2) == 1  # fp8 MMAs
     assert gk.cluster_size(gk.FP8, 32, False, 2) == 1  # the 16-head fp8 kernel
+    assert gk.cluster_size(None, 16, False, 2) == 1  # the 16-bit 16-head kernel
     assert gk.cluster_size(None, 128, False, 2, merge=False) == 1
     merged = gk.launch_params(q_dtype="bfloat16", **geometry(16, 128, 2))
     assert (merged["grid"], merged["cluster"]) == ((2 * 2, 16, 1), 2)
@@ -458,10 +501,10 @@ def test_cluster_size_is_two_for_a_seesaw_row_of_two_splits():
 def test_bf16_partials_for_a_bf16_q_where_stage_2_merges():
     """``kernels.bf16_partials``: a bf16 q with more than one split, the tl stage 1's
     and stage 2's ``BF16_PARTIALS`` (``kernels.launch_params``). ``gk.bf16_partials``
-    narrows it to the seesaw (16-bit or fp8 cache, not the fp8-MMA or 16-head
-    kernels) without a cluster; ``gk.launch_params`` tells the seesaw and
-    ``stage2_params`` stage 2, which it drops where the cluster merges (and with one
-    split)."""
+    narrows it to the seesaw (16-bit or fp8 cache) and the 16-bit 16-head kernel (not
+    the fp8-MMA or fp8 16-head kernels) without a cluster; ``gk.launch_params`` tells
+    those kernels and ``stage2_params`` stage 2, which it drops where the cluster
+    merges (and with one split)."""
     from mla_jax import _gluon_kernels as gk
     from mla_jax import kernels
 
@@ -478,11 +521,15 @@ def test_bf16_partials_for_a_bf16_q_where_stage_2_merges():
     assert not gk.bf16_partials(bf16, None, 64, False, 2, 2)  # the cluster merges
     assert not gk.bf16_partials(bf16, gk.FP8, 64, True, 8, 1)  # fp8 MMAs
     assert not gk.bf16_partials(bf16, gk.FP8, 32, False, 8, 1)  # 16-head fp8 kernel
+    assert gk.bf16_partials(bf16, None, 16, False, 2, 1)  # the 16-bit 16-head kernel
+    assert not gk.bf16_partials(fp16, None, 16, False, 2, 1)
     for q_dtype, kv_dtype, heads, splits, merge, want in [
         (bf16, None, 64, 8, True, True),
         (fp16, None, 64, 8, True, False),
         (bf16, None, 64, 2, False, True),
         (bf16, gk.FP8, 32, 8, True, False),  # the 16-head fp8 kernel's float32
+        (bf16, None, 16, 4, True, True),  # the 16-bit 16-head kernel's bf16
+        (fp16, None, 20, 4, True, False),
     ]:
         problem = geometry(16, heads, splits)
         stage1 = gk.launch_params(
@@ -518,6 +565,7 @@ def test_cluster_build_syncs_its_cluster_once_on_every_path():
 BF16, FP8 = jnp.bfloat16, jnp.float8_e4m3fn
 SEESAW, TL = "mla_decode_stage1_gluon_seesaw", "mla_decode_stage1"
 FP8_H16 = "mla_decode_stage1_gluon_fp8_h16"
+H16 = "mla_decode_stage1_gluon_h16"
 
 
 @pytest.mark.parametrize(
@@ -534,7 +582,12 @@ FP8_H16 = "mla_decode_stage1_gluon_fp8_h16"
         (1, 128, 4096, 90, BF16, None, SEESAW),  # 32 splits of 128
         (1, 128, 1024, 90, BF16, None, TL),  # 16 splits of 64
         (16, 128, 4096, 80, BF16, None, TL),  # not Hopper
-        (16, 16, 4096, 90, BF16, None, TL),  # under half a 64-head tile
+        (16, 16, 4096, 90, BF16, None, H16),  # 8 splits of 512 (half the rule's 16)
+        (64, 16, 4096, 90, BF16, None, H16),  # 2 splits of 2048
+        (128, 16, 16384, 90, jnp.float16, None, H16),  # 1 split (the rule's 2)
+        (16, 20, 4096, 90, BF16, None, TL),  # the tl kernel's 32-head tile
+        (16, 16, 1024, 90, BF16, None, TL),  # 8 splits of 128 at half the rule's 16
+        (256, 16, 4096, 90, BF16, None, TL),  # the rule's 1 split: nothing to halve
         (16, 32, 16384, 90, BF16, None, SEESAW),  # half a tile, 8 splits of 2048
         (128, 48, 4096, 90, jnp.float16, None, SEESAW),
         (16, 32, 1024, 90, BF16, None, SEESAW),  # 8 splits of 128, half a tile
@@ -556,9 +609,11 @@ def test_stage1_is_the_gluon_kernel_where_it_wins(
 ):
     """``mla_decode`` lowers stage 1 to a Gluon kernel on sm_90 for a problem they
     support whose splits hold at least 128 tokens (64 for the 16-head fp8 kernel;
-    ``_triton_backend.use_gluon``): the seesaw, on a 16-bit or an fp8 cache (the
-    16-head fp8 kernel on an fp8 cache under 64 heads); else to the tl kernel.
-    Stage 2 is the same either way, and absent where the grid has one split."""
+    ``_triton_backend.gluon_split_divisor``): the seesaw, on a 16-bit or an fp8 cache
+    (the 16-head fp8 kernel on an fp8 cache under 64 heads; the 16-bit 16-head kernel
+    on a 16-bit one under 32, at half the occupancy rule's splits where those hold at
+    least 512 tokens); else to the tl kernel. Stage 2 is the same either way, and
+    absent where the grid has one split."""
     assert lowered_kernels(batch, heads, length, cc, dtype, kv_dtype) == expected_calls(
         kernel, batch, heads, length
     )
@@ -587,20 +642,33 @@ def test_fp8_mma_is_the_stage1_where_asked(batch, heads, length, cc, kernel):
 
 def expected_calls(kernel, batch, heads, length):
     """Stage 1's kernel, then stage 2 where the occupancy grid has more than one split
-    (with one, stage 1 writes the output), but on the seesaw at 2 splits (a cluster
-    merges them)."""
+    (with one, stage 1 writes the output; the 16-bit 16-head kernel takes half the
+    rule's), but on the seesaw at 2 splits (a cluster merges them)."""
     import mla_jax
 
     splits = mla_jax.kv_splits(
         "occupancy", batch=batch, num_heads=heads, max_seq_len=length, sm_count=132
     )
+    if kernel == H16:
+        splits //= 2
     merged = splits == 1 or (kernel == SEESAW and splits == 2)
     return [kernel] + ([] if merged else ["mla_decode_stage2"])
 
 
-def lowered_kernels(batch, heads, length, cc, dtype, kv_dtype, **options):
+def test_h16_kernel_only_at_half_the_occupancy_rules_splits():
+    """Under vLLM's split rule (whose partition is vLLM's kernel's) a 16-bit cache at
+    16 heads stays with the tl kernel, at the rule's count: the 16-bit 16-head kernel
+    runs only where it may take half of an occupancy count."""
+    assert lowered_kernels(64, 16, 4096, 90, BF16, None) == [H16, "mla_decode_stage2"]
+    assert lowered_kernels(64, 16, 4096, 90, BF16, None, policy="vllm") == [
+        TL,
+        "mla_decode_stage2",
+    ]
+
+
+def lowered_kernels(batch, heads, length, cc, dtype, kv_dtype, policy="occupancy", **options):
     """The kernels of ``mla_decode``'s CUDA lowering for capability ``cc`` (static
-    ``max_seq_len``, pages of 64, the occupancy buffer of 132 SMs), in order."""
+    ``max_seq_len``, pages of 64, a buffer of ``policy`` for 132 SMs), in order."""
     import mla_jax
     from tests.cases import buffer_spec
     from tests.test_kernel_cache import custom_calls, kernel_call
@@ -627,7 +695,7 @@ def lowered_kernels(batch, heads, length, cc, dtype, kv_dtype, **options):
         jax.ShapeDtypeStruct((batch * length // page, page, 576), kv_dtype or dtype),
         jax.ShapeDtypeStruct((batch, length // page), jnp.int32),
         jax.ShapeDtypeStruct((batch,), jnp.int32),
-        buffer_spec(batch, heads, 64, policy="occupancy"),
+        buffer_spec(batch, heads, 64, policy=policy),
     )
     text = jax.jit(step, donate_argnums=4).trace(*args).lower(lowering_platforms=("cuda",))
     return [kernel_call(line)["kernel_name"] for line in custom_calls(text.as_text())]
