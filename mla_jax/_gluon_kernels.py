@@ -131,11 +131,12 @@ widen, so every MMA operand comes from shared memory.
   every warp past the other slot's MMAs), the page index two blocks ahead, the next
   block's copies into the other slot, S^T (waited), the softmax, P^T (fence +
   the vote's barrier), O^T (waited).
-* Occupancy: one CTA an SM, where the tl kernel's 16-head tile runs two, so it takes
-  half the splits the occupancy rule plans (``split_divisor``): as many programs, one
-  wave, each with twice the tokens. At the same split count it was 2-6% slower than
-  the tl kernel; at half of it, 3-8% faster, both stages, at the H=16 shapes of
-  ``docs/performance.md`` ("A Gluon stage 1 for a 16-bit cache at 16 heads").
+* Occupancy: one CTA an SM, where the tl kernel's 16-head tile runs two, so where the
+  occupancy rule's grid holds more programs than SMs it takes half the rule's splits
+  (``split_divisor``): one wave, each program with twice the tokens. Against the tl
+  kernel at the rule's count, both stages: 4-19% faster at that count, 1-16% slower
+  at the rule's own (``docs/performance.md``, "A Gluon stage 1 for a 16-bit cache at
+  16 heads").
 * The partials (or the output with one split) are stored from a by-heads layout
   (``convert_layout`` through shared memory), so that a warp writes a head's
   consecutive dims; bf16 for a bf16 q where stage 2 merges them, as the tl kernel's.
@@ -439,11 +440,13 @@ def small_heads(kv_dtype: str | None, num_heads: int) -> bool:
 
 def split_divisor(kv_dtype: str | None, num_heads: int) -> int:
     """How many times fewer splits than the occupancy rule plans the Gluon stage 1
-    takes (``kernel_for``): 2 for the 16-bit 16-head kernel, which holds one CTA an SM
-    (168 KB of shared memory) where the rule counts two 16-head programs (the tl
-    tile's, ``_tiling.programs_per_sm``), so that its programs still fill one wave;
-    else 1. On the H200 it ran both stages 3-8% faster at half the splits than the tl
-    kernel at the full count, and 2-6% slower at the full count
+    (``kernel_for``) may need: 2 for the 16-bit 16-head kernel, which holds one CTA an
+    SM (168 KB of shared memory) where the rule counts two 16-head programs (the tl
+    tile's, ``_tiling.programs_per_sm``), so that its programs fill one wave where the
+    rule's fill two (``_triton_backend.gluon_split_divisor`` applies it where the
+    rule's grid holds more programs than SMs); else 1. On the H200, both stages at
+    that count against the tl kernel at the rule's: 4-19% faster at 15 shapes; at the
+    rule's count where the grid holds two programs an SM, 1-16% slower
     (``docs/performance.md``, "A Gluon stage 1 for a 16-bit cache at 16 heads")."""
     return 2 if kv_dtype != FP8 and small_heads(kv_dtype, num_heads) else 1
 

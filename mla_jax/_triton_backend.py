@@ -41,11 +41,11 @@ SEESAW_MIN_SPLIT_TOKENS = 128
 # tl fp8 kernel widens in registers. Splits under one 64-token block are unmeasured
 # (the occupancy rule makes none).
 FP8_SMALL_HEADS_MIN_SPLIT_TOKENS = 64
-# The 16-bit 16-head kernel at half the occupancy rule's split count against the tl
-# stage 1 at the full count, both stages: 3-8% faster from 512 tokens a split (its
-# half count) at the H=16 shapes measured (docs/performance.md, "A Gluon stage 1 for
-# a 16-bit cache at 16 heads").
-SIXTEEN_BIT_SMALL_HEADS_MIN_SPLIT_TOKENS = 512
+# The 16-bit 16-head kernel at its split count (``gluon_split_divisor``) against the
+# tl stage 1 at the occupancy rule's, both stages: faster at all 15 H=16 shapes
+# measured from 128 tokens a split, by 2-19% (docs/performance.md, "A Gluon stage 1
+# for a 16-bit cache at 16 heads"); at 64 tokens measured once (1/16/4096, 3%).
+SIXTEEN_BIT_SMALL_HEADS_MIN_SPLIT_TOKENS = 128
 
 
 def _strides(x: jax.Array) -> tuple[int, ...]:
@@ -65,7 +65,7 @@ def gluon_split_divisor(
     kv_lora_rank: int,
     rope_dim: int,
     compute_capability: int,
-    occupancy: bool,
+    occupancy_sms: int | None,
 ) -> int | None:
     """None where stage 1 runs as the tl kernel; else it runs as a Gluon kernel at
     ``grid_splits`` divided by the returned count (``_gluon_kernels.split_divisor``).
@@ -74,9 +74,12 @@ def gluon_split_divisor(
     (``_gluon_kernels.supports``), and splits of at least ``SEESAW_MIN_SPLIT_TOKENS``
     tokens (``FP8_SMALL_HEADS_MIN_SPLIT_TOKENS`` for the fp8 16-head kernel,
     ``SIXTEEN_BIT_SMALL_HEADS_MIN_SPLIT_TOKENS`` for the 16-bit one) when a row holds
-    ``max_tokens``. The 16-bit 16-head kernel, one CTA an SM, runs only at half of an
-    occupancy rule's count (``occupancy``, ``grid_splits`` at least 2): at the same
-    count as the tl kernel, or in one split, it is not the faster one.
+    ``max_tokens``. The 16-bit 16-head kernel runs only on an occupancy rule's count
+    (planned for ``occupancy_sms`` SMs; None: another rule's), which counts two 16-head
+    programs an SM where it holds one: where the grid's programs exceed one an SM, at
+    half the count (``grid_splits`` at least 2: as many waves as the rule planned),
+    else at the count itself (already one wave: the rule capped it). At twice the
+    programs an SM fits, or under vLLM's rule, it is not the faster one.
     """
     kv_page_stride, kv_row_stride = _strides(kv_cache)[:2]
     num_heads = q_nope.shape[1]
@@ -88,8 +91,14 @@ def gluon_split_divisor(
         min_tokens = FP8_SMALL_HEADS_MIN_SPLIT_TOKENS
     else:
         min_tokens = SIXTEEN_BIT_SMALL_HEADS_MIN_SPLIT_TOKENS
-    if divisor > 1 and (not occupancy or grid_splits < divisor):
-        return None
+    if divisor > 1:
+        if occupancy_sms is None:
+            return None
+        programs = q_nope.shape[0] * -(-num_heads // _gluon_kernels.SMALL_BLOCK_H)
+        if programs * grid_splits <= occupancy_sms:
+            divisor = 1
+        elif grid_splits < divisor:
+            return None
     gluon = (
         compute_capability == 90
         and -(-max_tokens // (grid_splits // divisor)) >= min_tokens
@@ -128,7 +137,7 @@ def decode(
     config: dict[str, int] | None = None,
     fp8_mma: bool = False,
     cluster_merge: bool = True,
-    occupancy: bool = False,
+    occupancy_sms: int | None = None,
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """Both stages on checked inputs (stage 1 alone where ``grid_splits`` is 1).
 
@@ -149,10 +158,12 @@ def decode(
         the fp8-MMA one (``_gluon_kernels.uses_fp8_mma``: q and P rounded to e4m3).
       cluster_merge: False keeps stage 2 where a Gluon stage 1's cluster would merge
         the splits (``_gluon_kernels.cluster_size``; A/B runs only).
-      occupancy: the split count is the occupancy rule's, planned for the tl stage 1's
-        programs an SM, so a Gluon stage 1 that holds fewer may take fewer splits
-        (``gluon_split_divisor``): ``grid_splits`` and ``num_splits`` divided alike,
-        which partitions each row as that many splits would.
+      occupancy_sms: where the split count is the occupancy rule's, the SM count it was
+        planned for (with the tl stage 1's programs an SM), so that a Gluon stage 1
+        that holds fewer may take fewer splits (``gluon_split_divisor``):
+        ``grid_splits`` and ``num_splits`` divided alike, which partitions each row as
+        that many splits would. None: another rule's count (or batch-invariant mode's
+        one split), taken as it is.
 
     Returns:
       ``out [B, H, kv_lora_rank]`` in q's dtype, ``lse`` float32 ``[B, H]``, and the
@@ -165,7 +176,7 @@ def decode(
     divisor = None
     if config is None:
         divisor = gluon_split_divisor(
-            q_nope, kv_cache, grid_splits, longest, kv_lora_rank, rope_dim, cc, occupancy
+            q_nope, kv_cache, grid_splits, longest, kv_lora_rank, rope_dim, cc, occupancy_sms
         )
     if divisor is not None and divisor > 1:
         grid_splits //= divisor

@@ -303,7 +303,11 @@ def _decode_step(
             max_tokens=static_max_seq_len,
             batch_tokens=batch_tokens,
             fp8_mma=fp8_mma,
-            occupancy=buf.policy == "occupancy",
+            # The occupancy rule's count (not batch-invariant mode's one split, whose
+            # kernel must not depend on the batch).
+            occupancy_sms=(
+                buf.sm_count if buf.policy == "occupancy" and not batch_invariant else None
+            ),
         )
     else:
         q = q_nope if q_pe is None else jnp.concatenate([q_nope, q_pe], axis=-1)

@@ -586,7 +586,10 @@ H16 = "mla_decode_stage1_gluon_h16"
         (64, 16, 4096, 90, BF16, None, H16),  # 2 splits of 2048
         (128, 16, 16384, 90, jnp.float16, None, H16),  # 1 split (the rule's 2)
         (16, 20, 4096, 90, BF16, None, TL),  # the tl kernel's 32-head tile
-        (16, 16, 1024, 90, BF16, None, TL),  # 8 splits of 128 at half the rule's 16
+        (16, 16, 1024, 90, BF16, None, H16),  # 8 splits of 128 (half the rule's 16)
+        (4, 16, 4096, 90, BF16, None, H16),  # 32 splits of 128 (half the rule's 64)
+        (1, 16, 16384, 90, BF16, None, H16),  # the rule's 128 splits: one wave already
+        (1, 16, 4096, 90, BF16, None, TL),  # 64 splits of 64
         (256, 16, 4096, 90, BF16, None, TL),  # the rule's 1 split: nothing to halve
         (16, 32, 16384, 90, BF16, None, SEESAW),  # half a tile, 8 splits of 2048
         (128, 48, 4096, 90, jnp.float16, None, SEESAW),
@@ -611,9 +614,9 @@ def test_stage1_is_the_gluon_kernel_where_it_wins(
     support whose splits hold at least 128 tokens (64 for the 16-head fp8 kernel;
     ``_triton_backend.gluon_split_divisor``): the seesaw, on a 16-bit or an fp8 cache
     (the 16-head fp8 kernel on an fp8 cache under 64 heads; the 16-bit 16-head kernel
-    on a 16-bit one under 32, at half the occupancy rule's splits where those hold at
-    least 512 tokens); else to the tl kernel. Stage 2 is the same either way, and
-    absent where the grid has one split."""
+    on a 16-bit one at 16, at half the occupancy rule's splits where its grid holds
+    more than a program an SM, with splits of at least 128 tokens); else to the tl
+    kernel. Stage 2 is the same either way, and absent where the grid has one split."""
     assert lowered_kernels(batch, heads, length, cc, dtype, kv_dtype) == expected_calls(
         kernel, batch, heads, length
     )
@@ -643,27 +646,28 @@ def test_fp8_mma_is_the_stage1_where_asked(batch, heads, length, cc, kernel):
 def expected_calls(kernel, batch, heads, length):
     """Stage 1's kernel, then stage 2 where the occupancy grid has more than one split
     (with one, stage 1 writes the output; the 16-bit 16-head kernel takes half the
-    rule's), but on the seesaw at 2 splits (a cluster merges them)."""
+    rule's where its grid holds more than a program an SM), but on the seesaw at 2
+    splits (a cluster merges them)."""
     import mla_jax
 
     splits = mla_jax.kv_splits(
         "occupancy", batch=batch, num_heads=heads, max_seq_len=length, sm_count=132
     )
-    if kernel == H16:
+    if kernel == H16 and batch * splits > 132:
         splits //= 2
     merged = splits == 1 or (kernel == SEESAW and splits == 2)
     return [kernel] + ([] if merged else ["mla_decode_stage2"])
 
 
-def test_h16_kernel_only_at_half_the_occupancy_rules_splits():
+def test_h16_kernel_only_on_the_occupancy_rules_splits():
     """Under vLLM's split rule (whose partition is vLLM's kernel's) a 16-bit cache at
-    16 heads stays with the tl kernel, at the rule's count: the 16-bit 16-head kernel
-    runs only where it may take half of an occupancy count."""
-    assert lowered_kernels(64, 16, 4096, 90, BF16, None) == [H16, "mla_decode_stage2"]
-    assert lowered_kernels(64, 16, 4096, 90, BF16, None, policy="vllm") == [
-        TL,
-        "mla_decode_stage2",
-    ]
+    16 heads stays with the tl kernel, at the rule's count, and so does batch-invariant
+    mode (one split, whose kernel must not depend on the batch): the 16-bit 16-head
+    kernel runs only on an occupancy count it may take as planned or halve."""
+    stage2 = "mla_decode_stage2"
+    assert lowered_kernels(64, 16, 4096, 90, BF16, None) == [H16, stage2]
+    assert lowered_kernels(64, 16, 4096, 90, BF16, None, policy="vllm") == [TL, stage2]
+    assert lowered_kernels(64, 16, 4096, 90, BF16, None, batch_invariant=True) == [TL]
 
 
 def lowered_kernels(batch, heads, length, cc, dtype, kv_dtype, policy="occupancy", **options):
@@ -695,7 +699,7 @@ def lowered_kernels(batch, heads, length, cc, dtype, kv_dtype, policy="occupancy
         jax.ShapeDtypeStruct((batch * length // page, page, 576), kv_dtype or dtype),
         jax.ShapeDtypeStruct((batch, length // page), jnp.int32),
         jax.ShapeDtypeStruct((batch,), jnp.int32),
-        buffer_spec(batch, heads, 64, policy=policy),
+        buffer_spec(batch, heads, 128, policy=policy),
     )
     text = jax.jit(step, donate_argnums=4).trace(*args).lower(lowering_platforms=("cuda",))
     return [kernel_call(line)["kernel_name"] for line in custom_calls(text.as_text())]
