@@ -427,6 +427,12 @@ def test_fp8_cache_matches_reference_on_dequantised_values(heads, rng):
         (4, 16, 4096, jnp.float16, "fp8"),  # 64 splits of 64 tokens
         (8, 20, 16384, jnp.float16, "fp8"),  # a full 16-head tile and a masked one
         (64, 32, 4096, jnp.bfloat16, "fp8"),
+        # The 16-bit 16-head kernel, at half the occupancy count where its grid holds
+        # more programs than SMs, else at the count:
+        (16, 16, 4096, jnp.bfloat16, "same"),  # 8 splits of 512 (the rule's 16)
+        (64, 16, 4096, jnp.float16, "same"),  # 2 splits of 2048
+        (128, 16, 1024, jnp.bfloat16, "same"),  # 1 split (the rule's 2): no stage 2
+        (1, 16, 16384, jnp.bfloat16, "same"),  # the rule's 128 splits: one wave already
         # Two splits: a cluster of two CTAs a row, which merges them (no stage 2):
         (64, 64, 1024, jnp.bfloat16, "same"),
         (32, 96, 4096, jnp.float16, "same"),  # a full tile and a half-masked one
@@ -438,8 +444,9 @@ def test_fp8_cache_matches_reference_on_dequantised_values(heads, rng):
 @pytest.mark.parametrize("max_seq_len", ["static", "runtime"])
 def test_gluon_stage1_through_mla_decode(batch, heads, length, dtype, cache, max_seq_len, rng):
     """On sm_90, ``mla_decode`` at shapes whose splits are long enough for a Gluon
-    kernel (``_triton_backend.use_gluon``) lowers stage 1 to one (the seesaw from 32
-    heads on either cache, the 16-head fp8 kernel under 64 heads on an fp8 one); it
+    kernel (``_triton_backend.gluon_split_divisor``) lowers stage 1 to one (the seesaw
+    from 32 heads on either cache, the 16-head fp8 kernel under 64 heads on an fp8 one,
+    the 16-bit 16-head kernel at 16 heads on a 16-bit one); it
     matches the float64 reference (on the dequantised cache for fp8) on ragged rows: an
     empty row, page edges, a full row. ``runtime`` leaves ``max_seq_len`` out: the block table's
     capacity, ``length``, plans the splits. Where the grid has one split stage 1 writes
@@ -459,16 +466,18 @@ def test_gluon_stage1_through_mla_decode(batch, heads, length, dtype, cache, max
     stage1 = "mla_decode_stage1_gluon_seesaw"
     if cache == "fp8" and heads < 64:
         stage1 = "mla_decode_stage1_gluon_fp8_h16"
-    one_split = (
-        mla_jax.kv_splits(
-            buffer.policy,
-            batch=batch,
-            num_heads=heads,
-            max_seq_len=length,
-            sm_count=buffer.sm_count,
-        )
-        == 1
+    splits = mla_jax.kv_splits(
+        buffer.policy,
+        batch=batch,
+        num_heads=heads,
+        max_seq_len=length,
+        sm_count=buffer.sm_count,
     )
+    if cache == "same" and heads == 16:
+        stage1 = "mla_decode_stage1_gluon_h16"
+        if batch * splits > buffer.sm_count:
+            splits //= 2
+    one_split = splits == 1
     # A seesaw's row of 2 splits is one cluster, which merges them (no stage 2).
     cluster = kernels.clusters(q, kv, bt, sl, buffer)[0]
     merged = one_split or cluster > 1

@@ -257,12 +257,15 @@ def test_decode_step_donates_the_buffer():
 
 @pytest.mark.parametrize(
     "policy, batch, heads, want",
-    [("occupancy", 64, 16, 4), ("occupancy", 1, 128, 64), ("vllm", 64, 16, 16)],
+    [("occupancy", 64, 16, 2), ("occupancy", 1, 128, 64), ("vllm", 64, 16, 16)],
 )
 def test_runtime_split_grid_is_the_batch_bound(policy, batch, heads, want):
     """A step whose length is known only at run time launches the most splits its
     batch can ask for (``splits.max_kv_splits``), not the buffer's whole split axis:
-    stage 1's grid is ``(head blocks, batch, grid splits)`` in the exported module."""
+    stage 1's grid is ``(head blocks, batch, grid splits)`` in the exported module. On
+    sm_90 at 16 heads on the occupancy rule that is the 16-bit 16-head Gluon kernel,
+    at half of it (4 splits of the 256-token capacity: 2 of 128;
+    ``_triton_backend.gluon_split_divisor``)."""
     spec = jax.ShapeDtypeStruct
     # Reserved splits: vLLM's rule at L=8192, or more than occupancy ever asks for.
     buf = buffer_spec(batch, heads, {"vllm": 16, "occupancy": 256}[policy], policy=policy)
@@ -288,7 +291,7 @@ def test_runtime_split_grid_is_the_batch_bound(policy, batch, heads, want):
     "batch, heads, length, max_seq_len, batch_invariant, tile, splits, page",
     [
         # Pages of 16 tokens where the splits would hold 128 or more: the seesaw takes
-        # 64-token pages from there (``_triton_backend.use_gluon``), so the tl kernel's
+        # 64-token pages from there (``_triton_backend.gluon_split_divisor``), so the tl kernel's
         # tile shows only on other pages.
         (1, 128, 4096, 4096, False, 16, 32, 16),  # 4096 tokens: 16-head tiles, 32 splits
         (1, 128, 1024, 1024, False, 16, 16, 64),  # one split per 64 tokens
