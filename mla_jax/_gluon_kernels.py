@@ -134,8 +134,8 @@ widen, so every MMA operand comes from shared memory.
 * Occupancy: one CTA an SM, where the tl kernel's 16-head tile runs two, so where the
   occupancy rule's grid holds more programs than SMs it takes half the rule's splits
   (``split_divisor``): one wave, each program with twice the tokens. Against the tl
-  kernel at the rule's count, both stages: 4-19% faster at that count, 1-16% slower
-  at the rule's own (``docs/performance.md``, "A Gluon stage 1 for a 16-bit cache at
+  kernel at the rule's count, both stages: 4-19% faster at that count, up to 16%
+  slower at the rule's own (``docs/performance.md``, "A Gluon stage 1 for a 16-bit cache at
   16 heads").
 * The partials (or the output with one split) are stored from a by-heads layout
   (``convert_layout`` through shared memory), so that a warp writes a head's
@@ -445,8 +445,8 @@ def split_divisor(kv_dtype: str | None, num_heads: int) -> int:
     tile's, ``_tiling.programs_per_sm``), so that its programs fill one wave where the
     rule's fill two (``_triton_backend.gluon_split_divisor`` applies it where the
     rule's grid holds more programs than SMs); else 1. On the H200, both stages at
-    that count against the tl kernel at the rule's: 4-19% faster at 15 shapes; at the
-    rule's count where the grid holds two programs an SM, 1-16% slower
+    that count against the tl kernel at the rule's: 4-19% faster at 14 shapes; at the
+    rule's count where the grid holds two programs an SM, up to 16% slower
     (``docs/performance.md``, "A Gluon stage 1 for a 16-bit cache at 16 heads")."""
     return 2 if kv_dtype != FP8 and small_heads(kv_dtype, num_heads) else 1
 
@@ -459,8 +459,9 @@ def uses_fp8_mma(kv_dtype: str | None, num_heads: int, fp8_mma: bool) -> bool:
     return fp8_mma and kv_dtype == FP8 and num_heads >= BLOCK_H
 
 
-def kernel_for(kv_dtype: str, num_heads: int = BLOCK_H, fp8_mma: bool = False) -> Any:
-    """The Gluon stage 1 for a cache of dtype ``kv_dtype`` (a name, as in ``supports``)
+def kernel_for(kv_dtype: str | None, num_heads: int = BLOCK_H, fp8_mma: bool = False) -> Any:
+    """The Gluon stage 1 for a cache of dtype ``kv_dtype`` (a name, as in ``supports``;
+    None: a 16-bit cache)
     and ``num_heads`` query heads: the fp8-MMA kernel where ``uses_fp8_mma``, a 16-head
     kernel where ``small_heads`` (fp8 or 16-bit), else the seesaw (a 16-bit cache of
     q's dtype or an fp8 one). All take the same arguments; ``launch_params`` gives each

@@ -42,8 +42,8 @@ SEESAW_MIN_SPLIT_TOKENS = 128
 # (the occupancy rule makes none).
 FP8_SMALL_HEADS_MIN_SPLIT_TOKENS = 64
 # The 16-bit 16-head kernel at its split count (``gluon_split_divisor``) against the
-# tl stage 1 at the occupancy rule's, both stages: faster at all 15 H=16 shapes
-# measured from 128 tokens a split, by 2-19% (docs/performance.md, "A Gluon stage 1
+# tl stage 1 at the occupancy rule's, both stages: 4-19% faster at all 14 H=16 shapes
+# measured with splits of 128 tokens or more (docs/performance.md, "A Gluon stage 1
 # for a 16-bit cache at 16 heads"); at 64 tokens measured once (1/16/4096, 3%).
 SIXTEEN_BIT_SMALL_HEADS_MIN_SPLIT_TOKENS = 128
 

@@ -1,10 +1,11 @@
 """Writes notebooks/03_performance.ipynb (committed without outputs).
 
-    docs/gpu/sweep-c11b1c4/merge.sh                 # results.json, page, plots
+    docs/gpu/sweep-h16-7f036a1/merge.sh             # results.json, page, plots
     scripts/dev python scripts/make_notebook_03.py  # then the notebook
 
-merge.sh runs `bench --report-only` on the five parts in docs/benchmarks/parts/ (our
-default path and vLLM's) and the XLA paths of the six in docs/benchmarks/df8ad0c/parts/.
+merge.sh runs `bench --report-only` on the parts of our default path and vLLM's (the new
+H=16 part and 72ef8a8's parts less their H=16 rows) and the XLA paths of the six in
+docs/benchmarks/df8ad0c/parts/.
 
 The commentary quotes docs/benchmarks/results.json, comparing paths by their kernel time
 (device_ms) and showing the wall clock beside it; the code cells print the numbers it
@@ -30,8 +31,9 @@ CELLS = [
 # Performance on an H200
 
 What one decode step costs on the GPU, read from the current sweep in
-`docs/benchmarks/results.json` (`python -m mla_jax bench`, 2026-12-03, kernels of 72ef8a8,
-the current ones; the XLA paths from an earlier sweep, see below): NVIDIA H200, 68 shapes with
+`docs/benchmarks/results.json` (`python -m mla_jax bench`, 2026-12-03, the current
+kernels: the H=16 rows on 7f036a1, the others on 72ef8a8, whose kernels for them 7f036a1
+builds the same; the XLA paths from an earlier sweep, see below): NVIDIA H200, 68 shapes with
 B ∈ {1, 4, 16, 64, 128}, H ∈ {16, 32, 64, 128}, L ∈ {1k, 4k, 16k} and L = 64k for B ≤ 4;
 bf16, latent 512 + rope 64, pages of 64 tokens, shuffled block tables. Four paths:
 
@@ -45,12 +47,18 @@ bf16, latent 512 + rope 64, pages of 64 tokens, shuffled block tables. Four path
   seesaw"](../docs/performance.md#3263-heads-on-the-seesaw)). Where the seesaw runs a row
   in two splits (at B=64 with H=32 and 64), the row's two CTAs are one thread-block
   cluster that merges them, and stage 2 is not launched (["A row's two splits merged in a
-  cluster"](../docs/performance.md#a-rows-two-splits-merged-in-a-cluster)). At the other
-  24 stage 1 is the Triton (`tl`) kernel: the 17 H=16 shapes, and the 7 whose splits hold
-  one 64-token block. Those 7 all have B·L ≤ 4096: a step with a static `max_seq_len`
-  and at most 4096 tokens in its batch runs the tl kernel on 16-head tiles at any H where
-  its splits are too short for the seesaw (at 1/128/4096 and 4/128/1024, the other two
-  such shapes with H ≥ 32, the splits hold 128 tokens and the seesaw runs);
+  cluster"](../docs/performance.md#a-rows-two-splits-merged-in-a-cluster)). At 14 of the
+  17 H=16 shapes stage 1 is the 16-bit 16-head Gluon kernel (the tokens on the warpgroup
+  MMA's M, one CTA an SM), at half the occupancy rule's splits where the rule's grid
+  holds more programs than SMs (12 of them) and at the rule's count at B=1, from 128
+  tokens a split ([`docs/performance.md`, "A Gluon stage 1 for a 16-bit cache at 16
+  heads"](../docs/performance.md#a-gluon-stage-1-for-a-16-bit-cache-at-16-heads)). At
+  the other 10 stage 1 is the Triton (`tl`) kernel: the shapes whose splits hold one
+  64-token block (3 with H=16, 7 with H ≥ 32). Those 10 all have B·L ≤ 4096: a step with
+  a static `max_seq_len` and at most 4096 tokens in its batch runs the tl kernel on
+  16-head tiles at any H where its splits are too short for a Gluon kernel (at
+  1/128/4096 and 4/128/1024, the other two such shapes with H ≥ 32, the splits hold 128
+  tokens and the seesaw runs);
 - **`xla`**: the same two-stage algorithm in plain jnp; **`dense`**: plain JAX
   gather + einsum;
 - **`vllm`**: vLLM's own `decode_attention_fwd` kernels (see `docs/vllm_kernel.md`).
@@ -69,11 +77,12 @@ not timed in this sweep; their latest numbers, on the kernels of c11b1c4, are in
   the calls traced, so the gaps between launches are not in it. It is one instrument for
   our paths and vLLM's, and issue #21 states its targets in it. `kernels_per_call` names
   the kernels with their launches a call: on our Triton path stage 1 and stage 2, or
-  stage 1 alone at the 18 shapes with B ≥ 64 and H ≥ 32: the 12 whose grid has one
-  split (64/128, 128/32, 128/64 and 128/128, every L), where stage 1 writes the output
-  and lse itself ([`docs/performance.md`, "One split, one
-  kernel"](../docs/performance.md#one-split-one-kernel)), and the 6 whose rows' two
-  splits a cluster merges (64/32 and 64/64, every L); vLLM's two kernels plus two small
+  stage 1 alone at 21 shapes: the 15 whose grid has one split (64/128, 128/32, 128/64
+  and 128/128 by the rule, and 128/16, where the 16-bit 16-head kernel halves the rule's
+  two; every L), where stage 1 writes the output and lse itself ([`docs/performance.md`,
+  "One split, one kernel"](../docs/performance.md#one-split-one-kernel)), and the 6
+  whose rows' two splits a cluster merges (64/32 and 64/64, every L); vLLM's two kernels
+  plus two small
   torch `vectorized_elementwise_kernel` launches (fills) from the plumbing around them,
   which count in vLLM's time. It agrees with CUDA-graph timings
   of the same kernels (`scripts/stage_times.py`; a check on earlier kernels, with the tl
@@ -89,31 +98,36 @@ not timed in this sweep; their latest numbers, on the kernels of c11b1c4, are in
   K is 5–20 (about 2 ms a run), median of 3 repeats. Below about 40 µs a call the
   host's dispatch, not the GPU, sets the JAX paths' wall time, and it moves from run to
   run: three runs in new processes read 1/16/1024 at 31.7, 30.4 and 35.8 µs and
-  1/128/1024 at 40.5, 29.6 and 25.2 µs, whose kernels take 7.1 and 7.8 µs in this sweep
+  1/128/1024 at 40.5, 29.6 and 25.2 µs, whose kernels take 6.9 and 7.8 µs in this sweep
   ([`docs/gpu/bench-wall-with-and-without-traces.log`](../docs/gpu/bench-wall-with-and-without-traces.log);
   its runs with and without `--kernel-time` show that the traced run does not change the
   wall time). The last section but one compares the two instruments.
 
-Our path and vLLM's kernels ran on 2026-12-03 in five parts (parts 1–5 below), in three
-device calls of one lease of one H200, on the kernels of 72ef8a8, which store a bf16 q's
-split partials in bf16 from the tl stage 1 and the Gluon seesaw alike (the 18 shapes
-without stage 2 run the same binaries as in the sweep on 752a389's kernels). Each part
-was a separate bench process measuring its own ceilings, with vLLM's kernels in the same
-process as ours. They are merged from `docs/benchmarks/parts/`: `small.json` (B ≤ 4 at
-H ∈ {16, 64, 128}, 24 shapes), `large-b16-b64.json` (B 16 and 64 at those heads, 18),
-`large-b128.json` (B 128 at H 16 and 64, 6), `large-b128-h32-h128.json` (B 128 at H 32
-and 128, 6) and `h32.json` (H=32 at B 1–64, 14); the scripts of the three calls are in
-`docs/gpu/sweep-72ef8a8/`, the merge is `docs/gpu/sweep-c11b1c4/merge.sh`. The XLA paths
-(`xla`, `dense`), whose code did not change, are carried from an earlier sweep (df8ad0c,
-2026-12-01; its six parts, parts 6–11 below, are in `docs/benchmarks/df8ad0c/parts/`).
-Each shape's `path_parts` names the part of each path; a path's floor and its speed-up
-over vLLM's kernels are those of its own part, so the XLA paths' are against that sweep's
-ceilings and vLLM run. The first cell checks that the default path ran the stage 1 the
-routing picks (the seesaw where H ≥ 32 and a split holds at least 128 tokens, else the tl
-kernel), and stage 2 wherever the grid has more than one split but for the seesaw's rows
-of two splits, which a cluster merges. The sweep before this one, on 752a389's kernels
-(the same day), is in `docs/benchmarks/752a389/`; the one before that, on c11b1c4's
-kernels and with the `triton` path timed, in `docs/benchmarks/c11b1c4/`.
+Our path and vLLM's kernels ran on 2026-12-03 in six parts (parts 1–6 below), each a
+separate bench process measuring its own ceilings, with vLLM's kernels in the same
+process as ours, on one H200. Part 1 (`h16.json`, the 17 H=16 shapes) ran on 7f036a1,
+which runs a 16-bit cache at 16 heads on the 16-bit 16-head Gluon kernel
+(`docs/gpu/h16-bf16/run2.sh`). Parts 2–6 are the sweep on 72ef8a8 (three device calls of
+one lease; `docs/gpu/sweep-72ef8a8/`) less its H=16 rows: `small-no-h16.json` (B ≤ 4 at
+H ∈ {64, 128}, 16 shapes), `large-b16-b64-no-h16.json` (B 16 and 64 at those heads, 12),
+`large-b128-no-h16.json` (B 128 at H 64, 3), then 72ef8a8's `large-b128-h32-h128.json`
+(B 128 at H 32 and 128, 6) and `h32.json` (H=32 at B 1–64, 14), from
+`docs/benchmarks/72ef8a8/parts/`. 7f036a1 builds those rows' kernels as 72ef8a8 did
+(the tl kernels' source unchanged, the seesaw's SASS compared on the CPU). The merge is
+`docs/gpu/sweep-h16-7f036a1/merge.sh`. The XLA paths (`xla`, `dense`), whose code did not
+change, are carried from an earlier sweep (df8ad0c, 2026-12-01; its six parts, parts
+7–12 below, are in `docs/benchmarks/df8ad0c/parts/`). Each shape's `path_parts` names
+the part of each path; a path's floor and its speed-up over vLLM's kernels are those of
+its own part, so the XLA paths' are against that sweep's ceilings and vLLM run. The first
+cell checks that the default path ran the stage 1 the routing picks (the seesaw where
+H ≥ 32 and a split holds at least 128 tokens, the 16-bit 16-head kernel at H=16 from 128
+tokens a split at its count, else the tl kernel), and stage 2 wherever stage 1's grid has
+more than one split but for the seesaw's rows of two splits, which a cluster merges. The
+bench's `num_kv_splits` is the rule's count; where the 16-bit 16-head kernel halves it,
+the cells below count the halved one. The sweep on 72ef8a8 with all its 68 rows is in
+`docs/benchmarks/72ef8a8/`; the one before it, on 752a389's kernels, in
+`docs/benchmarks/752a389/`; the one on c11b1c4's kernels, with the `triton` path timed,
+in `docs/benchmarks/c11b1c4/`.
 
 Every cell but the last only reads JSON and draws, so the notebook runs anywhere; the last
 re-measures a few shapes when a CUDA GPU is present. The figures are drawn by
@@ -146,11 +160,16 @@ OURS = [p for p in (DEFAULT, "triton") if p in results["paths"]]
 PARTS = results.get("parts") or [{"ceilings": results["ceilings"],
                                   "shapes": len(results["shapes"])}]
 SEESAW = "mla_decode_stage1_gluon_seesaw"
-# The routing the sweep ran (mla_jax._triton_backend at 72ef8a8): the seesaw stage 1 for a
-# 16-bit cache with at least 32 heads where each split holds at least this many tokens;
-# where it runs a row in two splits, the row's two CTAs are a thread-block cluster that
-# merges them, and stage 2 is not launched (mla_jax._gluon_kernels.cluster_size).
+H16 = "mla_decode_stage1_gluon_h16"
+# The routing the sweep ran (mla_jax._triton_backend at 7f036a1): on a 16-bit cache the
+# seesaw stage 1 with at least 32 heads where each split holds at least this many tokens
+# (where it runs a row in two splits, the row's two CTAs are a thread-block cluster that
+# merges them, and stage 2 is not launched: mla_jax._gluon_kernels.cluster_size); at 16
+# heads on the occupancy rule the 16-bit 16-head Gluon kernel, from as many tokens a
+# split, at half the rule's splits where the rule's grid holds more programs than SMs
+# (one CTA an SM where the rule counts two: _triton_backend.gluon_split_divisor).
 SEESAW_MIN_TOKENS = 128
+H16_MIN_TOKENS = 128
 
 
 def span(values, spec=".2f"):
@@ -171,14 +190,39 @@ def rate(s, p, unit):
     return None if ms is None else s["kv_bytes" if unit == "TB/s" else "flops"] / ms / 1e9
 
 
+def stage1(s, p=DEFAULT):
+    # Path p's stage 1 as the trace saw it: "seesaw", "h16" (the 16-bit 16-head Gluon
+    # kernel) or "tl".
+    seen = metric(s, p, "kernels_per_call") or {}
+    return "seesaw" if SEESAW in seen else "h16" if H16 in seen else "tl"
+
+
 def gluon_stage1(s, p=DEFAULT):
-    # Where the trace saw path p's stage 1 run as the Gluon seesaw kernel.
-    return SEESAW in (metric(s, p, "kernels_per_call") or {})
+    # Where the trace saw path p's stage 1 run as a Gluon kernel.
+    return stage1(s, p) != "tl"
+
+
+def h16_splits(s, p=DEFAULT):
+    # The 16-bit 16-head Gluon kernel's split count on path p; None where it does not run.
+    n = metric(s, p, "num_kv_splits")
+    if p != DEFAULT or s["H"] != 16:
+        return None
+    if s["B"] * n > machine["sm_count"]:
+        if n < 2:
+            return None
+        n //= 2
+    return n if -(-s["L"] // n) >= H16_MIN_TOKENS else None
+
+
+def kernel_splits(s, p=DEFAULT):
+    # The splits path p's stage 1 ran (the rule's count, halved where the 16-bit 16-head
+    # Gluon kernel halves it).
+    return h16_splits(s, p) or metric(s, p, "num_kv_splits")
 
 
 def split_tokens(s, p=DEFAULT):
     # Tokens in each of a row's splits on path p.
-    return -(-s["L"] // metric(s, p, "num_kv_splits"))
+    return -(-s["L"] // kernel_splits(s, p))
 
 
 def seesaw_routed(s, p=DEFAULT):
@@ -188,13 +232,13 @@ def seesaw_routed(s, p=DEFAULT):
 
 def cluster_merged(s, p=DEFAULT):
     # Where the seesaw runs a row in two splits and merges them in a cluster.
-    return metric(s, p, "num_kv_splits") == 2 and seesaw_routed(s, p)
+    return kernel_splits(s, p) == 2 and seesaw_routed(s, p)
 
 
 def per_call(s, p):
     # Triton kernels a call: stage 1 alone where the grid has one split or a cluster
     # merges a row's two, else both stages.
-    return 1 if metric(s, p, "num_kv_splits") == 1 or cluster_merged(s, p) else 2
+    return 1 if kernel_splits(s, p) == 1 or cluster_merged(s, p) else 2
 
 
 versions = ", ".join(f"{k} {machine[k]}" for k in MACHINE_VERSIONS if machine.get(k))
@@ -253,16 +297,20 @@ for p in (*OURS, "vllm"):
     for kernels, n in seen.items():
         print(f"{p}: {kernels} at {n} shapes")
 for p in OURS:
-    gl = [s for s in results["shapes"] if gluon_stage1(s, p)]
+    gl = [s for s in results["shapes"] if stage1(s, p) == "seesaw"]
     rule = [s for s in results["shapes"] if seesaw_routed(s, p)]
-    tl = [s for s in results["shapes"] if not gluon_stage1(s, p)]
-    others = [f"{name(s)} ({split_tokens(s, p)} tokens a split)" for s in tl if s["H"] > 16]
+    h16 = [s for s in results["shapes"] if stage1(s, p) == "h16"]
+    h16_rule = [s for s in results["shapes"] if h16_splits(s, p)]
+    tl = [s for s in results["shapes"] if stage1(s, p) == "tl"]
     print(f"{p} ran the seesaw stage 1 at {len(gl)} shapes ("
           + ", ".join(f"H={h}: {n}" for h, n in sorted(collections.Counter(
               s["H"] for s in gl).items()))
           + f"), those with H >= 32 and >= {SEESAW_MIN_TOKENS} tokens a split: {gl == rule}; "
-          f"the tl stage 1 at {len(tl)}: {sum(s['H'] == 16 for s in tl)} with H=16, "
-          + (", ".join(others) or "no other"))
+          f"the 16-bit 16-head Gluon kernel at {len(h16)}, those the routing gives it: "
+          f"{h16 == h16_rule} (at half the rule's splits at "
+          f"{sum(kernel_splits(s, p) < metric(s, p, 'num_kv_splits') for s in h16)}); "
+          f"the tl stage 1 at {len(tl)}: " + ", ".join(
+              f"{name(s)} ({split_tokens(s, p)} tokens a split)" for s in tl))
 tiny = [s for s in results["shapes"] if s["B"] * s["L"] <= 4096]
 print(f"B*L <= 4096 (the tl kernel on 16-head tiles at any H): {len(tiny)} shapes; {DEFAULT} "
       f"ran the seesaw at {', '.join(name(s) for s in tiny if gluon_stage1(s)) or '-'}")
@@ -289,7 +337,7 @@ $$\text{floor} = \max\left(\frac{\text{KV bytes}}{\text{copy bandwidth}},\;
 \frac{\text{flops}}{\text{matmul rate}}\right)$$
 
 The copy bandwidth is a device copy in JAX (bytes read + written per second), the matmul
-rate a large square bf16 matmul in JAX: 3.34 TB/s and 677–683 TFLOP/s in the five parts
+rate a large square bf16 matmul in JAX: 3.34 TB/s and 663–683 TFLOP/s in the six parts
 that timed our path and vLLM's (3.34–3.35 TB/s and 655–683 TFLOP/s in the XLA paths'
 six). A step does 1.89·H flops per byte, so the ridge point (matmul rate / copy
 bandwidth: 196–205 flop/byte) sits near H ≈ 104–108: **with 16, 32 and 64 heads a step is
@@ -349,12 +397,14 @@ display(time_vs_len_figure(results, paths, key="device_ms",
 
 In kernel time:
 
-- **H=16 (memory-bound), B ≥ 64, L ≥ 4k: 112–128 % of the floor (3.74–4.29 TB/s of KV
-  reads), 50–53 % for vLLM's kernels.** Stage 1 is the tl kernel. The best, 0.563 ms at
-  128/16/16384 (128 %, 4.29 TB/s; vLLM's kernels 1.368 ms), reads faster than the
-  3.34 TB/s device copy the bench measured and than the 4.22 TB/s reference copy rate;
-  Nsight Compute puts its stage 1 at 91.5 % of the DRAM peak ([`docs/performance.md`,
-  "Hardware floors"](../docs/performance.md#hardware-floors)).
+- **H=16 (memory-bound), B ≥ 64, L ≥ 4k: 117–131 % of the floor (3.89–4.39 TB/s of KV
+  reads), 50–53 % for vLLM's kernels.** Stage 1 is the 16-bit 16-head Gluon kernel, one
+  CTA an SM at half the rule's splits (one split a row at B=128, stage 1 alone). The
+  best, 0.551 ms at 128/16/16384 (131 %, 4.39 TB/s; vLLM's kernels 1.368 ms), reads
+  faster than the 3.34 TB/s device copy the bench measured and than the 4.22 TB/s
+  reference copy rate (the tl kernel it replaced there read 4.29 TB/s, its stage 1 at
+  91.5 % of the DRAM peak under Nsight Compute: [`docs/performance.md`, "Hardware
+  floors"](../docs/performance.md#hardware-floors)).
 - **H=32, B ≥ 16: 44–123 % of the floor, stage 1 the Gluon seesaw at all 9 shapes**
   (1.47–4.11 TB/s), on one 64-head tile with half its rows masked. With splits of
   ≥ 1024 tokens it reaches 97–123 % (6 shapes, 3.25–4.11 TB/s): 0.588 ms at 128/32/16384
@@ -391,12 +441,13 @@ In kernel time:
   (sm_90)"](../docs/performance.md#gluon-stage-1-sm_90). vLLM's kernel groups 16 heads
   per program (`BLOCK_H = 16`), so at H=128 eight programs each load the same KV tiles.
 - **Small shapes (B ≤ 4, L ≤ 4k): a fixed cost, not the work.** The floor there is
-  0.4–6.7 µs. The default path takes 7.1–17.8 µs of kernel time, `xla` 13.6–67.6 µs,
-  `dense` 12.9–49.1 µs, vLLM's kernels 51.2–77.8 µs. The occupancy rule gives 8–64 splits
-  a row there, of 64–256 tokens: the default path runs the seesaw at the 5 shapes with
-  H ≥ 32 and at least 128 tokens a split (1/128/4096: 12.9 µs, 32 splits of 128 tokens),
-  the tl kernel on 16-head tiles at the other 11 (1/128/1024: 7.8 µs, 16 splits of 64
-  tokens).
+  0.4–6.7 µs. The default path takes 6.9–17.8 µs of kernel time, `xla` 13.6–67.6 µs,
+  `dense` 12.9–49.1 µs, vLLM's kernels 50.8–77.8 µs. Its stage 1 runs 8–64 splits a row
+  there, of 64–256 tokens: a Gluon kernel at the 6 shapes with at least 128 tokens a
+  split, the seesaw at 5 with H ≥ 32 (1/128/4096: 12.9 µs, 32 splits of 128 tokens)
+  and the 16-bit 16-head kernel at 4/16/4096 (9.9 µs, 32 splits of 128, half the rule's
+  64), the tl kernel on 16-head tiles at the other 10 (1/128/1024: 7.8 µs, 16 splits of
+  64 tokens).
 - The XLA paths (`xla`, `dense`) gather the rows into a dense copy before their einsums;
   at H=16, B ≥ 64, L ≥ 4k they reach 17–21 % of the floor.
 """,
@@ -430,14 +481,14 @@ for H in (32, 64):
     print(f"H={H}, {DEFAULT} % of the floor (stage 1, tokens a split), seesaw at "
           f"{sum(map(gluon_stage1, sel))} of {len(sel)}: " + ", ".join(
               f"{name(s)} {metric(s, DEFAULT, 'device_pct_of_floor'):.1f} "
-              f"({'seesaw' if gluon_stage1(s) else 'tl'}, {split_tokens(s)})" for s in sel))
+              f"({stage1(s)}, {split_tokens(s)})" for s in sel))
 # Issue #21: H=32 and 64 at >= 60 % of the floor (kernel time) from B=16 up.
 target = [s for s in results["shapes"] if s["H"] in (32, 64) and s["B"] >= 16]
 under = [s for s in target if metric(s, DEFAULT, "device_pct_of_floor") < 60]
 print(f"issue #21, H=32/64, B>=16, >= 60 % of the floor: {len(target) - len(under)} of "
       f"{len(target)}; under: " + ", ".join(
           f"{name(s)} {metric(s, DEFAULT, 'device_pct_of_floor'):.1f} % "
-          f"({'seesaw' if gluon_stage1(s) else 'tl'}, {split_tokens(s)} tokens a split)"
+          f"({stage1(s)}, {split_tokens(s)} tokens a split)"
           for s in under))
 print()
 for B, H, L in [(128, 16, 16384), (128, 32, 16384), (16, 32, 1024), (128, 64, 16384),
@@ -454,11 +505,11 @@ print(f"\nB<=4, L<=4k: floor {span([s['floor_ms'] * 1e3 for s in small], '.1f')}
       + ", ".join(f"{p} {span([metric(s, p, 'device_ms') * 1e3 for s in small], '.1f')} µs"
                   for p in paths))
 print("    splits a row: " + ", ".join(
-    f"{p} {span([metric(s, p, 'num_kv_splits') for s in small], 'd')}" for p in OURS)
+    f"{p} {span([kernel_splits(s, p) for s in small], 'd')}" for p in OURS)
       + f"; {DEFAULT} tokens a split {span([split_tokens(s) for s in small], 'd')}")
 for p in OURS:
-    print(f"    {p}: seesaw stage 1 at {sum(gluon_stage1(s, p) for s in small)} of "
-          f"{len(small)} (" + ", ".join(f"{name(s)} {split_tokens(s, p)}"
+    print(f"    {p}: a Gluon stage 1 at {sum(gluon_stage1(s, p) for s in small)} of "
+          f"{len(small)} (" + ", ".join(f"{name(s)} {stage1(s, p)} {split_tokens(s, p)}"
                                         for s in small if gluon_stage1(s, p))
           + " tokens a split)")
 print()
@@ -477,19 +528,20 @@ ours is faster; for the XLA paths, a part of the df8ad0c sweep); vLLM's includes
 small torch fills around its kernels.
 
 - **Occupancy splits (the default) are faster than vLLM's kernels at all 68 shapes,
-  2.02–9.68×:** 2.63–9.68× at the 44 shapes where stage 1 is the Gluon seesaw
-  (2.63–9.68× at the 18 of them where it runs alone: one split a row, or two merged in a
-  cluster), 2.02–7.23× at the 24 where it is the tl kernel. By head count: 2.02–7.23× at
-  H=16, 2.63–7.16× at H=32, 3.50–8.17× at H=64, 4.08–9.68× at H=128.
+  2.35–9.68×:** 2.63–9.68× at the 44 shapes where stage 1 is the Gluon seesaw,
+  2.35–5.57× at the 14 where it is the 16-bit 16-head Gluon kernel, 4.55–7.32× at the 10
+  where it is the tl kernel (2.36–9.68× at the 21 where stage 1 runs alone: one split a
+  row, or two merged in a cluster). By head count: 2.35–7.32× at H=16, 2.63–7.16× at
+  H=32, 3.50–8.17× at H=64, 4.08–9.68× at H=128.
 - **The largest: 128/128/16384, 1.006 ms against vLLM's 9.741 ms (9.68×);**
   128/128/4096 is 0.267 against 2.500 ms (9.35×), 64/128/16384 0.514 against 4.736 ms
   (9.21×), all three with one split a row.
-- **The closest: 128/16/1024, 0.0476 against 0.0962 ms (2.02×),** then 64/16/4096
-  (0.0808 against 0.1819 ms, 2.25×) and 16/16/16384 (0.0816 against 0.1887 ms, 2.31×):
-  H=16 shapes on the tl kernel, 48–82 µs of kernel time; 128/16/1024 with the 2 splits
-  a row that vLLM's rule also picks.
-- At the small shapes (B ≤ 4, L ≤ 4k) the default path is 3.50–7.23× faster in kernel
-  time (1/16/1024: 7.1 against 51.2 µs) and 1.35–2.78× in wall time, where the host
+- **The closest: 64/16/4096, 0.0775 against 0.1826 ms (2.35×),** then 128/16/1024
+  (0.0409 against 0.0962 ms, 2.36×) and 16/16/16384 (0.0780 against 0.1910 ms, 2.45×):
+  H=16 shapes on the 16-bit 16-head Gluon kernel, 41–78 µs of kernel time, memory-bound
+  shapes where vLLM's kernels reach half the floor.
+- At the small shapes (B ≤ 4, L ≤ 4k) the default path is 3.50–7.32× faster in kernel
+  time (1/16/1024: 6.9 against 50.8 µs) and 1.34–2.67× in wall time, where the host
   sets our time but not that of vLLM's CUDA graph. Over all 68 shapes the wall-time range
   is 1.32–9.65×; its closest, 16/32/1024, runs 12.9 µs of kernels in 41.6 µs of wall
   time.
@@ -531,12 +583,12 @@ else:
         print("    closest: " + "; ".join(versus(s, p, u) for s, u in ups[:3]))
         print("    largest: " + "; ".join(versus(s, p, u) for s, u in ups[-3:]))
     ups = [(s, metric(s, DEFAULT, "device_speedup_vs_vllm")) for s in results["shapes"]]
-    print(f"{DEFAULT} where stage 1 is the Gluon kernel ({sum(gluon_stage1(s) for s, _ in ups)} "
-          f"shapes): {span([u for s, u in ups if gluon_stage1(s)])}× "
-          f"({span([u for s, u in ups if per_call(s, DEFAULT) == 1])}× at the "
-          f"{sum(per_call(s, DEFAULT) == 1 for s, _ in ups)} shapes where it runs alone); "
-          f"the tl kernel ({sum(not gluon_stage1(s) for s, _ in ups)} shapes): "
-          f"{span([u for s, u in ups if not gluon_stage1(s)])}×")
+    print(f"{DEFAULT} by stage 1: " + "; ".join(
+        f"{kind} at {sum(stage1(s) == kind for s, _ in ups)} shapes "
+        f"{span([u for s, u in ups if stage1(s) == kind])}×"
+        for kind in ("seesaw", "h16", "tl"))
+          + f"; stage 1 alone at {sum(per_call(s, DEFAULT) == 1 for s, _ in ups)} shapes "
+          f"{span([u for s, u in ups if per_call(s, DEFAULT) == 1])}×")
     print(f"{DEFAULT} at B<=4, L<=4k: kernel time "
           f"{span([metric(s, DEFAULT, 'device_speedup_vs_vllm') for s in small])}×, wall time "
           f"{span([metric(s, DEFAULT, 'speedup_vs_vllm') for s in small])}×")
@@ -570,11 +622,13 @@ whatever the batch; its splits hold 512 tokens. The occupancy rule of the defaul
 32- or 64-head tiles), about 64 tokens per split at least, 128 splits at most. At B ≤ 4
 that gives 8–128 splits where vLLM's rule gives 2–128, to fill the GPU; at B ≥ 64 it
 gives 1–4 against 2–32, which saves writing and merging partial outputs (stage 2 is not
-launched at the 12 shapes with one split, where stage 1 writes the output, nor at the 6
-whose two splits on the seesaw a cluster merges) and makes the splits longer: 512–16384
-tokens at H ≥ 32, against vLLM's 512. The two rules pick the same split count at 10
-shapes, all with 512-token splits: the default path runs the seesaw at the eight with
-H ≥ 32 and the tl kernel at 1/16/65536 and 128/16/1024.
+launched at the 15 shapes whose stage 1 runs one split, where stage 1 writes the output:
+12 by the rule, and 128/16 at every L, where the 16-bit 16-head Gluon kernel halves the
+rule's two; nor at the 6 whose two splits on the seesaw a cluster merges) and makes the
+splits longer: 512–16384 tokens at H ≥ 32, against vLLM's 512. The two rules pick the
+same split count at 10 shapes, all with 512-token splits: the default path runs the
+seesaw at the eight with H ≥ 32 and the 16-bit 16-head kernel at 1/16/65536 and
+128/16/1024 (there at half the count: one split of 1024 tokens).
 
 Our kernels on vLLM's split rule (the `triton` path) were not timed in this sweep, so the
 cell below prints the two rules' split counts beside the default path's kernel time, and
@@ -606,7 +660,9 @@ for s, splits, up in rows:
           f"{fmt(metric(s, rule, 'device_ms'), '.4f'):>13} "
           f"{fmt(metric(s, occ, 'device_ms'), '.4f'):>9}  {fmt(up, '.2f', suffix='×'):>8}")
 print(f"\nthe occupancy rule's count is the one {occ} ran at "
-      f"{sum(n == metric(s, occ, 'num_kv_splits') for s, n, _ in rows)} of {len(rows)} shapes")
+      f"{sum(n == kernel_splits(s, occ) for s, n, _ in rows)} of {len(rows)} shapes (the "
+      f"16-bit 16-head Gluon kernel halves it at "
+      f"{sum(n != kernel_splits(s, occ) for s, n, _ in rows)})")
 for label, pick in [("B<=4", lambda s: s["B"] <= 4), ("B>=64", lambda s: s["B"] >= 64)]:
     print(f"{label}: splits a row, vLLM rule "
           f"{span([s['num_kv_splits'] for s, _, _ in rows if pick(s)], 'd')}, occupancy "
@@ -615,8 +671,8 @@ print(f"H>=32, B>=64: occupancy tokens a split "
       f"{span([split_tokens(s) for s, _, _ in rows if s['H'] >= 32 and s['B'] >= 64], 'd')}")
 same_count = [s for s, n, _ in rows if n == s["num_kv_splits"]]
 print(f"same split count at {len(same_count)} shapes, stage 1 on the default path: "
-      + ", ".join(f"{name(s)} {'seesaw' if gluon_stage1(s) else 'tl'} "
-                  f"({split_tokens(s)} tokens a split)" for s in same_count))
+      + ", ".join(f"{name(s)} {stage1(s)} ({split_tokens(s)} tokens a split)"
+                  for s in same_count))
 if not timed:
     print(f"\n{rule} (our kernels on vLLM's split rule) was not timed in this sweep; its "
           "latest numbers: ../docs/benchmarks/c11b1c4/results.json")
@@ -664,13 +720,13 @@ else:
 The wall clock is what a caller that dispatches ten chained runs per sync sees; the kernel
 time is what the GPU spends in the path's kernels. Where the kernels take 40 µs a call or
 more, the two agree: the default path's wall time is 0.95–1.17× its kernel time there (32
-shapes), 0.95–1.10× at the 15 shapes of 100 µs or more, and vLLM's CUDA graph reads
+shapes), 0.95–1.07× at the 15 shapes of 100 µs or more, and vLLM's CUDA graph reads
 0.99–1.03× at all 68. Below that the host's dispatch sets the JAX paths' wall time: the
-default path reads 18.70–39.26 µs at its 27 shapes under 40 µs of wall time, whose
-kernels take 7.1–33.7 µs (up to 5.40× apart, at 1/32/1024); the wall time of `dense`
+default path reads 20.31–39.26 µs at its 27 shapes under 40 µs of wall time, whose
+kernels take 6.9–33.7 µs (up to 5.40× apart, at 1/32/1024); the wall time of `dense`
 never reads below 28.5 µs, that of `xla` never below 34.3 µs. Those wall times move from
 run to run (see the top of the notebook), and their three repeats within this sweep
-spread by up to 47 % on the default path.
+spread by up to 75 % on the default path.
 
 The two instruments come from different runs, so at a shape whose clock varies the kernel
 time can read above the wall time: at 64/128/16384 0.514 ms of kernels against 0.491 ms
@@ -733,8 +789,10 @@ which the committed sweep did not time, and vLLM's kernels side by side when
 `mla_jax.tools.vllm_kernel.load()` finds its file, see `docs/vllm_kernel.md`) into a
 temporary folder, and draws it like the committed sweep, in kernel time where the run
 traced it. On an sm_90 GPU our stage 1 is the Gluon seesaw at the H=128 shapes on both
-rules (on the default path at B=64 with one split a row, where stage 1 runs alone) and the
-tl kernel at H=16. Without a CUDA GPU it says it skipped.
+rules (on the default path at B=64 with one split a row, where stage 1 runs alone); at
+H=16 it is the 16-bit 16-head Gluon kernel on the default path (at B=64 with half the
+rule's splits) but at 1/16/4096 (64-token splits), and the tl kernel on vLLM's rule.
+Without a CUDA GPU it says it skipped.
 """,
     ),
     (

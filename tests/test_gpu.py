@@ -432,7 +432,6 @@ def test_fp8_cache_matches_reference_on_dequantised_values(heads, rng):
         (16, 16, 4096, jnp.bfloat16, "same"),  # 8 splits of 512 (the rule's 16)
         (64, 16, 4096, jnp.float16, "same"),  # 2 splits of 2048
         (128, 16, 1024, jnp.bfloat16, "same"),  # 1 split (the rule's 2): no stage 2
-        (1, 16, 16384, jnp.bfloat16, "same"),  # the rule's 128 splits: one wave already
         # Two splits: a cluster of two CTAs a row, which merges them (no stage 2):
         (64, 64, 1024, jnp.bfloat16, "same"),
         (32, 96, 4096, jnp.float16, "same"),  # a full tile and a half-masked one
