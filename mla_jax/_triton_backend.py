@@ -11,8 +11,8 @@ asked) where those are measured to win (``gluon_split_divisor``: long splits; th
 16-bit 16-head kernel at half the occupancy rule's splits), else the ``tl`` kernel;
 all write
 partials in one layout, which the one stage 2 merges (float32, or bf16 two to a slot
-for a bf16 q: ``kernels.bf16_partials``, narrowed to the seesaw among the Gluon
-kernels by ``_gluon_kernels.bf16_partials``), but
+for a bf16 q: ``kernels.bf16_partials``, narrowed to the seesaw and the 16-bit
+16-head kernel among the Gluon kernels by ``_gluon_kernels.bf16_partials``), but
 where the seesaw's row of two splits is a thread-block cluster that merges them
 itself and outputs ``out`` and ``lse`` as with one split
 (``_gluon_kernels.cluster_size``).
