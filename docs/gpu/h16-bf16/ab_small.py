@@ -1,0 +1,72 @@
+"""Prepared, not run: the 16-bit 16-head Gluon kernel at 32 and 64 heads (two and four
+16-head tiles a row, each tile a CTA; not routed there) against the seesaw and the tl
+stage 1 at the small #21 rows, both stages under CUDA graphs
+(``gluon_check.Launch.time_us``), the 16-head kernel at the occupancy count and at a half
+and a quarter of it; each output against float64 (µs; errors in brackets). The question:
+whether one-CTA-an-SM 16-head tiles, whose per-CTA start is shorter than the seesaw's
+(no TMA descriptors, no warp specialisation), reach 60% of the floor at 16/32/1024 and
+16/64/1024 (9.4 µs), where the seesaw takes 12.9 and 15.3."""
+
+import gluon_check as gc
+import torch
+
+from mla_jax import _gluon_kernels as gk
+from mla_jax import kernels
+from mla_jax.splits import occupancy_kv_splits
+
+SHAPES = [(16, 32, 1024), (16, 64, 1024), (16, 32, 4096), (16, 64, 4096)]
+SHAPES += [(4, 32, 4096), (4, 64, 4096), (64, 32, 1024), (64, 64, 1024)]
+
+
+def h16_launch(q, pool, table, lens, splits):
+    """A ``gc.Launch`` whose Gluon path is the 16-bit 16-head kernel at ``splits``."""
+    run = gc.Launch(q, pool, table, lens, splits, routed=False)
+    q_dtype = str(q.dtype).removeprefix("torch.")
+    problem = {k: v for k, v in run.s1["constexprs"].items() if k not in gk._TL_CHOICES}
+    half = kernels.bf16_partials(q_dtype, splits)
+    run.gluon_kernel = gk.mla_decode_stage1_gluon_h16
+    run.g1 = {
+        "grid": (-(-q.shape[1] // gk.SMALL_BLOCK_H), q.shape[0], splits),
+        "num_warps": gk.SMALL_NUM_WARPS,
+        "num_stages": 1,
+        "constexprs": problem
+        | {"BLOCK_H": gk.SMALL_BLOCK_H, "BLOCK_N": gk.BLOCK_N, "BF16_PARTIALS": half},
+    }
+    run.g2 = run.s2  # the tl stage 2, told the same partials' dtype as the tl stage 1
+    return run
+
+
+def error(run, path, ref_out):
+    run.out.fill_(float("nan"))
+    run.both(path)
+    torch.cuda.synchronize()
+    return float((run.out.float().double() - ref_out).abs().max())
+
+
+def main():
+    gc.give_triton_scratch()
+    sm = torch.cuda.get_device_properties(0).multi_processor_count
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    pool = gc.new_pool(torch.bfloat16, gen)
+    for batch, heads, length in SHAPES:
+        q, table, lens = gc.uniform_problem(pool, batch, heads, length, gen)
+        occ = occupancy_kv_splits(batch, heads, length, sm)
+        ref_out, _ = gc.reference(q, pool, table, lens, gc.SCALE)
+        base = gc.Launch(q, pool, table, lens, occ)  # tl and the seesaw, as routed
+        cells = [
+            f"{path}@{occ} {base.time_us(base.both, path, rep=50):6.1f} "
+            f"({error(base, path, ref_out):.0e})"
+            for path in ("tl", "gluon")
+        ]
+        for splits in sorted({occ, max(1, occ // 2), max(1, occ // 4)}, reverse=True):
+            run = h16_launch(q, pool, table, lens, splits)
+            err = error(run, "gluon", ref_out)
+            cells.append(f"h16@{splits} {run.time_us(run.both, 'gluon', rep=50):6.1f} ({err:.0e})")
+            del run
+        print(f"B={batch:3d} H={heads} L={length:5d} | " + " | ".join(cells), flush=True)
+        del base
+        torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()
