@@ -1,8 +1,11 @@
-"""A/B of the seesaw stage 1 against variants of it, in one process on a Hopper GPU.
+"""A/B of a Gluon stage 1 against variants of it, in one process on a Hopper GPU.
 
 Each variant is this tree's ``mla_jax/_gluon_kernels.py`` with patches applied in
 order (``name=a.patch+b.patch``; ``main`` is the tree's module as it is), copied
-into a temporary folder and imported from there. At each shape every variant runs
+into a temporary folder and imported from there; at each shape it supplies the
+kernel ``mla_decode`` routes the problem to (the seesaw, a 16-head kernel, ...), at
+the split count ``mla_decode`` gives that kernel (the occupancy rule's, halved where
+``_triton_backend.gluon_split_divisor`` says). Every variant runs
 both stages (its stage 1, the tl stage 2) under a CUDA graph
 (``gluon_check.Launch.time_us``), in rounds in the order given and then reversed;
 before its timing each variant's output, NaN-poisoned first, is compared with the tl
@@ -21,9 +24,10 @@ import subprocess
 import tempfile
 
 import gluon_check as gc
+import jax
 import torch
 
-from mla_jax import _gluon_kernels
+from mla_jax import _gluon_kernels, _triton_backend
 from mla_jax.splits import occupancy_kv_splits
 
 DEFAULT_SHAPES = "128x128x16384,16x128x4096,64x64x4096"
@@ -31,21 +35,22 @@ DEFAULT_SHAPES = "128x128x16384,16x128x4096,64x64x4096"
 
 def load_variant(name: str, patches: list[str], folder: str):
     """The kernel module with ``patches`` applied (``git apply``), imported as
-    ``seesaw_<name>``."""
+    ``variant_<name>``."""
     root = os.path.join(folder, name)
     target = os.path.join(root, "mla_jax", "_gluon_kernels.py")
     os.makedirs(os.path.dirname(target))
     shutil.copy(_gluon_kernels.__file__, target)
     for patch in patches:
         subprocess.run(["git", "apply", os.path.abspath(patch)], cwd=root, check=True)
-    spec = importlib.util.spec_from_file_location(f"seesaw_{name}", target)
+    spec = importlib.util.spec_from_file_location(f"variant_{name}", target)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
 def parse_variants(specs: list[str], folder: str) -> dict:
-    """``main`` or ``name=a.patch+b.patch`` -> {name: stage-1 kernel, None for main}."""
+    """``main`` or ``name=a.patch+b.patch`` -> {name: the patched kernel module, None
+    for main}."""
     variants = {}
     for spec in specs:
         name, _, patches = spec.partition("=")
@@ -56,9 +61,20 @@ def parse_variants(specs: list[str], folder: str) -> dict:
                 raise SystemExit(f"{spec!r}: give a variant as name=a.patch[+b.patch...]")
             variants[name] = None
             continue
-        module = load_variant(name, patches.split("+"), folder)
-        variants[name] = module.mla_decode_stage1_gluon_seesaw
+        variants[name] = load_variant(name, patches.split("+"), folder)
     return variants
+
+
+def routed_splits(q, pool, batch, heads, length, sm):
+    """The split count ``mla_decode`` gives the Gluon stage 1 of this problem: the
+    occupancy rule's, divided where ``_triton_backend.gluon_split_divisor`` divides it
+    (the 16-bit 16-head kernel); the rule's where no Gluon kernel would run."""
+    splits = occupancy_kv_splits(batch, heads, length, sm)
+    spec = lambda t: jax.ShapeDtypeStruct(tuple(t.shape), str(t.dtype).removeprefix("torch."))
+    divisor = _triton_backend.gluon_split_divisor(
+        spec(q), spec(pool), splits, length, gc.LORA, gc.ROPE, 90, sm
+    )
+    return splits // (divisor or 1)
 
 
 def main() -> None:
@@ -86,14 +102,15 @@ def main() -> None:
             pool, kv_scale = gc.quantize_fp8(pool)
         print(f"cache {args.cache}, q {q_name}, rounds {' '.join(order)}", flush=True)
         for batch, heads, length in shapes:
-            splits = occupancy_kv_splits(batch, heads, length, sm)
             q, table, lens = gc.uniform_problem(pool, batch, heads, length, gen, gc.DTYPES[q_name])
+            splits = routed_splits(q, pool, batch, heads, length, sm)
             cells = []
             want = None
             for name in order:
                 run = gc.Launch(q, pool, table, lens, splits, kv_scale)
                 if variants[name] is not None:
-                    run.gluon_kernel = variants[name]
+                    # The variant module's version of the kernel the problem routes to.
+                    run.gluon_kernel = getattr(variants[name], run.gluon_kernel.fn.__name__)
                 if want is None:
                     run.both("tl")
                     torch.cuda.synchronize()

@@ -753,8 +753,10 @@ def test_stage2_loads_first_partials_before_branching():
 
 def test_ab_seesaw_variant_is_the_patched_module(tmp_path):
     """``scripts/ab_seesaw.py`` times a variant given as patches: the kernel module with
-    each patch applied in order, imported from a copy; ``main`` is the module itself,
-    and a name given twice or without patches is refused."""
+    each patch applied in order, imported from a copy (it supplies each problem's routed
+    kernel); ``main`` is the module itself, and a name given twice or without patches is
+    refused. The split count it times is ``mla_decode``'s: the occupancy rule's, halved
+    for the 16-bit 16-head kernel where its grid holds more programs than SMs."""
     import difflib
     from pathlib import Path
 
@@ -783,13 +785,25 @@ def test_ab_seesaw_variant_is_the_patched_module(tmp_path):
     folder = tmp_path / "variants"
     variants = ab_seesaw.parse_variants(["main", f"both={patches[0]}+{patches[1]}"], str(folder))
     assert variants["main"] is None
-    kernel = variants["both"]
-    assert kernel.fn.__module__ == "seesaw_both"
-    assert kernel.fn.__name__ == gk.mla_decode_stage1_gluon_seesaw.fn.__name__
+    module = variants["both"]
+    assert module.__name__ == "variant_both"
+    for kernel in (gk.mla_decode_stage1_gluon_seesaw, gk.mla_decode_stage1_gluon_h16):
+        assert getattr(module, kernel.fn.__name__).fn.__module__ == "variant_both"
     assert (folder / "both" / name).read_text() == texts[2]
     for bad in (["main", "main"], ["other"]):
         with pytest.raises(SystemExit):
             ab_seesaw.parse_variants(bad, str(tmp_path / "bad"))
+    import torch
+
+    pool = torch.empty(8, 64, 576, dtype=torch.bfloat16)
+
+    def splits(batch, heads, length):
+        q = torch.empty(batch, heads, 576, dtype=torch.bfloat16)
+        return ab_seesaw.routed_splits(q, pool, batch, heads, length, 132)
+
+    assert splits(64, 16, 4096) == 2  # the rule's 4, halved
+    assert splits(1, 16, 16384) == 128  # the rule's: one wave already
+    assert splits(16, 128, 4096) == 4  # the seesaw: the rule's
 
 
 if __name__ == "__main__":
