@@ -504,12 +504,11 @@ def bf16_partials(
     """Whether the Gluon stage 1 stores its partials in bf16, two to a float32 slot
     of the buffer (its ``BF16_PARTIALS``, stage 2's too): where the tl stage 1 would
     (``kernels.bf16_partials``: a bf16 q, more than one split) and stage 2 merges them
-    (no ``cluster``), on a 16-bit cache (the seesaw, the 16-bit 16-head kernel) or
-    the seesaw on an fp8 one (``runs_seesaw``; the fp8 16-head and fp8-MMA kernels
-    store float32)."""
-    sixteen_bit_cache = kv_dtype != FP8
+    (no ``cluster``), on a kernel that has the constexpr (``kernel_for``: the seesaw on
+    either cache, the 16-bit 16-head kernel; the fp8 16-head and fp8-MMA kernels store
+    float32)."""
     return (
-        (sixteen_bit_cache or runs_seesaw(kv_dtype, num_heads, fp8_mma))
+        "BF16_PARTIALS" in kernel_for(kv_dtype, num_heads, fp8_mma).arg_names
         and kernels.bf16_partials(q_dtype, grid_splits)
         and cluster == 1
     )
@@ -562,8 +561,7 @@ def launch_params(
     tiles = triton.cdiv(problem["num_heads"], block_h)
     if runs_seesaw(kv_dtype, problem["num_heads"], fp8_mma):
         constexprs["CLUSTER"] = cluster
-    kernel = kernel_for(kv_dtype, problem["num_heads"], fp8_mma)
-    if kernel in (mla_decode_stage1_gluon_seesaw, mla_decode_stage1_gluon_h16):
+    if "BF16_PARTIALS" in kernel_for(kv_dtype, problem["num_heads"], fp8_mma).arg_names:
         constexprs["BF16_PARTIALS"] = half
     if cluster > 1:
         grid = (tiles * cluster, problem["batch"], 1)
