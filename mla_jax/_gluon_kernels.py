@@ -1310,6 +1310,40 @@ def _rescale_rows(acc, scale, i, rows_layout: gl.constexpr, ASM: gl.constexpr):
     return acc
 
 
+@gluon.jit
+def _column_softmax(s, qk_scale, live, m_i, l_acc, accs, pt, i):
+    """One block's softmax over S^T (tokens on rows, heads on columns) in the 16-head
+    kernels: the logits ``s * qk_scale`` (rows outside the split, ``live`` false, at
+    -inf), P^T on the running max ``m_i`` stored into ``pt`` (its dtype) and fenced for
+    the MMAs; then a CTA vote (``_cta_any``, whose barrier publishes P^T; ``i`` any
+    scalar) on whether a column grew past ``m_i`` by more than ``RESCALE_THRESHOLD``,
+    and only then the exact column max, P^T again, and the row sums ``l_acc`` and each
+    accumulator of ``accs`` (O^T tiles, heads on columns) rescaled. Returns ``(m_i,
+    l_acc, accs)``; ``l_acc`` (``[tokens, heads]``) holds per-thread partial sums of P."""
+    s = gl.where(live[:, None], s * qk_scale, float("-inf"))
+    p = gl.exp2(s - m_i[None, :])
+    pt.store(p.to(pt.dtype))
+    fence_async_shared()
+    flags = (s - m_i[None, :] > RESCALE_THRESHOLD).to(gl.int32)
+    if _cta_any(flags, i, _THREAD_ANY_8) != 0:
+        m_new = gl.maximum(m_i, gl.max(s, 0))
+        grow = m_new - m_i > RESCALE_THRESHOLD
+        alpha = gl.where(grow, gl.exp2(m_i - m_new), 1.0)
+        m_i = gl.where(grow, m_new, m_i)
+        p = gl.exp2(s - m_i[None, :])
+        l_acc = l_acc * alpha[None, :] + p
+        rescaled = ()
+        for k in gl.static_range(len(accs)):
+            rescaled = rescaled + (accs[k] * alpha[None, :],)
+        accs = rescaled
+        pt.store(p.to(pt.dtype))
+        fence_async_shared()
+        gl.thread_barrier()
+    else:
+        l_acc = l_acc + p
+    return m_i, l_acc, accs
+
+
 # A latent pair (128 fp8 columns, 32 words a row) in the ring: 16-byte units swizzled
 # by row, unit ^ (2 * ((row >> 1) & 3) ^ 4 * (row & 1)). Both reads are then free of
 # bank conflicts: S^T's (a quarter warp reads rows r, r + 1 of one 64-column chunk:
@@ -1694,35 +1728,12 @@ def mla_decode_stage1_gluon_fp8_h16(
         x0 = k0.load(_PV_WORDS_LAYOUT)
         x1 = k1.load(_PV_WORDS_LAYOUT)
         s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
-        # The column softmax; the exact max and P^T again only where the vote says a
-        # column grew past the running max by more than the threshold.
         tokens = n0 + s_rows
         live = (tokens >= start) & (tokens < end)
-        s = gl.where(live[:, None], s * qk_scale[None, :], float("-inf"))
-        p = gl.exp2(s - m_i[None, :])
-        pt.store(p.to(dtype))
-        fence_async_shared()
-        flags = (s - m_i[None, :] > RESCALE_THRESHOLD).to(gl.int32)
-        if _cta_any(flags, n0, _THREAD_ANY_8) != 0:
-            m_new = gl.maximum(m_i, gl.max(s, 0))
-            grow = m_new - m_i > RESCALE_THRESHOLD
-            alpha = gl.where(grow, gl.exp2(m_i - m_new), 1.0)
-            m_i = gl.where(grow, m_new, m_i)
-            p = gl.exp2(s - m_i[None, :])
-            l_acc = l_acc * alpha[None, :] + p
-            o0 = o0 * alpha[None, :]
-            o1 = o1 * alpha[None, :]
-            o2 = o2 * alpha[None, :]
-            o3 = o3 * alpha[None, :]
-            o4 = o4 * alpha[None, :]
-            o5 = o5 * alpha[None, :]
-            o6 = o6 * alpha[None, :]
-            o7 = o7 * alpha[None, :]
-            pt.store(p.to(dtype))
-            fence_async_shared()
-            gl.thread_barrier()
-        else:
-            l_acc = l_acc + p
+        o_tiles = (o0, o1, o2, o3, o4, o5, o6, o7)
+        scale = qk_scale[None, :]
+        m_i, l_acc, o_tiles = _column_softmax(s, scale, live, m_i, l_acc, o_tiles, pt, n0)
+        o0, o1, o2, o3, o4, o5, o6, o7 = o_tiles
         # O^T += V^T P^T, a latent pair (two M-tiles) at a time, V^T widened from the
         # ring into registers; a pair's operands are freed once the next pair's MMAs
         # are issued and its own are done.
@@ -1948,29 +1959,10 @@ def mla_decode_stage1_gluon_h16(
         s = warpgroup_mma(kv_c, q_nope.permute((1, 0)), s, use_acc=False, is_async=True)
         s = warpgroup_mma(k_pe, q_pe.permute((1, 0)), s, is_async=True)
         s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
-        # The column softmax (``mla_decode_stage1_gluon_fp8_h16``'s): P^T on the
-        # running max, the exact max and P^T again only where the vote says a column
-        # grew past it by more than the threshold.
         tokens = n0 + s_rows
         live = (tokens >= start) & (tokens < end)
-        s = gl.where(live[:, None], s * qk_scale, float("-inf"))
-        p = gl.exp2(s - m_i[None, :])
-        pt.store(p.to(dtype))
-        fence_async_shared()
-        flags = (s - m_i[None, :] > RESCALE_THRESHOLD).to(gl.int32)
-        if _cta_any(flags, n0, _THREAD_ANY_8) != 0:
-            m_new = gl.maximum(m_i, gl.max(s, 0))
-            grow = m_new - m_i > RESCALE_THRESHOLD
-            alpha = gl.where(grow, gl.exp2(m_i - m_new), 1.0)
-            m_i = gl.where(grow, m_new, m_i)
-            p = gl.exp2(s - m_i[None, :])
-            l_acc = l_acc * alpha[None, :] + p
-            o = o * alpha[None, :]
-            pt.store(p.to(dtype))
-            fence_async_shared()
-            gl.thread_barrier()
-        else:
-            l_acc = l_acc + p
+        m_i, l_acc, o_tiles = _column_softmax(s, qk_scale, live, m_i, l_acc, (o,), pt, n0)
+        o = o_tiles[0]
         # O^T += V^T P^T: V^T is the slot's latent part seen transposed (M-major), 8
         # M-tiles of 64 dims.
         o = warpgroup_mma(kv_c.permute((1, 0)), pt, o, is_async=True)
