@@ -366,6 +366,15 @@ SEESAW_WORKER_REGS = gl.constexpr(256)
 LORA = 512
 ROPE = 64
 SIXTEEN_BIT = ("bfloat16", "float16")
+# At 32 heads on a 16-bit cache, the 16-head kernel (two tiles a row) where the step's
+# rows together hold at most this many tokens (``batch_tokens``: the rows times the
+# longest row, known at trace time), else the seesaw. On the H200, both stages at
+# ``split_divisor``'s count against the stage 1 ``mla_decode`` ran there before (the
+# seesaw, or the tl kernel under 128 tokens a split): 10-31% faster at the sweep's six
+# H=32 shapes up to 16384 tokens (1, 4 rows at 1024 and 4096 tokens, 1 at 16384, 16 at
+# 1024); at 65536 tokens from 7% faster (64/32/1024) to 3% slower (4/32/16384), and
+# 13-31% slower at more (docs/performance.md, "The 16-head kernel at 32 heads").
+SMALL_HEADS_BATCH_TOKENS = 16384
 FP8 = "float8_e4m3fn"  # mla_jax.cache.FP8_DTYPE's name
 # The tl kernels' constants, one definition (gl.constexpr is tl.constexpr).
 _LOG2E = kernels._LOG2E
@@ -406,8 +415,9 @@ def supports(
     an fp8 cache at least ``SMALL_BLOCK_H`` (the 16-head kernel under ``BLOCK_H``); on
     a 16-bit one ``SMALL_BLOCK_H`` (the 16-bit 16-head kernel, whose split count
     ``split_divisor`` halves: at 17-31 heads the tl kernel's 32-head tile is already one
-    program an SM, so there is no count to halve) or at least ``BLOCK_H // 2``; above
-    the 16-head kernels, the seesaw (a tile of 32-63 heads masks the rest of its 64
+    program an SM, so there is no count to halve) or at least ``BLOCK_H // 2`` (at
+    exactly that in a small step, ``small_heads``, the 16-head kernel again, two tiles
+    a row); above the 16-head kernels, the seesaw (a tile of 32-63 heads masks the rest of its 64
     rows: it still does the same work 1.4-1.6x faster than the tl kernel's tile,
     ``docs/gpu/gluon-heads-32-48.log``).
     """
@@ -430,15 +440,20 @@ def supports(
     )
 
 
-def small_heads(kv_dtype: str | None, num_heads: int) -> bool:
+def small_heads(kv_dtype: str | None, num_heads: int, batch_tokens: int | None = None) -> bool:
     """Whether the problem runs a 16-head kernel: on an fp8 cache (``kv_dtype`` a name)
     under ``BLOCK_H`` heads, ``mla_decode_stage1_gluon_fp8_h16``; on a 16-bit one
-    (``kv_dtype`` its name, or None) under ``BLOCK_H // 2``,
-    ``mla_decode_stage1_gluon_h16``."""
-    return num_heads < (BLOCK_H if kv_dtype == FP8 else BLOCK_H // 2)
+    (``kv_dtype`` its name, or None) under ``BLOCK_H // 2`` heads, or at exactly
+    ``BLOCK_H // 2`` where ``batch_tokens`` (``_tiling.head_tile``'s: the step's rows
+    times its longest row, known at trace time; None where it is not) is at most
+    ``SMALL_HEADS_BATCH_TOKENS``, ``mla_decode_stage1_gluon_h16``."""
+    if kv_dtype == FP8:
+        return num_heads < BLOCK_H
+    small_problem = batch_tokens is not None and batch_tokens <= SMALL_HEADS_BATCH_TOKENS
+    return num_heads < BLOCK_H // 2 or (num_heads == BLOCK_H // 2 and small_problem)
 
 
-def split_divisor(kv_dtype: str | None, num_heads: int) -> int:
+def split_divisor(kv_dtype: str | None, num_heads: int, batch_tokens: int | None = None) -> int:
     """How many times fewer splits than the occupancy rule plans the Gluon stage 1
     (``kernel_for``) may need: 2 for the 16-bit 16-head kernel, which holds one CTA an
     SM (168 KB of shared memory) where the rule counts two 16-head programs (the tl
@@ -447,8 +462,9 @@ def split_divisor(kv_dtype: str | None, num_heads: int) -> int:
     rule's grid holds more programs than SMs); else 1. On the H200, both stages at
     that count against the tl kernel at the rule's: 4-19% faster at 14 shapes; at the
     rule's count where the grid holds two programs an SM, up to 16% slower
-    (``docs/performance.md``, "A Gluon stage 1 for a 16-bit cache at 16 heads")."""
-    return 2 if kv_dtype != FP8 and small_heads(kv_dtype, num_heads) else 1
+    (``docs/performance.md``, "A Gluon stage 1 for a 16-bit cache at 16 heads").
+    ``batch_tokens`` as in ``small_heads``."""
+    return 2 if kv_dtype != FP8 and small_heads(kv_dtype, num_heads, batch_tokens) else 1
 
 
 def uses_fp8_mma(kv_dtype: str | None, num_heads: int, fp8_mma: bool) -> bool:
@@ -459,37 +475,43 @@ def uses_fp8_mma(kv_dtype: str | None, num_heads: int, fp8_mma: bool) -> bool:
     return fp8_mma and kv_dtype == FP8 and num_heads >= BLOCK_H
 
 
-def kernel_for(kv_dtype: str | None, num_heads: int = BLOCK_H, fp8_mma: bool = False) -> Any:
+def kernel_for(
+    kv_dtype: str | None,
+    num_heads: int = BLOCK_H,
+    fp8_mma: bool = False,
+    batch_tokens: int | None = None,
+) -> Any:
     """The Gluon stage 1 for a cache of dtype ``kv_dtype`` (a name, as in ``supports``;
-    None: a 16-bit cache)
-    and ``num_heads`` query heads: the fp8-MMA kernel where ``uses_fp8_mma``, a 16-head
-    kernel where ``small_heads`` (fp8 or 16-bit), else the seesaw (a 16-bit cache of
-    q's dtype or an fp8 one). All take the same arguments; ``launch_params`` gives each
-    its launch."""
+    None: a 16-bit cache) and ``num_heads`` query heads: the fp8-MMA kernel where
+    ``uses_fp8_mma``, a 16-head kernel where ``small_heads`` (fp8 or 16-bit; with
+    ``batch_tokens``), else the seesaw (a 16-bit cache of q's dtype or an fp8 one).
+    All take the same arguments; ``launch_params`` gives each its launch."""
     if uses_fp8_mma(kv_dtype, num_heads, fp8_mma):
         return mla_decode_stage1_gluon_fp8_mma
-    if small_heads(kv_dtype, num_heads):
+    if small_heads(kv_dtype, num_heads, batch_tokens):
         if kv_dtype == FP8:
             return mla_decode_stage1_gluon_fp8_h16
         return mla_decode_stage1_gluon_h16
     return mla_decode_stage1_gluon_seesaw
 
 
-def runs_seesaw(kv_dtype: str | None, num_heads: int, fp8_mma: bool) -> bool:
-    """Whether ``kernel_for`` gives the seesaw: neither the fp8-MMA kernel
-    (``uses_fp8_mma``) nor the 16-head fp8 one (``small_heads``)."""
-    return not (uses_fp8_mma(kv_dtype, num_heads, fp8_mma) or small_heads(kv_dtype, num_heads))
-
-
 def cluster_size(
-    kv_dtype: str | None, num_heads: int, fp8_mma: bool, grid_splits: int, merge: bool = True
+    kv_dtype: str | None,
+    num_heads: int,
+    fp8_mma: bool,
+    grid_splits: int,
+    merge: bool = True,
+    batch_tokens: int | None = None,
 ) -> int:
     """The CTAs of one cluster for the Gluon stage 1: 2 where the seesaw runs
     (``kernel_for``) a row in two splits, so that the pair merges them and no stage 2
     runs; else 1 (no cluster, stage 2 merges). Rows of 4 or 8 splits as clusters ran
     1.7-2x slower on the H200 (docs/performance.md, "A row's two splits merged in a
-    cluster"). ``merge=False``: 1 (A/B runs against stage 2)."""
-    seesaw = runs_seesaw(kv_dtype, num_heads, fp8_mma)
+    cluster"). ``merge=False``: 1 (A/B runs against stage 2). ``batch_tokens`` as in
+    ``small_heads``."""
+    seesaw = (
+        kernel_for(kv_dtype, num_heads, fp8_mma, batch_tokens) is mla_decode_stage1_gluon_seesaw
+    )
     return 2 if merge and seesaw and grid_splits == 2 else 1
 
 
@@ -500,15 +522,16 @@ def bf16_partials(
     fp8_mma: bool,
     grid_splits: int,
     cluster: int,
+    batch_tokens: int | None = None,
 ) -> bool:
     """Whether the Gluon stage 1 stores its partials in bf16, two to a float32 slot
     of the buffer (its ``BF16_PARTIALS``, stage 2's too): where the tl stage 1 would
     (``kernels.bf16_partials``: a bf16 q, more than one split) and stage 2 merges them
     (no ``cluster``), on a kernel that has the constexpr (``kernel_for``: the seesaw on
     either cache, the 16-bit 16-head kernel; the fp8 16-head and fp8-MMA kernels store
-    float32)."""
+    float32; ``batch_tokens`` as in ``small_heads``)."""
     return (
-        "BF16_PARTIALS" in kernel_for(kv_dtype, num_heads, fp8_mma).arg_names
+        "BF16_PARTIALS" in kernel_for(kv_dtype, num_heads, fp8_mma, batch_tokens).arg_names
         and kernels.bf16_partials(q_dtype, grid_splits)
         and cluster == 1
     )
@@ -530,27 +553,27 @@ def launch_params(
     kv_dtype: str | None = None,
     fp8_mma: bool = False,
     cluster_merge: bool = True,
+    batch_tokens: int | None = None,
     **problem: Any,
 ) -> dict:
     """Grid, options and constexprs of the Gluon stage 1 for a q of dtype ``q_dtype``
     (a numpy name: ``"bfloat16"``, ``"float16"``) and a cache of dtype ``kv_dtype``
-    (``kernel_for(kv_dtype, num_heads, fp8_mma)``; None: a 16-bit cache):
-    ``problem`` is ``kernels.launch_params``' keywords but ``q_dtype`` and
-    ``config``. The problem's constexprs are the tl stage 1's (one definition), less
-    its own choices; the buffer is the tl kernel's, so stage 2 is launched from
+    (``kernel_for(kv_dtype, num_heads, fp8_mma, batch_tokens)``; None: a 16-bit cache):
+    ``problem`` is ``kernels.launch_params``' keywords but ``q_dtype``, ``config`` and
+    ``batch_tokens``, which picks the Gluon kernel here (``small_heads``), not the tl
+    tile. The problem's constexprs are the tl stage 1's (one definition), less its own
+    choices; the buffer is the tl kernel's, so stage 2 is launched from
     ``kernels.launch_params``, adapted by ``stage2_params`` (none where ``cluster``,
     ``cluster_size`` with ``cluster_merge``, is 2; ``bf16_partials``). A cluster's
     grid holds its CTAs along x."""
     tl_stage1, _ = kernels.launch_params(**problem, q_dtype=q_dtype)
-    small = small_heads(kv_dtype, problem["num_heads"])
-    cluster = cluster_size(
-        kv_dtype, problem["num_heads"], fp8_mma, problem["grid_splits"], cluster_merge
-    )
-    half = bf16_partials(
-        q_dtype, kv_dtype, problem["num_heads"], fp8_mma, problem["grid_splits"], cluster
-    )
+    heads, splits = problem["num_heads"], problem["grid_splits"]
+    small = small_heads(kv_dtype, heads, batch_tokens)
+    cluster = cluster_size(kv_dtype, heads, fp8_mma, splits, cluster_merge, batch_tokens)
+    half = bf16_partials(q_dtype, kv_dtype, heads, fp8_mma, splits, cluster, batch_tokens)
+    kernel = kernel_for(kv_dtype, heads, fp8_mma, batch_tokens)
     block_h = SMALL_BLOCK_H if small else BLOCK_H
-    if uses_fp8_mma(kv_dtype, problem["num_heads"], fp8_mma):
+    if uses_fp8_mma(kv_dtype, heads, fp8_mma):
         num_warps = FP8_MMA_NUM_WARPS
     else:
         num_warps = SMALL_NUM_WARPS if small else SEESAW_NUM_WARPS
@@ -558,15 +581,15 @@ def launch_params(
         "BLOCK_H": block_h,
         "BLOCK_N": BLOCK_N,
     }
-    tiles = triton.cdiv(problem["num_heads"], block_h)
-    if runs_seesaw(kv_dtype, problem["num_heads"], fp8_mma):
+    tiles = triton.cdiv(heads, block_h)
+    if kernel is mla_decode_stage1_gluon_seesaw:
         constexprs["CLUSTER"] = cluster
-    if "BF16_PARTIALS" in kernel_for(kv_dtype, problem["num_heads"], fp8_mma).arg_names:
+    if "BF16_PARTIALS" in kernel.arg_names:
         constexprs["BF16_PARTIALS"] = half
     if cluster > 1:
         grid = (tiles * cluster, problem["batch"], 1)
     else:
-        grid = (tiles, problem["batch"], problem["grid_splits"])
+        grid = (tiles, problem["batch"], splits)
     return {
         "grid": grid,
         "cluster": cluster,

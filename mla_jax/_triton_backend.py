@@ -6,9 +6,10 @@ Stage 1 receives the logits buffer as an input aliased to its only output
 one split (``grid_splits == 1``) there is no stage 2: stage 1 also outputs ``out``
 and ``lse`` and leaves the buffer unwritten. On
 sm_90 it is a Gluon kernel (``mla_jax._gluon_kernels``: the seesaw or the 16-bit
-16-head one for a 16-bit cache, the fp8 ones for an fp8 cache, the fp8-MMA one where
-asked) where those are measured to win (``gluon_split_divisor``: long splits; the
-16-bit 16-head kernel at half the occupancy rule's splits), else the ``tl`` kernel;
+16-head one for a 16-bit cache at 16 heads or 32 in a small step, the fp8 ones for an
+fp8 cache, the fp8-MMA one where asked) where those are measured to win
+(``gluon_split_divisor``: long splits; the 16-bit 16-head kernel at half the occupancy
+rule's splits), else the ``tl`` kernel;
 all write
 partials in one layout, which the one stage 2 merges (float32, or bf16 two to a slot
 for a bf16 q: ``kernels.bf16_partials``, narrowed to the seesaw and the 16-bit
@@ -46,6 +47,11 @@ FP8_SMALL_HEADS_MIN_SPLIT_TOKENS = 64
 # measured with splits of 128 tokens or more (docs/performance.md, "A Gluon stage 1
 # for a 16-bit cache at 16 heads"); at 64 tokens measured once (1/16/4096, 3%).
 SIXTEEN_BIT_SMALL_HEADS_MIN_SPLIT_TOKENS = 128
+# The same kernel at 32 heads (``_gluon_kernels.small_heads``: small steps only), against
+# the tl stage 1 that runs there under 128 tokens a split, both stages: 1.3x at 64 tokens
+# a split (1/32/1024 7.2 against 9.8 µs, 4/32/1024 8.0 against 10.4, 1/32/4096 9.1
+# against 11.5; docs/performance.md, "The 16-head kernel at 32 heads").
+SIXTEEN_BIT_TWO_TILES_MIN_SPLIT_TOKENS = 64
 
 
 def _strides(x: jax.Array) -> tuple[int, ...]:
@@ -66,6 +72,7 @@ def gluon_split_divisor(
     rope_dim: int,
     compute_capability: int,
     occupancy_sms: int | None,
+    batch_tokens: int | None = None,
 ) -> int | None:
     """None where stage 1 runs as the tl kernel; else it runs as a Gluon kernel at
     ``grid_splits`` divided by the returned count (``_gluon_kernels.split_divisor``).
@@ -73,22 +80,27 @@ def gluon_split_divisor(
     A Gluon kernel needs an sm_90 build, a problem one supports
     (``_gluon_kernels.supports``), and splits of at least ``SEESAW_MIN_SPLIT_TOKENS``
     tokens (``FP8_SMALL_HEADS_MIN_SPLIT_TOKENS`` for the fp8 16-head kernel,
-    ``SIXTEEN_BIT_SMALL_HEADS_MIN_SPLIT_TOKENS`` for the 16-bit one) when a row holds
-    ``max_tokens``. The 16-bit 16-head kernel runs only on an occupancy rule's count
-    (planned for ``occupancy_sms`` SMs; None: another rule's), which counts two 16-head
-    programs an SM where it holds one: where the grid's programs exceed one an SM, at
-    half the count (``grid_splits`` at least 2: as many waves as the rule planned),
-    else at the count itself (already one wave: the rule capped it). At twice the
-    programs an SM fits, or under vLLM's rule, it is not the faster one.
+    ``SIXTEEN_BIT_SMALL_HEADS_MIN_SPLIT_TOKENS`` for the 16-bit one at 16 heads,
+    ``SIXTEEN_BIT_TWO_TILES_MIN_SPLIT_TOKENS`` at 32) when a row holds ``max_tokens``;
+    ``batch_tokens`` (``decode``'s, None off the occupancy rule) picks the 16-bit one at
+    32 heads (``_gluon_kernels.small_heads``). The 16-bit 16-head kernel runs only on an
+    occupancy rule's count (planned for ``occupancy_sms`` SMs; None: another rule's),
+    which counts two 16-head programs an SM where it holds one: where the grid's
+    programs exceed one an SM, at half the count (``grid_splits`` at least 2: as many
+    waves as the rule planned), else at the count itself (already one wave: the rule
+    capped it). At twice the programs an SM fits, or under vLLM's rule, it is not the
+    faster one.
     """
     kv_page_stride, kv_row_stride = _strides(kv_cache)[:2]
     num_heads = q_nope.shape[1]
     kv_dtype = jnp.dtype(kv_cache.dtype).name
-    divisor = _gluon_kernels.split_divisor(kv_dtype, num_heads)
-    if not _gluon_kernels.small_heads(kv_dtype, num_heads):
+    divisor = _gluon_kernels.split_divisor(kv_dtype, num_heads, batch_tokens)
+    if not _gluon_kernels.small_heads(kv_dtype, num_heads, batch_tokens):
         min_tokens = SEESAW_MIN_SPLIT_TOKENS
     elif kv_dtype == _gluon_kernels.FP8:
         min_tokens = FP8_SMALL_HEADS_MIN_SPLIT_TOKENS
+    elif num_heads > _gluon_kernels.SMALL_BLOCK_H:
+        min_tokens = SIXTEEN_BIT_TWO_TILES_MIN_SPLIT_TOKENS
     else:
         min_tokens = SIXTEEN_BIT_SMALL_HEADS_MIN_SPLIT_TOKENS
     if divisor > 1:
@@ -151,7 +163,9 @@ def decode(
       max_tokens: the most tokens a row holds, as known at trace time (a static
         ``max_seq_len``); None: the block table's capacity. It picks stage 1's kernel.
       batch_tokens: the tl stage 1's head-tile input (``kernels.launch_params``): the
-        rows times ``max_tokens`` where the split count was planned with them, else None.
+        rows times ``max_tokens`` where the split count was planned with them, else None;
+        on the occupancy rule's count (``occupancy_sms``) also the Gluon stage 1's
+        choice at 32 heads on a 16-bit cache (``gluon_split_divisor``).
       config: overrides of ``kernels.stage1_config`` (tuning sweeps only; the tl
         stage 1 then, never the Gluon one).
       fp8_mma: where stage 1 is a Gluon kernel on an fp8 cache with at least 64 heads,
@@ -173,10 +187,21 @@ def decode(
     cc = _launch.device_capability() if compute_capability is None else compute_capability
     capacity = block_table.shape[1] * kv_cache.shape[1]
     longest = capacity if max_tokens is None else min(max_tokens, capacity)
+    # The 16-bit 16-head kernel at 32 heads runs, as at 16, only on the occupancy rule's
+    # count: its choice sees the step's tokens only there.
+    gluon_tokens = None if occupancy_sms is None else batch_tokens
     divisor = None
     if config is None:
         divisor = gluon_split_divisor(
-            q_nope, kv_cache, grid_splits, longest, kv_lora_rank, rope_dim, cc, occupancy_sms
+            q_nope,
+            kv_cache,
+            grid_splits,
+            longest,
+            kv_lora_rank,
+            rope_dim,
+            cc,
+            occupancy_sms,
+            gluon_tokens,
         )
     if divisor is not None and divisor > 1:
         grid_splits //= divisor
@@ -213,9 +238,10 @@ def decode(
             kv_dtype=kv_dtype,
             fp8_mma=fp8_mma,
             cluster_merge=cluster_merge,
+            batch_tokens=gluon_tokens,
             **problem,
         )
-        stage1_kernel = _gluon_kernels.kernel_for(kv_dtype, num_heads, fp8_mma)
+        stage1_kernel = _gluon_kernels.kernel_for(kv_dtype, num_heads, fp8_mma, gluon_tokens)
         stage2 = _gluon_kernels.stage2_params(stage2, stage1)
     out_shapes = [
         jax.ShapeDtypeStruct((batch, num_heads, kv_lora_rank), q_nope.dtype),

@@ -72,7 +72,7 @@ def routed_splits(q, pool, batch, heads, length, sm):
     splits = occupancy_kv_splits(batch, heads, length, sm)
     spec = lambda t: jax.ShapeDtypeStruct(tuple(t.shape), str(t.dtype).removeprefix("torch."))
     divisor = _triton_backend.gluon_split_divisor(
-        spec(q), spec(pool), splits, length, gc.LORA, gc.ROPE, 90, sm
+        spec(q), spec(pool), splits, length, gc.LORA, gc.ROPE, 90, sm, batch * length
     )
     return splits // (divisor or 1)
 

@@ -187,16 +187,19 @@ class Launch:
         fp8 = kv_name == gk.FP8
         # Triton's launcher makes no clusters: the build whose partials stage 2 merges
         # (mla_decode merges a seesaw row's two splits in a cluster instead).
+        # The Gluon kernel mla_decode picks with a static max_seq_len of the longest row.
+        batch_tokens = batch * int(lens.max())
         self.g1 = gk.launch_params(
             q_dtype=q_dtype,
             kv_dtype=kv_name if fp8 else None,
             fp8_mma=fp8_mma,
             cluster_merge=False,
+            batch_tokens=batch_tokens,
             **geometry,
         )
         # Stage 2 for the Gluon partials (bf16 where the seesaw writes them so).
         self.g2 = gk.stage2_params(self.s2, self.g1)
-        self.gluon_kernel = gk.kernel_for(kv_name, heads, fp8_mma) if gluon else None
+        self.gluon_kernel = gk.kernel_for(kv_name, heads, fp8_mma, batch_tokens) if gluon else None
         assert not (gluon and routed) or gk.supports(
             num_heads=heads,
             page_size=PAGE,

@@ -74,7 +74,8 @@ def launchers(
     tile in versions whose ``launch_params`` take it; None: the default tile. ``gluon``:
     stage 1 is this checkout's Gluon kernel for the cache's dtype
     (``_gluon_kernels.kernel_for``; sm_90, a problem it ``supports``), with ``fp8_mma``
-    the one ``mla_decode(..., fp8_mma=True)`` picks."""
+    the one ``mla_decode(..., fp8_mma=True)`` picks (and with ``batch_tokens`` the one
+    ``mla_decode`` picks at 32 heads)."""
     batch, heads, _ = q.shape
     buf = torch.full((batch, heads, splits, LORA + 1), float("nan"), device="cuda")
     out = torch.full((batch, heads, LORA), float("nan"), device="cuda").bfloat16()
@@ -121,9 +122,10 @@ def launchers(
             kv_dtype=kv_dtype,
             fp8_mma=fp8_mma,
             cluster_merge=False,
+            batch_tokens=batch_tokens,
             **problem,
         )
-        stage1_kernel = _gluon_kernels.kernel_for(kv_dtype, heads, fp8_mma)
+        stage1_kernel = _gluon_kernels.kernel_for(kv_dtype, heads, fp8_mma, batch_tokens)
         s2 = _gluon_kernels.stage2_params(s2, s1)
 
     # With one split stage 1 writes out / lse and there is no stage 2 (``stage2`` is a

@@ -427,6 +427,17 @@ def test_supports_and_kernel_for():
     ]  # fmt: skip
     for kv in ("bfloat16", "float16", "float8_e4m3fn"):
         assert gk.kernel_for(kv) is gk.kernel_for(kv, 64) is gk.mla_decode_stage1_gluon_seesaw
+    # At exactly 32 heads on a 16-bit cache, the 16-bit 16-head kernel (halving) in a
+    # step of at most SMALL_HEADS_BATCH_TOKENS tokens; an unknown count is a large step.
+    small, large = gk.SMALL_HEADS_BATCH_TOKENS, gk.SMALL_HEADS_BATCH_TOKENS + 1
+    for kv in ("bfloat16", "float16", None):
+        assert gk.kernel_for(kv, 32, batch_tokens=small) is gk.mla_decode_stage1_gluon_h16
+        for heads, tokens in ((32, large), (32, None), (33, 1), (64, 1)):
+            kernel = gk.kernel_for(kv, heads, batch_tokens=tokens)
+            assert kernel is gk.mla_decode_stage1_gluon_seesaw
+        assert gk.split_divisor(kv, 32, small) == 2 and gk.split_divisor(kv, 32, large) == 1
+    assert gk.kernel_for(gk.FP8, 32, batch_tokens=small) is gk.mla_decode_stage1_gluon_fp8_h16
+    assert gk.split_divisor(gk.FP8, 32, small) == 1
     # fp8 MMAs where asked, on an fp8 cache from 64 heads; elsewhere the flag changes
     # nothing.
     assert gk.kernel_for(gk.FP8, 64, fp8_mma=True) is gk.mla_decode_stage1_gluon_fp8_mma
@@ -468,6 +479,13 @@ def test_supports_and_kernel_for():
     assert small16["cluster"] == 1 and "CLUSTER" not in small16["constexprs"]
     assert small16["constexprs"].pop("BF16_PARTIALS") is False  # one split
     assert small16["constexprs"] == small["constexprs"]
+    # 32 heads in a small step: two 16-head tiles a row, bf16 partials at 2 splits.
+    two_tiles = gk.launch_params(batch_tokens=512, **(lp | dict(num_heads=32, grid_splits=2)))
+    assert two_tiles["grid"] == (2, 2, 2) and two_tiles["num_warps"] == gk.SMALL_NUM_WARPS
+    assert two_tiles["cluster"] == 1 and two_tiles["bf16_partials"]
+    assert two_tiles["constexprs"]["BLOCK_H"] == gk.SMALL_BLOCK_H
+    seesaw = gk.launch_params(**(lp | dict(num_heads=32, grid_splits=2)))
+    assert seesaw["grid"] == (2, 2, 1) and seesaw["cluster"] == 2
 
 
 def test_cluster_size_is_two_for_a_seesaw_row_of_two_splits():
@@ -593,9 +611,14 @@ H16 = "mla_decode_stage1_gluon_h16"
         (256, 16, 4096, 90, BF16, None, TL),  # the rule's 1 split: nothing to halve
         (16, 32, 16384, 90, BF16, None, SEESAW),  # half a tile, 8 splits of 2048
         (128, 48, 4096, 90, jnp.float16, None, SEESAW),
-        (16, 32, 1024, 90, BF16, None, SEESAW),  # 8 splits of 128, half a tile
         (16, 64, 4096, 90, BF16, None, SEESAW),  # 8 splits of 512
-        (1, 32, 1024, 90, BF16, None, TL),  # 16 splits of 64
+        # 32 heads in a step of at most 16384 tokens: two 16-head tiles a row.
+        (16, 32, 1024, 90, BF16, None, H16),  # 4 splits of 256 (half the rule's 8)
+        (1, 32, 1024, 90, BF16, None, H16),  # 16 splits of 64: one wave already
+        (4, 32, 4096, 90, jnp.float16, None, H16),  # 16 splits of 256 (the rule's 32)
+        (1, 32, 16384, 90, BF16, None, H16),  # 64 splits of 256 (the rule's 128)
+        (4, 32, 16384, 90, BF16, None, SEESAW),  # 65536 tokens
+        (64, 32, 1024, 90, BF16, None, SEESAW),  # 65536 tokens
         (16, 16, 4096, 90, BF16, FP8, FP8_H16),  # 16 splits of 256
         (64, 32, 4096, 90, jnp.float16, FP8, FP8_H16),  # 2 splits of 2048
         (4, 16, 4096, 90, BF16, FP8, FP8_H16),  # 64 splits of 64
@@ -614,9 +637,10 @@ def test_stage1_is_the_gluon_kernel_where_it_wins(
     support whose splits hold at least 128 tokens (64 for the 16-head fp8 kernel;
     ``_triton_backend.gluon_split_divisor``): the seesaw, on a 16-bit or an fp8 cache
     (the 16-head fp8 kernel on an fp8 cache under 64 heads; the 16-bit 16-head kernel
-    on a 16-bit one at 16, at half the occupancy rule's splits where its grid holds
-    more than a program an SM, with splits of at least 128 tokens); else to the tl
-    kernel. Stage 2 is the same either way, and absent where the grid has one split."""
+    on a 16-bit one at 16 heads, and at 32 in a step of at most 16384 tokens, at half
+    the occupancy rule's splits where its grid holds more than a program an SM, with
+    splits of at least 128 tokens at 16 heads, 64 at 32); else to the tl kernel. Stage 2
+    is the same either way, and absent where the grid has one split."""
     assert lowered_kernels(batch, heads, length, cc, dtype, kv_dtype) == expected_calls(
         kernel, batch, heads, length
     )
@@ -653,7 +677,7 @@ def expected_calls(kernel, batch, heads, length):
     splits = mla_jax.kv_splits(
         "occupancy", batch=batch, num_heads=heads, max_seq_len=length, sm_count=132
     )
-    if kernel == H16 and batch * splits > 132:
+    if kernel == H16 and batch * -(-heads // 16) * splits > 132:
         splits //= 2
     merged = splits == 1 or (kernel == SEESAW and splits == 2)
     return [kernel] + ([] if merged else ["mla_decode_stage2"])
@@ -661,13 +685,19 @@ def expected_calls(kernel, batch, heads, length):
 
 def test_h16_kernel_only_on_the_occupancy_rules_splits():
     """Under vLLM's split rule (whose partition is vLLM's kernel's) a 16-bit cache at
-    16 heads stays with the tl kernel, at the rule's count, and so does batch-invariant
-    mode (one split, whose kernel must not depend on the batch): the 16-bit 16-head
-    kernel runs only on an occupancy count it may take as planned or halve."""
+    16 heads stays with the tl kernel, at the rule's count (at 32 heads in a small step
+    with the seesaw), and so does batch-invariant mode (one split, whose kernel must
+    not depend on the batch): the 16-bit 16-head kernel runs only on an occupancy count
+    it may take as planned or halve."""
     stage2 = "mla_decode_stage2"
     assert lowered_kernels(64, 16, 4096, 90, BF16, None) == [H16, stage2]
     assert lowered_kernels(64, 16, 4096, 90, BF16, None, policy="vllm") == [TL, stage2]
     assert lowered_kernels(64, 16, 4096, 90, BF16, None, batch_invariant=True) == [TL]
+    # At 32 heads in a small step: the seesaw under vLLM's rule (its two splits a
+    # cluster, no stage 2) and in batch-invariant mode (one split of 1024 tokens).
+    assert lowered_kernels(16, 32, 1024, 90, BF16, None) == [H16, stage2]
+    assert lowered_kernels(16, 32, 1024, 90, BF16, None, policy="vllm") == [SEESAW]
+    assert lowered_kernels(16, 32, 1024, 90, BF16, None, batch_invariant=True) == [SEESAW]
 
 
 def lowered_kernels(batch, heads, length, cc, dtype, kv_dtype, policy="occupancy", **options):

@@ -288,6 +288,46 @@ def test_runtime_split_grid_is_the_batch_bound(policy, batch, heads, want):
 
 
 @pytest.mark.parametrize(
+    "batch, length, grid",
+    [
+        (16, 1024, (2, 16, 4)),  # 16384 tokens: the rule's 8 splits halved
+        (1, 1024, (2, 1, 16)),  # 32 programs at the rule's 16: one wave already
+        (4, 16384, (1, 4, 32)),  # 65536 tokens: the seesaw's one 64-head tile
+    ],
+)
+def test_stage1_grid_at_32_heads(batch, length, grid):
+    """On sm_90 at 32 heads a step of at most ``SMALL_HEADS_BATCH_TOKENS`` tokens (a
+    static ``max_seq_len``) runs the 16-bit 16-head Gluon kernel: two tiles a row, at
+    half the occupancy rule's splits where its grid holds more programs than SMs
+    (``_triton_backend.gluon_split_divisor``); a larger step the seesaw."""
+    spec = jax.ShapeDtypeStruct
+
+    def step(q, kv, bt, sl, b):
+        return mla_jax.mla_decode(
+            q,
+            kv,
+            bt,
+            sl,
+            b,
+            scale=0.1,
+            max_seq_len=length,
+            backend="triton",
+            compute_capability=90,
+        )
+
+    pages = length // 64
+    text = export.export(jax.jit(step), platforms=["cuda"], disabled_checks=DISABLED)(
+        spec((batch, 32, 576), jnp.bfloat16),
+        spec((batch * pages, 64, 576), jnp.bfloat16),
+        spec((batch, pages), jnp.int32),
+        spec((batch,), jnp.int32),
+        buffer_spec(batch, 32, 256, policy="occupancy"),
+    ).mlir_module()
+    assert [name for *_, name in kernel_calls(text)] == ["mla_decode_stage1", "mla_decode_stage2"]
+    assert kernel_grids(text)[0] == grid
+
+
+@pytest.mark.parametrize(
     "batch, heads, length, max_seq_len, batch_invariant, tile, splits, page",
     [
         # Pages of 16 tokens where the splits would hold 128 or more: the seesaw takes
