@@ -370,7 +370,7 @@ SIXTEEN_BIT = ("bfloat16", "float16")
 # rows together hold at most this many tokens (``batch_tokens``: the rows times the
 # longest row, known at trace time), else the seesaw. On the H200, both stages at
 # ``split_divisor``'s count against the stage 1 ``mla_decode`` ran there before (the
-# seesaw, or the tl kernel under 128 tokens a split): 10-31% faster at the sweep's six
+# seesaw, or the tl kernel under 128 tokens a split): 10-27% faster at the sweep's six
 # H=32 shapes up to 16384 tokens (1, 4 rows at 1024 and 4096 tokens, 1 at 16384, 16 at
 # 1024); at 65536 tokens from 7% faster (64/32/1024) to 3% slower (4/32/16384), and
 # 13-31% slower at more (docs/performance.md, "The 16-head kernel at 32 heads").

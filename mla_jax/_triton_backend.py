@@ -48,7 +48,7 @@ FP8_SMALL_HEADS_MIN_SPLIT_TOKENS = 64
 # for a 16-bit cache at 16 heads"); at 64 tokens measured once (1/16/4096, 3%).
 SIXTEEN_BIT_SMALL_HEADS_MIN_SPLIT_TOKENS = 128
 # The same kernel at 32 heads (``_gluon_kernels.small_heads``: small steps only), against
-# the tl stage 1 that runs there under 128 tokens a split, both stages: 1.3x at 64 tokens
+# the tl stage 1 that runs there under 128 tokens a split, both stages: 1.26-1.36x at 64 tokens
 # a split (1/32/1024 7.2 against 9.8 µs, 4/32/1024 8.0 against 10.4, 1/32/4096 9.1
 # against 11.5; docs/performance.md, "The 16-head kernel at 32 heads").
 SIXTEEN_BIT_TWO_TILES_MIN_SPLIT_TOKENS = 64

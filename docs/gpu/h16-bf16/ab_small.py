@@ -1,11 +1,12 @@
-"""Prepared, not run: the 16-bit 16-head Gluon kernel at 32 and 64 heads (two and four
-16-head tiles a row, each tile a CTA; not routed there) against the seesaw and the tl
+"""The 16-bit 16-head Gluon kernel at 32 and 64 heads (two and four 16-head tiles a row,
+each tile a CTA, launched by hand) against the seesaw and the tl
 stage 1 at the small #21 rows, both stages under CUDA graphs
 (``gluon_check.Launch.time_us``), the 16-head kernel at the occupancy count and at a half
 and a quarter of it; each output against float64 (µs; errors in brackets). The question:
 whether one-CTA-an-SM 16-head tiles, whose per-CTA start is shorter than the seesaw's
 (no TMA descriptors, no warp specialisation), reach 60% of the floor at 16/32/1024 and
-16/64/1024 (9.4 µs), where the seesaw takes 12.9 and 15.3."""
+16/64/1024 (9.4 µs), where the seesaw takes 12.9 and 15.3; and, on rows of 128 and
+256 tokens, what a call costs whatever its bytes. Run on 96a4676: logs/ab-small.log."""
 
 import gluon_check as gc
 import torch
