@@ -11,7 +11,8 @@ writes them, and so does the seesaw where a cluster merges a row's two splits
 (below). Four kernels (``kernel_for``): ``mla_decode_stage1_gluon_seesaw`` for
 64-head tiles, on a 16-bit cache of q's dtype from 32 heads or a ``float8_e4m3fn``
 one from 64; under those, 16-head tiles, ``mla_decode_stage1_gluon_h16`` on a 16-bit
-cache and ``mla_decode_stage1_gluon_fp8_h16`` on an fp8 one; and, only where asked
+cache (also at 32 heads in a small step, two tiles a row: ``small_heads``) and
+``mla_decode_stage1_gluon_fp8_h16`` on an fp8 one; and, only where asked
 (``mla_decode(..., fp8_mma=True)``), on an fp8 cache from 64 heads,
 ``mla_decode_stage1_gluon_fp8_mma``, which rounds q and P to e4m3 and multiplies on
 the fp8 tensor cores (the last section below). What they support is ``supports``:
@@ -135,8 +136,10 @@ widen, so every MMA operand comes from shared memory.
   occupancy rule's grid holds more programs than SMs it takes half the rule's splits
   (``split_divisor``): one wave, each program with twice the tokens. Against the tl
   kernel at the rule's count, both stages: 4-19% faster at that count, up to 16%
-  slower at the rule's own (``docs/performance.md``, "A Gluon stage 1 for a 16-bit cache at
-  16 heads").
+  slower at the rule's own (``docs/performance.md``, "A Gluon stage 1 for a 16-bit
+  cache at 16 heads"). At 32 heads (two tiles a row, each reading the row's blocks)
+  only in a step of at most ``SMALL_HEADS_BATCH_TOKENS`` tokens, where a CTA's fixed
+  chain, not the twice-read blocks, sets the time ("The 16-head kernel at 32 heads").
 * The partials (or the output with one split) are stored from a by-heads layout
   (``convert_layout`` through shared memory), so that a warp writes a head's
   consecutive dims; bf16 for a bf16 q where stage 2 merges them, as the tl kernel's.
@@ -417,9 +420,9 @@ def supports(
     ``split_divisor`` halves: at 17-31 heads the tl kernel's 32-head tile is already one
     program an SM, so there is no count to halve) or at least ``BLOCK_H // 2`` (at
     exactly that in a small step, ``small_heads``, the 16-head kernel again, two tiles
-    a row); above the 16-head kernels, the seesaw (a tile of 32-63 heads masks the rest of its 64
-    rows: it still does the same work 1.4-1.6x faster than the tl kernel's tile,
-    ``docs/gpu/gluon-heads-32-48.log``).
+    a row); above the 16-head kernels, the seesaw (a tile of 32-63 heads masks the rest
+    of its 64 rows: it still does the same work 1.4-1.6x faster than the tl kernel's
+    tile, ``docs/gpu/gluon-heads-32-48.log``).
     """
     if q_dtype not in SIXTEEN_BIT or kv_dtype not in (q_dtype, FP8):
         return False
