@@ -1,11 +1,11 @@
 """Writes notebooks/03_performance.ipynb (committed without outputs).
 
-    docs/gpu/sweep-h16-7f036a1/merge.sh             # results.json, page, plots
+    docs/gpu/sweep-c11b1c4/merge.sh                 # results.json, page, plots
     scripts/dev python scripts/make_notebook_03.py  # then the notebook
 
-merge.sh runs `bench --report-only` on the parts of our default path and vLLM's (the new
-H=16 part and 72ef8a8's parts less their H=16 rows) and the XLA paths of the six in
-docs/benchmarks/df8ad0c/parts/.
+merge.sh runs `bench --report-only` on the five parts of our default path and vLLM's in
+docs/benchmarks/parts/ (four on be45d36, the H=32 one on acd680a) and the XLA paths of
+the six in docs/benchmarks/df8ad0c/parts/.
 
 The commentary quotes docs/benchmarks/results.json, comparing paths by their kernel time
 (device_ms) and showing the wall clock beside it; the code cells print the numbers it
@@ -32,33 +32,41 @@ CELLS = [
 
 What one decode step costs on the GPU, read from the current sweep in
 `docs/benchmarks/results.json` (`python -m mla_jax bench`, 2026-12-03, the current
-kernels: the H=16 rows on 7f036a1, the others on 72ef8a8, whose kernels for them 7f036a1
-builds the same; the XLA paths from an earlier sweep, see below): NVIDIA H200, 68 shapes with
-B ∈ {1, 4, 16, 64, 128}, H ∈ {16, 32, 64, 128}, L ∈ {1k, 4k, 16k} and L = 64k for B ≤ 4;
-bf16, latent 512 + rope 64, pages of 64 tokens, shuffled block tables. Four paths:
+kernels: the H=32 rows with B ≤ 64 on acd680a, the others on be45d36, whose kernels for
+them acd680a builds the same; the XLA paths from an earlier sweep, see below): NVIDIA
+H200, 68 shapes with B ∈ {1, 4, 16, 64, 128}, H ∈ {16, 32, 64, 128}, L ∈ {1k, 4k, 16k}
+and L = 64k for B ≤ 4; bf16, latent 512 + rope 64, pages of 64 tokens, shuffled block
+tables. Four paths:
 
 - **`triton-occupancy`**: our kernels with the occupancy split rule, the library's default
   policy. On sm_90 with a 16-bit cache and H ≥ 32, stage 1 is a Gluon kernel with
   FlashMLA's "seesaw" schedule on 64-head tiles wherever each split holds at least 128
-  tokens (two 64-token blocks; `SEESAW_MIN_SPLIT_TOKENS` in `mla_jax/_triton_backend.py`):
-  44 of the 68 shapes, 14 at H=32, whose one tile masks its other 32 rows, 14 at H=64 and
-  16 at H=128 ([`docs/performance.md`, "Gluon stage 1
+  tokens (two 64-token blocks; `SEESAW_MIN_SPLIT_TOKENS` in `mla_jax/_triton_backend.py`)
+  and the 16-head kernel below does not take the step: 41 of the 68 shapes, 11 at H=32,
+  whose one tile masks its other 32 rows, 14 at H=64 and 16 at H=128
+  ([`docs/performance.md`, "Gluon stage 1
   (sm_90)"](../docs/performance.md#gluon-stage-1-sm_90) and ["32–63 heads on the
   seesaw"](../docs/performance.md#3263-heads-on-the-seesaw)). Where the seesaw runs a row
   in two splits (at B=64 with H=32 and 64), the row's two CTAs are one thread-block
   cluster that merges them, and stage 2 is not launched (["A row's two splits merged in a
-  cluster"](../docs/performance.md#a-rows-two-splits-merged-in-a-cluster)). At 14 of the
-  17 H=16 shapes stage 1 is the 16-bit 16-head Gluon kernel (the tokens on the warpgroup
-  MMA's M, one CTA an SM), at half the occupancy rule's splits where the rule's grid
-  holds more programs than SMs (12 of them) and at the rule's count at B=1, from 128
-  tokens a split ([`docs/performance.md`, "A Gluon stage 1 for a 16-bit cache at 16
-  heads"](../docs/performance.md#a-gluon-stage-1-for-a-16-bit-cache-at-16-heads)). At
-  the other 10 stage 1 is the Triton (`tl`) kernel: the shapes whose splits hold one
-  64-token block (3 with H=16, 7 with H ≥ 32). Those 10 all have B·L ≤ 4096: a step with
-  a static `max_seq_len` and at most 4096 tokens in its batch runs the tl kernel on
-  16-head tiles at any H where its splits are too short for a Gluon kernel (at
-  1/128/4096 and 4/128/1024, the other two such shapes with H ≥ 32, the splits hold 128
-  tokens and the seesaw runs);
+  cluster"](../docs/performance.md#a-rows-two-splits-merged-in-a-cluster)). At 20 shapes
+  stage 1 is the 16-bit 16-head Gluon kernel (the tokens on the warpgroup MMA's M, one
+  CTA an SM): 14 of the 17 H=16 shapes, one 16-head tile a row, from 128 tokens a split
+  ([`docs/performance.md`, "A Gluon stage 1 for a 16-bit cache at 16
+  heads"](../docs/performance.md#a-gluon-stage-1-for-a-16-bit-cache-at-16-heads)), and
+  the 6 H=32 shapes whose step holds at most 16384 tokens (B·L; `SMALL_HEADS_BATCH_TOKENS`
+  in `mla_jax/_gluon_kernels.py`), two 16-head tiles a row, from 64 tokens a split
+  ([`docs/performance.md`, "The 16-head kernel at 32
+  heads"](../docs/performance.md#the-16-head-kernel-at-32-heads)). It runs at half the
+  occupancy rule's splits where its grid's programs (B · tiles · splits) exceed the 132
+  SMs (15 of the 20: 12 at H=16, 3 at H=32) and at the rule's count elsewhere. At the
+  other 7 stage 1 is the Triton (`tl`) kernel: the shapes whose splits hold one 64-token
+  block and run neither Gluon kernel (3 with H=16, 3 with H=64, 1 with H=128). Those 7 all
+  have B·L ≤ 4096: a step with a static `max_seq_len` and at most 4096 tokens in its batch
+  runs the tl kernel on 16-head tiles at any H where its splits are too short for a Gluon
+  kernel (of the other five such shapes, the three with H=32 run the 16-bit 16-head kernel
+  on 64-token splits, and at 1/128/4096 and 4/128/1024 the splits hold 128 tokens and the
+  seesaw runs);
 - **`xla`**: the same two-stage algorithm in plain jnp; **`dense`**: plain JAX
   gather + einsum;
 - **`vllm`**: vLLM's own `decode_attention_fwd` kernels (see `docs/vllm_kernel.md`).
@@ -82,12 +90,11 @@ not timed in this sweep; their latest numbers, on the kernels of c11b1c4, are in
   two; every L), where stage 1 writes the output and lse itself ([`docs/performance.md`,
   "One split, one kernel"](../docs/performance.md#one-split-one-kernel)), and the 6
   whose rows' two splits a cluster merges (64/32 and 64/64, every L); vLLM's two kernels
-  plus two small
-  torch `vectorized_elementwise_kernel` launches (fills) from the plumbing around them,
-  which count in vLLM's time. It agrees with CUDA-graph timings
-  of the same kernels (`scripts/stage_times.py`; a check on earlier kernels, with the tl
-  stage 1 at all three shapes): 16.66 against 16.8 µs at 1/128/4096, 82.1 against
-  82.5 µs at 64/16/4096, 0.557 against 0.572 ms at 128/16/16384
+  plus two small torch `vectorized_elementwise_kernel` launches (fills) from the plumbing
+  around them, which count in vLLM's time. It agrees with CUDA-graph timings of the same
+  kernels (`scripts/stage_times.py`; a check on earlier kernels, with the tl stage 1 at
+  all three shapes): 16.66 against 16.8 µs at 1/128/4096, 82.1 against 82.5 µs at
+  64/16/4096, 0.557 against 0.572 ms at 128/16/16384
   ([`docs/gpu/bench-kernel-time-check.log`](../docs/gpu/bench-kernel-time-check.log),
   [`docs/gpu/stage-times-kernel-time-check.log`](../docs/gpu/stage-times-kernel-time-check.log)).
 - **Wall time** (`ms`), secondary. The JAX paths run K chained calls in one jitted
@@ -98,36 +105,37 @@ not timed in this sweep; their latest numbers, on the kernels of c11b1c4, are in
   K is 5–20 (about 2 ms a run), median of 3 repeats. Below about 40 µs a call the
   host's dispatch, not the GPU, sets the JAX paths' wall time, and it moves from run to
   run: three runs in new processes read 1/16/1024 at 31.7, 30.4 and 35.8 µs and
-  1/128/1024 at 40.5, 29.6 and 25.2 µs, whose kernels take 6.9 and 7.8 µs in this sweep
+  1/128/1024 at 40.5, 29.6 and 25.2 µs, whose kernels take 7.1 and 7.8 µs in this sweep
   ([`docs/gpu/bench-wall-with-and-without-traces.log`](../docs/gpu/bench-wall-with-and-without-traces.log);
   its runs with and without `--kernel-time` show that the traced run does not change the
   wall time). The last section but one compares the two instruments.
 
-Our path and vLLM's kernels ran on 2026-12-03 in six parts (parts 1–6 below), each a
+Our path and vLLM's kernels ran on 2026-12-03 in five parts (parts 1–5 below), each a
 separate bench process measuring its own ceilings, with vLLM's kernels in the same
-process as ours, on one H200. Part 1 (`h16.json`, the 17 H=16 shapes) ran on 7f036a1,
-which runs a 16-bit cache at 16 heads on the 16-bit 16-head Gluon kernel
-(`docs/gpu/h16-bf16/run2.sh`). Parts 2–6 are the sweep on 72ef8a8 (three device calls of
-one lease; `docs/gpu/sweep-72ef8a8/`) less its H=16 rows: `small-no-h16.json` (B ≤ 4 at
-H ∈ {64, 128}, 16 shapes), `large-b16-b64-no-h16.json` (B 16 and 64 at those heads, 12),
-`large-b128-no-h16.json` (B 128 at H 64, 3), then 72ef8a8's `large-b128-h32-h128.json`
-(B 128 at H 32 and 128, 6) and `h32.json` (H=32 at B 1–64, 14), from
-`docs/benchmarks/72ef8a8/parts/`. 7f036a1 builds those rows' kernels as 72ef8a8 did
-(the tl kernels' source unchanged, the seesaw's SASS compared on the CPU). The merge is
-`docs/gpu/sweep-h16-7f036a1/merge.sh`. The XLA paths (`xla`, `dense`), whose code did not
+process as ours, on one H200, from `docs/benchmarks/parts/`. Parts 1–4 ran on be45d36
+over two device calls of one lease, right after the whole GPU test suite passed on the
+same tree (720 passed; `docs/gpu/sweep-1203b/`): `small.json` (B 1 and 4 at H ∈ {16, 64,
+128}, 24 shapes), `large-b16-b64.json` (B 16 and 64 at those heads, 18),
+`large-b128.json` (B 128 at H 16 and 64, 6) and `large-b128-h32-h128.json` (B 128 at H
+32 and 128, 6). Part 5, `h32.json` (H=32 at B 1–64, 14 shapes), ran on acd680a, which
+runs the 16-bit 16-head kernel at 32 heads in steps of at most 16384 tokens and changes
+only which kernel those six rows run (`docs/gpu/h32-small/`). The merge is
+`docs/gpu/sweep-c11b1c4/merge.sh`. The XLA paths (`xla`, `dense`), whose code did not
 change, are carried from an earlier sweep (df8ad0c, 2026-12-01; its six parts, parts
-7–12 below, are in `docs/benchmarks/df8ad0c/parts/`). Each shape's `path_parts` names
+6–11 below, are in `docs/benchmarks/df8ad0c/parts/`). Each shape's `path_parts` names
 the part of each path; a path's floor and its speed-up over vLLM's kernels are those of
 its own part, so the XLA paths' are against that sweep's ceilings and vLLM run. The first
-cell checks that the default path ran the stage 1 the routing picks (the seesaw where
-H ≥ 32 and a split holds at least 128 tokens, the 16-bit 16-head kernel at H=16 from 128
-tokens a split at its count, else the tl kernel), and stage 2 wherever stage 1's grid has
-more than one split but for the seesaw's rows of two splits, which a cluster merges. The
-bench's `num_kv_splits` is the rule's count; where the 16-bit 16-head kernel halves it,
-the cells below count the halved one. The sweep on 72ef8a8 with all its 68 rows is in
-`docs/benchmarks/72ef8a8/`; the one before it, on 752a389's kernels, in
-`docs/benchmarks/752a389/`; the one on c11b1c4's kernels, with the `triton` path timed,
-in `docs/benchmarks/c11b1c4/`.
+cell checks that the default path ran the stage 1 the routing picks (the 16-bit 16-head
+kernel at H=16 from 128 tokens a split and at H=32 with B·L ≤ 16384 from 64, at its
+count; else the seesaw where H ≥ 32 and a split holds at least 128 tokens; else the tl
+kernel), and stage 2 wherever stage 1's grid has more than one split but for the
+seesaw's rows of two splits, which a cluster merges. The bench's `num_kv_splits` is the
+rule's count; where the 16-bit 16-head kernel halves it, the cells below count the
+halved one. The sweep before, with 7f036a1's H=16 rows and 72ef8a8's other 51, is in
+`docs/benchmarks/7f036a1/`; 72ef8a8's with all its 68 rows in
+`docs/benchmarks/72ef8a8/`; the one on 752a389's kernels in `docs/benchmarks/752a389/`;
+the one on c11b1c4's kernels, with the `triton` path timed, in
+`docs/benchmarks/c11b1c4/`.
 
 Every cell but the last only reads JSON and draws, so the notebook runs anywhere; the last
 re-measures a few shapes when a CUDA GPU is present. The figures are drawn by
@@ -161,15 +169,19 @@ PARTS = results.get("parts") or [{"ceilings": results["ceilings"],
                                   "shapes": len(results["shapes"])}]
 SEESAW = "mla_decode_stage1_gluon_seesaw"
 H16 = "mla_decode_stage1_gluon_h16"
-# The routing the sweep ran (mla_jax._triton_backend at 7f036a1): on a 16-bit cache the
-# seesaw stage 1 with at least 32 heads where each split holds at least this many tokens
-# (where it runs a row in two splits, the row's two CTAs are a thread-block cluster that
-# merges them, and stage 2 is not launched: mla_jax._gluon_kernels.cluster_size); at 16
-# heads on the occupancy rule the 16-bit 16-head Gluon kernel, from as many tokens a
-# split, at half the rule's splits where the rule's grid holds more programs than SMs
-# (one CTA an SM where the rule counts two: _triton_backend.gluon_split_divisor).
+# The routing the sweep ran (mla_jax._triton_backend and _gluon_kernels at acd680a), on a
+# 16-bit cache, the occupancy rule and a static max_seq_len: the 16-bit 16-head Gluon
+# kernel at 16 heads (one 16-head tile a row) and at exactly 32 heads in a step of at
+# most SMALL_STEP_TOKENS tokens (B·L; two tiles a row), from H16_MIN_TOKENS[H] tokens a
+# split, at half the rule's splits where its grid's programs (B · tiles · splits) exceed
+# the SMs (one CTA an SM where the rule counts two: _triton_backend.gluon_split_divisor);
+# else, with at least 32 heads, the seesaw stage 1 where each split holds at least
+# SEESAW_MIN_TOKENS tokens (where it runs a row in two splits, the row's two CTAs are a
+# thread-block cluster that merges them, and stage 2 is not launched:
+# _gluon_kernels.cluster_size); else the tl stage 1.
 SEESAW_MIN_TOKENS = 128
-H16_MIN_TOKENS = 128
+H16_MIN_TOKENS = {16: 128, 32: 64}
+SMALL_STEP_TOKENS = 16384
 
 
 def span(values, spec=".2f"):
@@ -202,16 +214,24 @@ def gluon_stage1(s, p=DEFAULT):
     return stage1(s, p) != "tl"
 
 
+def h16_tiles(s, p=DEFAULT):
+    # 16-head tiles a row where path p's routing picks the 16-bit 16-head Gluon kernel (the
+    # occupancy rule; 16 heads, or 32 in a small step), else 0.
+    if p != DEFAULT:
+        return 0
+    return {16: 1, 32: 2 if s["B"] * s["L"] <= SMALL_STEP_TOKENS else 0}.get(s["H"], 0)
+
+
 def h16_splits(s, p=DEFAULT):
     # The 16-bit 16-head Gluon kernel's split count on path p; None where it does not run.
-    n = metric(s, p, "num_kv_splits")
-    if p != DEFAULT or s["H"] != 16:
+    n, tiles = metric(s, p, "num_kv_splits"), h16_tiles(s, p)
+    if not tiles:
         return None
-    if s["B"] * n > machine["sm_count"]:
+    if s["B"] * tiles * n > machine["sm_count"]:
         if n < 2:
             return None
         n //= 2
-    return n if -(-s["L"] // n) >= H16_MIN_TOKENS else None
+    return n if -(-s["L"] // n) >= H16_MIN_TOKENS[s["H"]] else None
 
 
 def kernel_splits(s, p=DEFAULT):
@@ -226,8 +246,11 @@ def split_tokens(s, p=DEFAULT):
 
 
 def seesaw_routed(s, p=DEFAULT):
-    # Where the routing gives path p the seesaw stage 1 (a 16-bit cache, as in the sweep).
-    return s["H"] >= 32 and split_tokens(s, p) >= SEESAW_MIN_TOKENS
+    # Where the routing gives path p the seesaw stage 1 (a 16-bit cache, as in the sweep):
+    # at least 32 heads where the 16-head kernel's routing does not take the step (where it
+    # does, but the splits are too short for it, the tl kernel runs).
+    return (s["H"] >= 32 and not h16_tiles(s, p)
+            and split_tokens(s, p) >= SEESAW_MIN_TOKENS)
 
 
 def cluster_merged(s, p=DEFAULT):
@@ -301,19 +324,23 @@ for p in OURS:
     rule = [s for s in results["shapes"] if seesaw_routed(s, p)]
     h16 = [s for s in results["shapes"] if stage1(s, p) == "h16"]
     h16_rule = [s for s in results["shapes"] if h16_splits(s, p)]
+    halved = [s for s in h16 if kernel_splits(s, p) < metric(s, p, "num_kv_splits")]
     tl = [s for s in results["shapes"] if stage1(s, p) == "tl"]
-    print(f"{p} ran the seesaw stage 1 at {len(gl)} shapes ("
-          + ", ".join(f"H={h}: {n}" for h, n in sorted(collections.Counter(
-              s["H"] for s in gl).items()))
-          + f"), those with H >= 32 and >= {SEESAW_MIN_TOKENS} tokens a split: {gl == rule}; "
-          f"the 16-bit 16-head Gluon kernel at {len(h16)}, those the routing gives it: "
-          f"{h16 == h16_rule} (at half the rule's splits at "
-          f"{sum(kernel_splits(s, p) < metric(s, p, 'num_kv_splits') for s in h16)}); "
+    def by_heads(sel):
+        return ", ".join(f"H={h}: {n}" for h, n in sorted(collections.Counter(
+            s["H"] for s in sel).items()))
+
+    print(f"{p} ran the seesaw stage 1 at {len(gl)} shapes ({by_heads(gl)}), those the "
+          f"routing gives it: {gl == rule}; the 16-bit 16-head Gluon kernel at {len(h16)} "
+          f"({by_heads(h16)}), those the routing gives it: {h16 == h16_rule} (at half the "
+          f"rule's splits at {len(halved)}: {by_heads(halved)}); "
           f"the tl stage 1 at {len(tl)}: " + ", ".join(
               f"{name(s)} ({split_tokens(s, p)} tokens a split)" for s in tl))
 tiny = [s for s in results["shapes"] if s["B"] * s["L"] <= 4096]
-print(f"B*L <= 4096 (the tl kernel on 16-head tiles at any H): {len(tiny)} shapes; {DEFAULT} "
-      f"ran the seesaw at {', '.join(name(s) for s in tiny if gluon_stage1(s)) or '-'}")
+print(f"B*L <= 4096 (the tl kernel on 16-head tiles where no Gluon kernel runs): {len(tiny)} "
+      f"shapes; {DEFAULT} ran a Gluon stage 1 at " + (", ".join(
+          f"{name(s)} ({stage1(s)}, {split_tokens(s)} tokens a split)"
+          for s in tiny if gluon_stage1(s)) or "-"))
 
 paths = timed_paths(results)
 print()
@@ -337,10 +364,10 @@ $$\text{floor} = \max\left(\frac{\text{KV bytes}}{\text{copy bandwidth}},\;
 \frac{\text{flops}}{\text{matmul rate}}\right)$$
 
 The copy bandwidth is a device copy in JAX (bytes read + written per second), the matmul
-rate a large square bf16 matmul in JAX: 3.34 TB/s and 663–683 TFLOP/s in the six parts
-that timed our path and vLLM's (3.34–3.35 TB/s and 655–683 TFLOP/s in the XLA paths'
-six). A step does 1.89·H flops per byte, so the ridge point (matmul rate / copy
-bandwidth: 196–205 flop/byte) sits near H ≈ 104–108: **with 16, 32 and 64 heads a step is
+rate a large square bf16 matmul in JAX: 3.34–3.35 TB/s and 668–676 TFLOP/s in the five
+parts that timed our path and vLLM's (3.34–3.35 TB/s and 655–683 TFLOP/s in the XLA
+paths' six). A step does 1.89·H flops per byte, so the ridge point (matmul rate / copy
+bandwidth: 196–204 flop/byte) sits near H ≈ 104–108: **with 16, 32 and 64 heads a step is
 memory-bound, with 128 heads compute-bound.** The floor is an ideal: no kernel reaches
 both ceilings, and attention's small dot products are not the large GEMM that set the
 matmul rate. The copy counts bytes read and written, a pessimistic ceiling for a kernel
@@ -363,6 +390,12 @@ def part_ceilings(s):
 for i, part in enumerate(PARTS, 1):
     ridge = part["ceilings"]["matmul_tflops"] / part["ceilings"]["copy_tbps"]
     print(f"part {i}: ridge point {ridge:.0f} flop/byte -> H = {ridge / (2176 / 1152):.0f}")
+for label, p in [("our path's and vLLM's", DEFAULT), ("the XLA paths'", "xla")]:
+    cs = [PARTS[i - 1]["ceilings"] for i in sorted(sources.get(p, ()))]
+    if cs:
+        print(f"{label} {len(cs)} parts: copy {span([c['copy_tbps'] for c in cs])} TB/s, "
+              f"matmul {span([c['matmul_tflops'] for c in cs], '.0f')} TFLOP/s, ridge "
+              f"{span([c['matmul_tflops'] / c['copy_tbps'] for c in cs], '.0f')} flop/byte")
 print()
 print(f"{'B':>4} {'H':>4} {'L':>6}  {'memory ms':>9} {'compute ms':>10}  {'bound':8} "
       + " ".join(f"{p + ' %':>18}" for p in paths))
@@ -397,57 +430,62 @@ display(time_vs_len_figure(results, paths, key="device_ms",
 
 In kernel time:
 
-- **H=16 (memory-bound), B ≥ 64, L ≥ 4k: 117–131 % of the floor (3.89–4.39 TB/s of KV
-  reads), 50–53 % for vLLM's kernels.** Stage 1 is the 16-bit 16-head Gluon kernel, one
+- **H=16 (memory-bound), B ≥ 64, L ≥ 4k: 116–133 % of the floor (3.89–4.44 TB/s of KV
+  reads), 49–53 % for vLLM's kernels.** Stage 1 is the 16-bit 16-head Gluon kernel, one
   CTA an SM at half the rule's splits (one split a row at B=128, stage 1 alone). The
-  best, 0.551 ms at 128/16/16384 (131 %, 4.39 TB/s; vLLM's kernels 1.368 ms), reads
+  best, 0.5436 ms at 128/16/16384 (133 %, 4.44 TB/s; vLLM's kernels 1.3625 ms), reads
   faster than the 3.34 TB/s device copy the bench measured and than the 4.22 TB/s
-  reference copy rate (the tl kernel it replaced there read 4.29 TB/s, its stage 1 at
-  91.5 % of the DRAM peak under Nsight Compute: [`docs/performance.md`, "Hardware
+  reference copy rate ([`docs/performance.md`, "Hardware
   floors"](../docs/performance.md#hardware-floors)).
-- **H=32, B ≥ 16: 44–123 % of the floor, stage 1 the Gluon seesaw at all 9 shapes**
-  (1.47–4.11 TB/s), on one 64-head tile with half its rows masked. With splits of
-  ≥ 1024 tokens it reaches 97–123 % (6 shapes, 3.25–4.11 TB/s): 0.588 ms at 128/32/16384
-  (123.1 %, 4.11 TB/s; vLLM's kernels 2.634 ms), 119.9 % at 64/32/16384, 116.3 % at
-  128/32/4096, 107.8 % at 16/32/16384, 104.6 % at 64/32/4096, 97.3 % at 128/32/1024 (one
-  1024-token split a row). At B=128 the grid has one split a row and at B=64 a cluster
-  merges a row's two, so stage 1 runs alone at both. With 512-token splits: 72.3 % at
-  16/32/4096 and 67.1 % at 64/32/1024; with 128-token splits, 44.0 % at 16/32/1024
-  (12.9 µs). At B ≥ 16, L ≥ 4k vLLM's kernels reach 25–28 %. At B ≤ 4 the default path
-  runs the seesaw at 5 of the 8 shapes: 4/32/65536 (2048-token splits, 108.3 %),
-  1/32/65536 and 4/32/16384 (512-token splits, 65.4 and 72.1 %), 1/32/16384 and
-  4/32/4096 (128-token splits, 36.4 and 40.9 %).
-- **H=64, B ≥ 64, L ≥ 4k: 97–118 %** (0.615 ms at 128/64/16384, one split a row,
-  3.93 TB/s; vLLM's kernels 4.983 ms), 14–15 % for vLLM's kernels. The default path runs
-  the seesaw at 14 of the 17 H=64 shapes, all but 1/64/1024, 1/64/4096 and 4/64/1024,
-  whose splits hold 64 tokens. With shorter splits at B=16 and 64: 101.6 % at 16/64/16384
-  (2048 tokens a split), 66.2 % at 16/64/4096 and 60.4 % at 64/64/1024 (512 tokens, the
-  split count vLLM's rule also picks; at 64/64/1024 a cluster merges the row's two),
-  36.8 % at 16/64/1024 (128 tokens).
+- **H=32, B ≥ 16: 48–122 % of the floor (1.60–4.07 TB/s), stage 1 the Gluon seesaw at 8
+  of the 9 shapes**, on one 64-head tile with half its rows masked. With splits of
+  ≥ 1024 tokens it reaches 98–122 % (6 shapes, 3.28–4.07 TB/s): 0.5934 ms at
+  128/32/16384 (121.8 %, 4.07 TB/s; vLLM's kernels 2.6489 ms), 121.2 % at 64/32/16384,
+  120.4 % at 128/32/4096, 108.0 % at 16/32/16384, 103.4 % at 64/32/4096, 98.0 % at
+  128/32/1024 (one 1024-token split a row). At B=128 the grid has one split a row and at
+  B=64 a cluster merges a row's two, so stage 1 runs alone at both. With 512-token
+  splits: 72.4 % at 16/32/4096 and 67.0 % at 64/32/1024. At 16/32/1024, a step of 16384
+  tokens, stage 1 is the 16-bit 16-head Gluon kernel, two 16-head tiles a row, at 4
+  splits of 256 tokens (half the rule's 8): 47.9 % (11.8 µs; [`docs/performance.md`,
+  "The 16-head kernel at 32 heads"](../docs/performance.md#the-16-head-kernel-at-32-heads)).
+  At B ≥ 16, L ≥ 4k vLLM's kernels reach 25–28 %. At B ≤ 4 the default path runs the
+  seesaw at 3 of the 8 shapes: 4/32/65536 (2048-token splits, 105.8 %), 1/32/65536 and
+  4/32/16384 (512-token splits, 64.9 and 71.7 %); the 16-bit 16-head kernel at the other
+  5, whose steps hold at most 16384 tokens: 1/32/16384 and 4/32/4096 (256-token splits,
+  half the rule's count: 43.4 and 48.5 %), 1/32/1024, 1/32/4096 and 4/32/1024 (64-token
+  splits, the rule's count: 5.3, 16.2 and 19.1 %).
+- **H=64, B ≥ 64, L ≥ 4k: 98–120 %** (0.6019 ms at 128/64/16384, one split a row,
+  4.01 TB/s; vLLM's kernels 5.0269 ms), 14–15 % for vLLM's kernels. The default path
+  runs the seesaw at 14 of the 17 H=64 shapes, all but 1/64/1024, 1/64/4096 and
+  4/64/1024, whose splits hold 64 tokens (the tl kernel). With shorter splits at B=16
+  and 64: 102.1 % at 16/64/16384 (2048 tokens a split), 66.5 % at 16/64/4096 and 60.3 %
+  at 64/64/1024 (512 tokens, the split count vLLM's rule also picks; at 64/64/1024 a
+  cluster merges the row's two), 36.4 % at 16/64/1024 (128 tokens).
 - **Issue #21's target for H=32 and 64, ≥ 60 % of the floor from B=16 up, holds at 16
-  of the 18 shapes.** Under it: 16/32/1024 (44.0 %) and 16/64/1024 (36.8 %), both on the
-  seesaw with splits of 128 tokens. 16/64/4096, on the line in the sweep before (59.6 %;
-  60.4–60.9 % in five processes of that row alone, `docs/gpu/row-16-64-4096/`), reads
-  66.2 % now that its eight splits' partials are stored in bf16.
+  of the 18 shapes.** Under it: 16/32/1024 (47.9 %, the 16-bit 16-head kernel with
+  splits of 256 tokens) and 16/64/1024 (36.4 %, the seesaw with splits of 128 tokens).
+  What bounds those two rows is in [`docs/performance.md`, "Current
+  results"](../docs/performance.md#current-results).
 - **H=128 (compute-bound): at most 85 % of the floor, 9 % for vLLM's kernels.** At the
-  six H=128 shapes with B·L ≥ 256k tokens the default path runs the seesaw at 78–85 % of
-  the floor (527–581 TFLOP/s, against a 680–682 TFLOP/s matmul): 1.006 ms at
-  128/128/16384 (581 TFLOP/s; vLLM's kernels 9.741 ms), 0.514 ms at 64/128/16384
-  (568 TFLOP/s; vLLM's kernels 4.736 ms), both with one split a row, stage 1 alone.
-  vLLM's kernels reach 9 % there (58.4–61.7 TFLOP/s). In the seesaw schedule two
+  six H=128 shapes with B·L ≥ 256k tokens the default path runs the seesaw at 79–85 % of
+  the floor (532–569 TFLOP/s, against a 671–675 TFLOP/s matmul): 1.0507 ms at
+  128/128/16384 (556 TFLOP/s; vLLM's kernels 9.7597 ms), 0.5133 ms at 64/128/16384
+  (569 TFLOP/s; vLLM's kernels 4.7838 ms), both with one split a row, stage 1 alone.
+  vLLM's kernels reach 9 % there (57.9–61.1 TFLOP/s). In the seesaw schedule two
   warp-specialised warpgroups each compute the whole of alternate 64-token blocks, so
   one's softmax runs under the other's MMAs; what it still leaves out of FlashMLA's
   kernel is in [`docs/performance.md`, "Gluon stage 1
   (sm_90)"](../docs/performance.md#gluon-stage-1-sm_90). vLLM's kernel groups 16 heads
   per program (`BLOCK_H = 16`), so at H=128 eight programs each load the same KV tiles.
 - **Small shapes (B ≤ 4, L ≤ 4k): a fixed cost, not the work.** The floor there is
-  0.4–6.7 µs. The default path takes 6.9–17.8 µs of kernel time, `xla` 13.6–67.6 µs,
-  `dense` 12.9–49.1 µs, vLLM's kernels 50.8–77.8 µs. Its stage 1 runs 8–64 splits a row
-  there, of 64–256 tokens: a Gluon kernel at the 6 shapes with at least 128 tokens a
-  split, the seesaw at 5 with H ≥ 32 (1/128/4096: 12.9 µs, 32 splits of 128 tokens)
-  and the 16-bit 16-head kernel at 4/16/4096 (9.9 µs, 32 splits of 128, half the rule's
-  64), the tl kernel on 16-head tiles at the other 10 (1/128/1024: 7.8 µs, 16 splits of
-  64 tokens).
+  0.4–6.8 µs. The default path takes 6.6–17.9 µs of kernel time, `xla` 13.6–67.6 µs,
+  `dense` 12.9–49.1 µs, vLLM's kernels 51.3–78.3 µs. Its stage 1 runs 8–64 splits a row
+  there, of 64–256 tokens: a Gluon kernel at 9 of the 16, the 16-bit 16-head kernel at
+  5 (the four with H=32, from 64 tokens a split: 1/32/1024, 6.6 µs, 16 splits of 64
+  tokens; and 4/16/4096, 9.8 µs, 32 splits of 128, half the rule's 64) and the seesaw at
+  4 with H ≥ 64 and 128 or 256 tokens a split (1/128/4096: 12.8 µs, 32 splits of 128
+  tokens), the tl kernel on 16-head tiles at the other 7 (1/128/1024: 7.8 µs, 16 splits
+  of 64 tokens).
 - The XLA paths (`xla`, `dense`) gather the rows into a dense copy before their einsums;
   at H=16, B ≥ 64, L ≥ 4k they reach 17–21 % of the floor.
 """,
@@ -473,13 +511,16 @@ for label, unit, pick in groups:
           + "; ".join(f"{p} {span([metric(s, p, 'device_pct_of_floor') for s in sel], '.0f')} "
                       f"({span([rate(s, p, unit) for s in sel], '.3g')})" for p in paths))
 big = [s for s in results["shapes"] if s["H"] == 128 and s["B"] * s["L"] >= 2**18]
-print(f"H=128, B*L>=256k: seesaw stage 1 at {sum(map(gluon_stage1, big))} of {len(big)}; "
+print(f"H=128, B*L>=256k: seesaw stage 1 at {sum(stage1(s) == 'seesaw' for s in big)} of "
+      f"{len(big)}; "
       "matmul "
       + span([part_ceilings(s)["matmul_tflops"] for s in big], ".0f") + " TFLOP/s")
 for H in (32, 64):
     sel = [s for s in results["shapes"] if s["H"] == H]
-    print(f"H={H}, {DEFAULT} % of the floor (stage 1, tokens a split), seesaw at "
-          f"{sum(map(gluon_stage1, sel))} of {len(sel)}: " + ", ".join(
+    kinds = collections.Counter(map(stage1, sel))
+    print(f"H={H}, {DEFAULT} % of the floor (stage 1, tokens a split), of {len(sel)}: "
+          + ", ".join(f"{kind} at {kinds[kind]}" for kind in ("seesaw", "h16", "tl"))
+          + ": " + ", ".join(
               f"{name(s)} {metric(s, DEFAULT, 'device_pct_of_floor'):.1f} "
               f"({stage1(s)}, {split_tokens(s)})" for s in sel))
 # Issue #21: H=32 and 64 at >= 60 % of the floor (kernel time) from B=16 up.
@@ -493,7 +534,7 @@ print(f"issue #21, H=32/64, B>=16, >= 60 % of the floor: {len(target) - len(unde
 print()
 for B, H, L in [(128, 16, 16384), (128, 32, 16384), (16, 32, 1024), (128, 64, 16384),
                 (16, 64, 4096), (64, 64, 1024), (64, 128, 16384), (128, 128, 16384),
-                (1, 128, 1024), (1, 128, 4096)]:
+                (1, 32, 1024), (4, 16, 4096), (1, 128, 1024), (1, 128, 4096)]:
     s = at(B, H, L)
     print(f"{name(s)}: " + "; ".join(
         f"{p} {fmt(metric(s, p, 'device_ms'), '.4f')} ms, {fmt(rate(s, p, 'TB/s'), '.2f')} "
@@ -528,22 +569,22 @@ ours is faster; for the XLA paths, a part of the df8ad0c sweep); vLLM's includes
 small torch fills around its kernels.
 
 - **Occupancy splits (the default) are faster than vLLM's kernels at all 68 shapes,
-  2.35–9.68×:** 2.63–9.68× at the 44 shapes where stage 1 is the Gluon seesaw,
-  2.35–5.57× at the 14 where it is the 16-bit 16-head Gluon kernel, 4.55–7.32× at the 10
-  where it is the tl kernel (2.36–9.68× at the 21 where stage 1 runs alone: one split a
-  row, or two merged in a cluster). By head count: 2.35–7.32× at H=16, 2.63–7.16× at
-  H=32, 3.50–8.17× at H=64, 4.08–9.68× at H=128.
-- **The largest: 128/128/16384, 1.006 ms against vLLM's 9.741 ms (9.68×);**
-  128/128/4096 is 0.267 against 2.500 ms (9.35×), 64/128/16384 0.514 against 4.736 ms
-  (9.21×), all three with one split a row.
-- **The closest: 64/16/4096, 0.0775 against 0.1826 ms (2.35×),** then 128/16/1024
-  (0.0409 against 0.0962 ms, 2.36×) and 16/16/16384 (0.0780 against 0.1910 ms, 2.45×):
+  2.35–9.49×:** 2.65–9.49× at the 41 shapes where stage 1 is the Gluon seesaw,
+  2.35–7.78× at the 20 where it is the 16-bit 16-head Gluon kernel, 4.52–7.18× at the 7
+  where it is the tl kernel (2.35–9.49× at the 21 where stage 1 runs alone: one split a
+  row, or two merged in a cluster). By head count: 2.35–7.18× at H=16, 2.65–7.78× at
+  H=32, 3.54–8.35× at H=64, 4.15–9.49× at H=128.
+- **The largest: 128/128/4096, 0.2660 against vLLM's 2.5233 ms (9.49×);**
+  64/128/16384 is 0.5133 against 4.7838 ms (9.32×), 128/128/16384 1.0507 against
+  9.7597 ms (9.29×), all three with one split a row.
+- **The closest: 128/16/1024, 0.0409 against 0.0959 ms (2.35×),** then 64/16/4096
+  (0.0776 against 0.1832 ms, 2.36×) and 16/16/16384 (0.0776 against 0.1904 ms, 2.46×):
   H=16 shapes on the 16-bit 16-head Gluon kernel, 41–78 µs of kernel time, memory-bound
-  shapes where vLLM's kernels reach half the floor.
-- At the small shapes (B ≤ 4, L ≤ 4k) the default path is 3.50–7.32× faster in kernel
-  time (1/16/1024: 6.9 against 50.8 µs) and 1.34–2.67× in wall time, where the host
+  shapes where vLLM's kernels reach about half the floor (47–49 %).
+- At the small shapes (B ≤ 4, L ≤ 4k) the default path is 3.55–7.78× faster in kernel
+  time (1/32/1024: 6.6 against 51.5 µs) and 1.16–2.39× in wall time, where the host
   sets our time but not that of vLLM's CUDA graph. Over all 68 shapes the wall-time range
-  is 1.32–9.65×; its closest, 16/32/1024, runs 12.9 µs of kernels in 41.6 µs of wall
+  is 1.16–9.34×; its closest, 1/32/1024, runs 6.6 µs of kernels in 45.4 µs of wall
   time.
 - Our kernels on vLLM's split rule (`triton`) were not timed in this sweep; their speed-up
   over vLLM's kernels, on the kernels of c11b1c4, is in
@@ -551,7 +592,7 @@ small torch fills around its kernels.
 - At H=128 with B ≥ 16, vLLM's kernels are at 8–9 % of the floor; even plain JAX
   gather + einsum is 1.70–2.19× faster there, and it beats vLLM's kernels at 46 of the
   68 shapes (its times from the df8ad0c sweep, against that sweep's run of vLLM's
-  kernels, whose kernel times are within 1.4 % of this one's).
+  kernels, whose kernel times are within 1.5 % of this one's).
 """,
     ),
     (
@@ -593,8 +634,9 @@ else:
           f"{span([metric(s, DEFAULT, 'device_speedup_vs_vllm') for s in small])}×, wall time "
           f"{span([metric(s, DEFAULT, 'speedup_vs_vllm') for s in small])}×")
     wall = sorted(results["shapes"], key=lambda s: metric(s, DEFAULT, "speedup_vs_vllm"))
-    print(f"{DEFAULT} in wall time: {span([metric(s, DEFAULT, 'speedup_vs_vllm') for s in wall])}×;"
-          f" closest {name(wall[0])}, {metric(wall[0], DEFAULT, 'device_ms') * 1e3:.1f} µs "
+    print(f"{DEFAULT} in wall time: "
+          f"{span([metric(s, DEFAULT, 'speedup_vs_vllm') for s in wall])}×; closest "
+          f"{name(wall[0])}, {metric(wall[0], DEFAULT, 'device_ms') * 1e3:.1f} µs "
           f"kernel time, {metric(wall[0], DEFAULT, 'ms') * 1e3:.1f} µs wall time")
     h128 = [s for s in results["shapes"] if s["H"] == 128 and s["B"] >= 16]
     if "dense" in rivals:
@@ -628,7 +670,9 @@ rule's two; nor at the 6 whose two splits on the seesaw a cluster merges) and ma
 splits longer: 512–16384 tokens at H ≥ 32, against vLLM's 512. The two rules pick the
 same split count at 10 shapes, all with 512-token splits: the default path runs the
 seesaw at the eight with H ≥ 32 and the 16-bit 16-head kernel at 1/16/65536 and
-128/16/1024 (there at half the count: one split of 1024 tokens).
+128/16/1024 (there at half the count: one split of 1024 tokens). The default path's
+stage 1 runs the occupancy rule's count at 53 of the 68 shapes and half of it at the
+other 15, where the 16-bit 16-head kernel halves it (12 with H=16, 3 with H=32).
 
 Our kernels on vLLM's split rule (the `triton` path) were not timed in this sweep, so the
 cell below prints the two rules' split counts beside the default path's kernel time, and
@@ -719,19 +763,20 @@ else:
 
 The wall clock is what a caller that dispatches ten chained runs per sync sees; the kernel
 time is what the GPU spends in the path's kernels. Where the kernels take 40 µs a call or
-more, the two agree: the default path's wall time is 0.95–1.17× its kernel time there (32
-shapes), 0.95–1.07× at the 15 shapes of 100 µs or more, and vLLM's CUDA graph reads
-0.99–1.03× at all 68. Below that the host's dispatch sets the JAX paths' wall time: the
-default path reads 20.31–39.26 µs at its 27 shapes under 40 µs of wall time, whose
-kernels take 6.9–33.7 µs (up to 5.40× apart, at 1/32/1024); the wall time of `dense`
-never reads below 28.5 µs, that of `xla` never below 34.3 µs. Those wall times move from
-run to run (see the top of the notebook), and their three repeats within this sweep
-spread by up to 75 % on the default path.
+more, the two agree: the default path's wall time is 1.00–1.16× its kernel time there (32
+shapes), 1.00–1.07× at the 15 shapes of 100 µs or more, and vLLM's CUDA graph reads
+1.00–1.04× at all 68. Below that the host's dispatch sets the JAX paths' wall time: the
+default path reads 23.35–38.72 µs at its 25 shapes under 40 µs of wall time, whose
+kernels take 7.1–33.7 µs (up to 4.87× apart, at 1/16/1024), and 45.4 µs at 1/32/1024,
+whose kernels take 6.6 µs (6.86×); the wall time of `dense` never reads below 28.5 µs,
+that of `xla` never below 34.3 µs. Those wall times move from run to run (see the top
+of the notebook), and their three repeats within this sweep spread by up to 48 % on the
+default path.
 
 The two instruments come from different runs, so at a shape whose clock varies the kernel
-time can read above the wall time: at 64/128/16384 0.514 ms of kernels against 0.491 ms
-of wall time here, at 128/64/16384 0.615 against 0.592 ms, and by under 1 % at
-128/128/4096 (0.2673 against 0.2666 ms); all three with one split a row, stage 1 alone.
+time can read above the wall time: by under 1 % here, at 64/128/16384 (0.5133 ms of
+kernels against 0.5119 ms of wall time) and 128/64/4096 (0.1666 against 0.1658 ms);
+both with one split a row, stage 1 alone.
 """,
     ),
     (
