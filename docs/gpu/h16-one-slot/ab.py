@@ -1,0 +1,65 @@
+"""Prepared, not run: the 16-bit 16-head Gluon stage 1 with one latent slot
+(``one-slot.patch``: 94,464 bytes of shared memory, two CTAs an SM; the build is
+``build_check.py``'s) against the kernel as it is (two slots, one CTA an SM) and the
+stage 1 ``mla_decode`` routes each problem to, both stages under CUDA graphs
+(``gluon_check.Launch.time_us``), µs, each output's max abs distance from the float64
+reference in brackets. The 16-head kernels at the occupancy rule's count and half of it
+(two CTAs an SM fill the wave the rule planned; one takes half). The question: whether
+two CTAs an SM, each one's copies under the other's MMAs, shorten the small rows that
+#21 leaves under 60% of their floor (16/32/1024, 16/64/1024: the CTA chain, not the
+bytes, sets their time; docs/performance.md, "Current results"), and what they cost
+where one CTA's two slots keep a block in flight.
+
+    PYTHONPATH="$PWD:$PWD/scripts:$PWD/docs/gpu/h16-bf16" python3 docs/gpu/h16-one-slot/ab.py
+"""
+
+import tempfile
+
+import ab_seesaw
+import gluon_check as gc
+import torch
+from ab_small import error, h16_launch
+
+from mla_jax.splits import occupancy_kv_splits
+
+SHAPES = [(16, 32, 1024), (16, 64, 1024), (16, 16, 1024), (4, 32, 4096), (4, 64, 4096)]
+SHAPES += [(16, 16, 4096), (64, 16, 4096), (16, 32, 4096), (64, 32, 1024), (1, 32, 16384)]
+SHAPES += [(16, 64, 4096), (128, 16, 4096), (128, 16, 16384)]
+PATCH = "docs/gpu/h16-one-slot/one-slot.patch"
+
+
+def main():
+    gc.give_triton_scratch()
+    sm = torch.cuda.get_device_properties(0).multi_processor_count
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    pool = gc.new_pool(torch.bfloat16, gen)
+    with tempfile.TemporaryDirectory() as folder:
+        one_slot = ab_seesaw.load_variant("one_slot", [PATCH], folder)
+        for batch, heads, length in SHAPES:
+            q, table, lens = gc.uniform_problem(pool, batch, heads, length, gen)
+            occ = occupancy_kv_splits(batch, heads, length, sm)
+            routed = ab_seesaw.routed_splits(q, pool, batch, heads, length, sm)
+            ref_out, _ = gc.reference(q, pool, table, lens, gc.SCALE)
+            base = gc.Launch(q, pool, table, lens, routed)  # as mla_decode routes it
+            kernel = base.gluon_kernel.fn.__name__ if base.gluon_kernel else "tl"
+            cells = [
+                f"routed {kernel.removeprefix('mla_decode_stage1_')}@{routed} "
+                f"{base.time_us(base.both, 'gluon', rep=50):6.1f} "
+                f"({error(base, 'gluon', ref_out):.0e})"
+            ]
+            for splits in sorted({occ, max(1, occ // 2)}, reverse=True):
+                for name, module in (("two-slot", None), ("one-slot", one_slot)):
+                    run = h16_launch(q, pool, table, lens, splits)
+                    if module is not None:
+                        run.gluon_kernel = module.mla_decode_stage1_gluon_h16
+                    err = error(run, "gluon", ref_out)
+                    us = run.time_us(run.both, "gluon", rep=50)
+                    cells.append(f"{name}@{splits} {us:6.1f} ({err:.0e})")
+                    del run
+            print(f"B={batch:3d} H={heads} L={length:5d} | " + " | ".join(cells), flush=True)
+            del base, q, table, lens, ref_out
+            torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()
