@@ -125,8 +125,9 @@ CROSSOVER_FP8 = [
     (16, 128, 4096),
 ]
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
-# A 16-bit cache's checks: the 16-bit 16-head kernel, the seesaw (its tile, two tiles).
-SIXTEEN_BIT_HEADS = (16, 64, 128)
+# A 16-bit cache's checks: the 16-bit 16-head kernel (at 32 heads in small steps: two
+# tiles a row), the seesaw (half its tile at 32 heads in larger steps, its tile, two).
+SIXTEEN_BIT_HEADS = (16, 32, 64, 128)
 FP8_MAX = 448.0  # mla_jax.cache.FP8_MAX
 
 
