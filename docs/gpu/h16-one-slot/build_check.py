@@ -1,6 +1,7 @@
-"""On the CPU: the sm_90 build of the 16-bit 16-head Gluon stage 1 as this tree has it
-and with the patches given (``one-slot.patch``), side by side: registers, spills,
-shared memory, HGMMA and cp.async counts (``tests.test_gluon_build.build_report``).
+"""On the CPU: the sm_90 build of a 16-head Gluon stage 1 (the 16-bit one; with
+``--fp8`` the fp8 one) as this tree has it and with the patches given
+(``one-slot.patch``, ``fp8-deep-ring.patch``), side by side: registers, spills, shared
+memory, HGMMA and cp.async counts (``tests.test_gluon_build.build_report``).
 
     PYTHONPATH=$PWD TRITON_CACHE_DIR=$(mktemp -d) scripts/dev python \\
         docs/gpu/h16-one-slot/build_check.py docs/gpu/h16-one-slot/one-slot.patch
@@ -35,19 +36,21 @@ def variant(patches, folder):
     return module
 
 
-def report(module, dtype, splits):
+def report(module, dtype, splits, kv):
     mla_jax._gluon_kernels = module  # compile_sm90 imports it from the package
-    r = test_gluon_build.build_report(16, dtype, "same", splits)
+    r = test_gluon_build.build_report(16, dtype, kv, splits)
     ctas = SM90_SHARED_PER_SM // (r["shared"] + test_gluon_build.CTA_RESERVED_SHARED)
     return {k: r[k] for k in KEYS} | {"ctas_an_sm_by_shared": ctas}
 
 
 def main():
+    args = sys.argv[1:]
+    kv = "fp8" if "--fp8" in args else "same"
     with tempfile.TemporaryDirectory() as folder:
-        patched = variant(sys.argv[1:], folder)
+        patched = variant([a for a in args if a != "--fp8"], folder)
         for dtype, splits in (("bf16", 4), ("bf16", 1), ("fp16", 4)):
             for name, module in (("main", _gluon_kernels), ("patched", patched)):
-                r = report(module, dtype, splits)
+                r = report(module, dtype, splits, kv)
                 print(f"{dtype} splits={splits} {name}: {json.dumps(r)}", flush=True)
 
 

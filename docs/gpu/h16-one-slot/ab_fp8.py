@@ -1,0 +1,55 @@
+"""Prepared, not run: the 16-head fp8 Gluon stage 1 with a ring of four 36 KB stages
+(``fp8-deep-ring.patch``: 168,192 bytes of shared memory, one CTA an SM, three blocks in
+flight; the build is ``build_check.py --fp8``'s) against the kernel as it is (two
+stages, two CTAs an SM), both at the occupancy rule's count and half of it (the move
+that made the 16-bit 16-head kernel 4-19% faster), both stages under CUDA graphs
+(``gluon_check.Launch.time_us``), µs, each output's max abs distance from the float64
+reference (on the dequantised cache) in brackets. The question: whether #21's fp8
+128/16/16384 row (0.312-0.349 ms across runs against its 0.33 target) goes clearly
+under.
+
+    PYTHONPATH="$PWD:$PWD/scripts:$PWD/docs/gpu/h16-bf16" python3 docs/gpu/h16-one-slot/ab_fp8.py
+"""
+
+import tempfile
+
+import ab_seesaw
+import gluon_check as gc
+import torch
+from ab_small import error
+
+from mla_jax.splits import occupancy_kv_splits
+
+SHAPES = [(128, 16, 16384), (64, 16, 16384), (128, 16, 4096), (64, 16, 4096), (16, 16, 16384)]
+SHAPES += [(16, 16, 4096), (4, 16, 16384), (1, 16, 16384), (16, 32, 4096), (128, 32, 16384)]
+PATCH = "docs/gpu/h16-one-slot/fp8-deep-ring.patch"
+
+
+def main():
+    gc.give_triton_scratch()
+    sm = torch.cuda.get_device_properties(0).multi_processor_count
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    pool, kv_scale = gc.quantize_fp8(gc.new_pool(torch.bfloat16, gen))
+    with tempfile.TemporaryDirectory() as folder:
+        deep = ab_seesaw.load_variant("deep_ring", [PATCH], folder)
+        for batch, heads, length in SHAPES:
+            q, table, lens = gc.uniform_problem(pool, batch, heads, length, gen, torch.bfloat16)
+            occ = occupancy_kv_splits(batch, heads, length, sm)
+            ref_out, _ = gc.reference(q, pool, table, lens, gc.SCALE, kv_scale)
+            cells = []
+            for splits in sorted({occ, max(1, occ // 2)}, reverse=True):
+                for name, module in (("two-stage", None), ("four-stage", deep)):
+                    run = gc.Launch(q, pool, table, lens, splits, kv_scale)
+                    if module is not None:
+                        run.gluon_kernel = module.mla_decode_stage1_gluon_fp8_h16
+                    err = error(run, "gluon", ref_out)
+                    us = run.time_us(run.both, "gluon", rep=50)
+                    cells.append(f"{name}@{splits} {us:7.1f} ({err:.0e})")
+                    del run
+            print(f"B={batch:3d} H={heads} L={length:5d} | " + " | ".join(cells), flush=True)
+            del q, table, lens, ref_out
+            torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()
