@@ -498,43 +498,25 @@ def kernel_for(
     return mla_decode_stage1_gluon_seesaw
 
 
-def cluster_size(
-    kv_dtype: str | None,
-    num_heads: int,
-    fp8_mma: bool,
-    grid_splits: int,
-    merge: bool = True,
-    batch_tokens: int | None = None,
-) -> int:
-    """The CTAs of one cluster for the Gluon stage 1: 2 where the seesaw runs
-    (``kernel_for``) a row in two splits, so that the pair merges them and no stage 2
-    runs; else 1 (no cluster, stage 2 merges). Rows of 4 or 8 splits as clusters ran
+def cluster_size(kernel: Any, grid_splits: int, merge: bool = True) -> int:
+    """The CTAs of one cluster for the Gluon stage 1 ``kernel`` (``kernel_for``'s): 2
+    where the seesaw runs a row in two splits, so that the pair merges them and no stage
+    2 runs; else 1 (no cluster, stage 2 merges). Rows of 4 or 8 splits as clusters ran
     1.7-2x slower on the H200 (docs/performance.md, "A row's two splits merged in a
-    cluster"). ``merge=False``: 1 (A/B runs against stage 2). ``batch_tokens`` as in
-    ``small_heads``."""
-    seesaw = (
-        kernel_for(kv_dtype, num_heads, fp8_mma, batch_tokens) is mla_decode_stage1_gluon_seesaw
-    )
+    cluster"). ``merge=False``: 1 (A/B runs against stage 2)."""
+    seesaw = kernel is mla_decode_stage1_gluon_seesaw
     return 2 if merge and seesaw and grid_splits == 2 else 1
 
 
-def bf16_partials(
-    q_dtype: str,
-    kv_dtype: str | None,
-    num_heads: int,
-    fp8_mma: bool,
-    grid_splits: int,
-    cluster: int,
-    batch_tokens: int | None = None,
-) -> bool:
-    """Whether the Gluon stage 1 stores its partials in bf16, two to a float32 slot
-    of the buffer (its ``BF16_PARTIALS``, stage 2's too): where the tl stage 1 would
-    (``kernels.bf16_partials``: a bf16 q, more than one split) and stage 2 merges them
-    (no ``cluster``), on a kernel that has the constexpr (``kernel_for``: the seesaw on
-    either cache, the 16-bit 16-head kernel; the fp8 16-head and fp8-MMA kernels store
-    float32; ``batch_tokens`` as in ``small_heads``)."""
+def bf16_partials(q_dtype: str, kernel: Any, grid_splits: int, cluster: int) -> bool:
+    """Whether the Gluon stage 1 ``kernel`` (``kernel_for``'s) stores its partials in
+    bf16, two to a float32 slot of the buffer (its ``BF16_PARTIALS``, stage 2's too):
+    where the tl stage 1 would (``kernels.bf16_partials``: a bf16 q, more than one
+    split) and stage 2 merges them (no ``cluster``), on a kernel that has the constexpr
+    (the seesaw on either cache, the 16-bit 16-head kernel; the fp8 16-head and fp8-MMA
+    kernels store float32)."""
     return (
-        "BF16_PARTIALS" in kernel_for(kv_dtype, num_heads, fp8_mma, batch_tokens).arg_names
+        "BF16_PARTIALS" in kernel.arg_names
         and kernels.bf16_partials(q_dtype, grid_splits)
         and cluster == 1
     )
@@ -572,11 +554,11 @@ def launch_params(
     tl_stage1, _ = kernels.launch_params(**problem, q_dtype=q_dtype)
     heads, splits = problem["num_heads"], problem["grid_splits"]
     small = small_heads(kv_dtype, heads, batch_tokens)
-    cluster = cluster_size(kv_dtype, heads, fp8_mma, splits, cluster_merge, batch_tokens)
-    half = bf16_partials(q_dtype, kv_dtype, heads, fp8_mma, splits, cluster, batch_tokens)
     kernel = kernel_for(kv_dtype, heads, fp8_mma, batch_tokens)
+    cluster = cluster_size(kernel, splits, cluster_merge)
+    half = bf16_partials(q_dtype, kernel, splits, cluster)
     block_h = SMALL_BLOCK_H if small else BLOCK_H
-    if uses_fp8_mma(kv_dtype, heads, fp8_mma):
+    if kernel is mla_decode_stage1_gluon_fp8_mma:
         num_warps = FP8_MMA_NUM_WARPS
     else:
         num_warps = SMALL_NUM_WARPS if small else SEESAW_NUM_WARPS

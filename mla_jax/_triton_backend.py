@@ -9,14 +9,12 @@ sm_90 it is a Gluon kernel (``mla_jax._gluon_kernels``: the seesaw or the 16-bit
 16-head one for a 16-bit cache at 16 heads or 32 in a small step, the fp8 ones for an
 fp8 cache, the fp8-MMA one where asked) where those are measured to win
 (``gluon_split_divisor``: long splits; the 16-bit 16-head kernel at half the occupancy
-rule's splits), else the ``tl`` kernel;
-all write
-partials in one layout, which the one stage 2 merges (float32, or bf16 two to a slot
-for a bf16 q: ``kernels.bf16_partials``, narrowed to the seesaw and the 16-bit
-16-head kernel among the Gluon kernels by ``_gluon_kernels.bf16_partials``), but
-where the seesaw's row of two splits is a thread-block cluster that merges them
-itself and outputs ``out`` and ``lse`` as with one split
-(``_gluon_kernels.cluster_size``).
+rule's splits), else the ``tl`` kernel; all write partials in one layout, which the
+one stage 2 merges (float32, or bf16 two to a slot for a bf16 q:
+``kernels.bf16_partials``, narrowed to the seesaw and the 16-bit 16-head kernel among
+the Gluon kernels by ``_gluon_kernels.bf16_partials``), but where the seesaw's row of
+two splits is a thread-block cluster that merges them itself and outputs ``out`` and
+``lse`` as with one split (``_gluon_kernels.cluster_size``).
 Shapes are checked by the caller (``mla_jax.decode``); everything here is static
 except the arrays, and the split count travels as an int32 array.
 """

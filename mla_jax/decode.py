@@ -375,9 +375,10 @@ def mla_decode(
         is an empty row; one past the block table's capacity reads the capacity).
       logits_buffer: the ``LogitsBuffer`` from ``reserve_logits_buffer`` (or the
         previous step); donated. Its split policy and SM count plan the splits (on
-        sm_90 at 16 heads on a 16-bit cache, the occupancy rule's count is halved where
-        its grid holds more programs than SMs: that stage 1 holds one program an SM,
-        ``docs/performance.md``, "A Gluon stage 1 for a 16-bit cache at 16 heads").
+        sm_90 on a 16-bit cache at 16 heads, or 32 in a step of at most 16384 tokens,
+        the occupancy rule's count is halved where its grid holds more programs than
+        SMs: that stage 1 holds one program an SM, ``docs/performance.md``, "A Gluon
+        stage 1 for a 16-bit cache at 16 heads").
       scale: softmax scale (a finite Python float; a new value compiles a new kernel).
       max_seq_len: the longest entry of ``seq_lens``, as vLLM passes it. A Python int
         fixes the split count at trace time (one compilation per split count), and

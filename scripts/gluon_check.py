@@ -186,10 +186,10 @@ class Launch:
         )
         self.s1, self.s2 = kernels.launch_params(**geometry, q_dtype=q_dtype)
         fp8 = kv_name == gk.FP8
-        # Triton's launcher makes no clusters: the build whose partials stage 2 merges
-        # (mla_decode merges a seesaw row's two splits in a cluster instead).
         # The Gluon kernel mla_decode picks with a static max_seq_len of the longest row.
         batch_tokens = batch * int(lens.max())
+        # Triton's launcher makes no clusters: the build whose partials stage 2 merges
+        # (mla_decode merges a seesaw row's two splits in a cluster instead).
         self.g1 = gk.launch_params(
             q_dtype=q_dtype,
             kv_dtype=kv_name if fp8 else None,

@@ -495,14 +495,14 @@ def test_cluster_size_is_two_for_a_seesaw_row_of_two_splits():
     and tells the kernel (``CLUSTER``)."""
     from mla_jax import _gluon_kernels as gk
 
-    assert [gk.cluster_size(None, 64, False, s) for s in (1, 2, 3, 4, 8, 16)] == [
+    assert [gk.cluster_size(gk.kernel_for(None, 64), s) for s in (1, 2, 3, 4, 8, 16)] == [
         1, 2, 1, 1, 1, 1
     ]  # fmt: skip
-    assert gk.cluster_size(gk.FP8, 64, False, 2) == 2
-    assert gk.cluster_size(gk.FP8, 64, True, 2) == 1  # fp8 MMAs
-    assert gk.cluster_size(gk.FP8, 32, False, 2) == 1  # the 16-head fp8 kernel
-    assert gk.cluster_size(None, 16, False, 2) == 1  # the 16-bit 16-head kernel
-    assert gk.cluster_size(None, 128, False, 2, merge=False) == 1
+    assert gk.cluster_size(gk.kernel_for(gk.FP8, 64), 2) == 2
+    assert gk.cluster_size(gk.kernel_for(gk.FP8, 64, True), 2) == 1  # fp8 MMAs
+    assert gk.cluster_size(gk.kernel_for(gk.FP8, 32), 2) == 1  # the 16-head fp8 kernel
+    assert gk.cluster_size(gk.kernel_for(None, 16), 2) == 1  # the 16-bit 16-head kernel
+    assert gk.cluster_size(gk.kernel_for(None, 128), 2, merge=False) == 1
     merged = gk.launch_params(q_dtype="bfloat16", **geometry(16, 128, 2))
     assert (merged["grid"], merged["cluster"]) == ((2 * 2, 16, 1), 2)
     assert merged["constexprs"]["CLUSTER"] == 2
@@ -531,16 +531,16 @@ def test_bf16_partials_for_a_bf16_q_where_stage_2_merges():
     assert not kernels.bf16_partials(bf16, 1)  # stage 1 writes the output
     assert not kernels.bf16_partials(fp16, 8)  # fp16's three more bits
     assert not kernels.bf16_partials("float32", 8)
-    assert gk.bf16_partials(bf16, None, 64, False, 8, 1)
-    assert gk.bf16_partials(bf16, gk.FP8, 128, False, 4, 1)
-    assert not gk.bf16_partials(fp16, None, 64, False, 8, 1)
-    assert not gk.bf16_partials(fp16, gk.FP8, 64, False, 8, 1)
-    assert not gk.bf16_partials(bf16, None, 64, False, 1, 1)
-    assert not gk.bf16_partials(bf16, None, 64, False, 2, 2)  # the cluster merges
-    assert not gk.bf16_partials(bf16, gk.FP8, 64, True, 8, 1)  # fp8 MMAs
-    assert not gk.bf16_partials(bf16, gk.FP8, 32, False, 8, 1)  # 16-head fp8 kernel
-    assert gk.bf16_partials(bf16, None, 16, False, 2, 1)  # the 16-bit 16-head kernel
-    assert not gk.bf16_partials(fp16, None, 16, False, 2, 1)
+    assert gk.bf16_partials(bf16, gk.kernel_for(None, 64), 8, 1)
+    assert gk.bf16_partials(bf16, gk.kernel_for(gk.FP8, 128), 4, 1)
+    assert not gk.bf16_partials(fp16, gk.kernel_for(None, 64), 8, 1)
+    assert not gk.bf16_partials(fp16, gk.kernel_for(gk.FP8, 64), 8, 1)
+    assert not gk.bf16_partials(bf16, gk.kernel_for(None, 64), 1, 1)
+    assert not gk.bf16_partials(bf16, gk.kernel_for(None, 64), 2, 2)  # the cluster merges
+    assert not gk.bf16_partials(bf16, gk.kernel_for(gk.FP8, 64, True), 8, 1)  # fp8 MMAs
+    assert not gk.bf16_partials(bf16, gk.kernel_for(gk.FP8, 32), 8, 1)  # 16-head fp8 kernel
+    assert gk.bf16_partials(bf16, gk.kernel_for(None, 16), 2, 1)  # the 16-bit 16-head kernel
+    assert not gk.bf16_partials(fp16, gk.kernel_for(None, 16), 2, 1)
     for q_dtype, kv_dtype, heads, splits, merge, want in [
         (bf16, None, 64, 8, True, True),
         (fp16, None, 64, 8, True, False),
