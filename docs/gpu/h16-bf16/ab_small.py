@@ -8,6 +8,8 @@ whether one-CTA-an-SM 16-head tiles, whose per-CTA start is shorter than the see
 16/64/1024 (9.4 µs), where the seesaw takes 12.9 and 15.3; and, on rows of 128 and
 256 tokens, what a call costs whatever its bytes. Run on 96a4676: logs/ab-small.log."""
 
+import functools
+
 import gluon_check as gc
 import torch
 
@@ -46,28 +48,45 @@ def error(run, path, ref_out):
     return float((run.out.float().double() - ref_out).abs().max())
 
 
-def main():
+def timed_cells(launch, splits_list, ref_out, variants=(("h16", None),)):
+    """``name@splits µs (error)``: for each split count, ``launch(splits)`` (a
+    ``gc.Launch``) with each variant's stage 1 (None: the launch's own), both stages
+    under CUDA graphs, the output's max abs distance from ``ref_out``."""
+    cells = []
+    for splits in splits_list:
+        for name, kernel in variants:
+            run = launch(splits)
+            if kernel is not None:
+                run.gluon_kernel = kernel
+            err = error(run, "gluon", ref_out)
+            us = run.time_us(run.both, "gluon", rep=50)
+            cells.append(f"{name}@{splits} {us:7.1f} ({err:.0e})")
+            del run
+    return cells
+
+
+def main(shapes=SHAPES, divisors=(1, 2, 4)):
+    """Each shape: the tl stage 1 and the seesaw at the occupancy count, then the
+    16-head kernel at that count divided by each of ``divisors``."""
     gc.give_triton_scratch()
     sm = torch.cuda.get_device_properties(0).multi_processor_count
     gen = torch.Generator(device="cuda").manual_seed(0)
     pool = gc.new_pool(torch.bfloat16, gen)
-    for batch, heads, length in SHAPES:
+    for batch, heads, length in shapes:
         q, table, lens = gc.uniform_problem(pool, batch, heads, length, gen)
         occ = occupancy_kv_splits(batch, heads, length, sm)
         ref_out, _ = gc.reference(q, pool, table, lens, gc.SCALE)
         base = gc.Launch(q, pool, table, lens, occ)  # tl and the seesaw, as routed
         cells = [
-            f"{path}@{occ} {base.time_us(base.both, path, rep=50):6.1f} "
+            f"{path}@{occ} {base.time_us(base.both, path, rep=50):7.1f} "
             f"({error(base, path, ref_out):.0e})"
             for path in ("tl", "gluon")
         ]
-        for splits in sorted({occ, max(1, occ // 2), max(1, occ // 4)}, reverse=True):
-            run = h16_launch(q, pool, table, lens, splits)
-            err = error(run, "gluon", ref_out)
-            cells.append(f"h16@{splits} {run.time_us(run.both, 'gluon', rep=50):6.1f} ({err:.0e})")
-            del run
+        splits = sorted({max(1, occ // d) for d in divisors}, reverse=True)
+        launch = functools.partial(h16_launch, q, pool, table, lens)
+        cells += timed_cells(launch, splits, ref_out)
         print(f"B={batch:3d} H={heads} L={length:5d} | " + " | ".join(cells), flush=True)
-        del base
+        del base, q, table, lens, ref_out
         torch.cuda.empty_cache()
 
 

@@ -13,12 +13,13 @@ where one CTA's two slots keep a block in flight.
     PYTHONPATH="$PWD:$PWD/scripts:$PWD/docs/gpu/h16-bf16" python3 docs/gpu/h16-one-slot/ab.py
 """
 
+import functools
 import tempfile
 
 import ab_seesaw
 import gluon_check as gc
 import torch
-from ab_small import error, h16_launch
+from ab_small import error, h16_launch, timed_cells
 
 from mla_jax.splits import occupancy_kv_splits
 
@@ -41,21 +42,16 @@ def main():
             routed = ab_seesaw.routed_splits(q, pool, batch, heads, length, sm)
             ref_out, _ = gc.reference(q, pool, table, lens, gc.SCALE)
             base = gc.Launch(q, pool, table, lens, routed)  # as mla_decode routes it
-            kernel = base.gluon_kernel.fn.__name__ if base.gluon_kernel else "tl"
+            kernel = base.gluon_kernel.fn.__name__.removeprefix("mla_decode_stage1_")
             cells = [
-                f"routed {kernel.removeprefix('mla_decode_stage1_')}@{routed} "
+                f"routed {kernel}@{routed} "
                 f"{base.time_us(base.both, 'gluon', rep=50):6.1f} "
                 f"({error(base, 'gluon', ref_out):.0e})"
             ]
-            for splits in sorted({occ, max(1, occ // 2)}, reverse=True):
-                for name, module in (("two-slot", None), ("one-slot", one_slot)):
-                    run = h16_launch(q, pool, table, lens, splits)
-                    if module is not None:
-                        run.gluon_kernel = module.mla_decode_stage1_gluon_h16
-                    err = error(run, "gluon", ref_out)
-                    us = run.time_us(run.both, "gluon", rep=50)
-                    cells.append(f"{name}@{splits} {us:6.1f} ({err:.0e})")
-                    del run
+            splits = sorted({occ, max(1, occ // 2)}, reverse=True)
+            variants = (("two-slot", None), ("one-slot", one_slot.mla_decode_stage1_gluon_h16))
+            launch = functools.partial(h16_launch, q, pool, table, lens)
+            cells += timed_cells(launch, splits, ref_out, variants)
             print(f"B={batch:3d} H={heads} L={length:5d} | " + " | ".join(cells), flush=True)
             del base, q, table, lens, ref_out
             torch.cuda.empty_cache()

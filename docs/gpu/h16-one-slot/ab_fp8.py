@@ -11,12 +11,13 @@ under.
     PYTHONPATH="$PWD:$PWD/scripts:$PWD/docs/gpu/h16-bf16" python3 docs/gpu/h16-one-slot/ab_fp8.py
 """
 
+import functools
 import tempfile
 
 import ab_seesaw
 import gluon_check as gc
 import torch
-from ab_small import error
+from ab_small import timed_cells
 
 from mla_jax.splits import occupancy_kv_splits
 
@@ -36,16 +37,10 @@ def main():
             q, table, lens = gc.uniform_problem(pool, batch, heads, length, gen, torch.bfloat16)
             occ = occupancy_kv_splits(batch, heads, length, sm)
             ref_out, _ = gc.reference(q, pool, table, lens, gc.SCALE, kv_scale)
-            cells = []
-            for splits in sorted({occ, max(1, occ // 2)}, reverse=True):
-                for name, module in (("two-stage", None), ("four-stage", deep)):
-                    run = gc.Launch(q, pool, table, lens, splits, kv_scale)
-                    if module is not None:
-                        run.gluon_kernel = module.mla_decode_stage1_gluon_fp8_h16
-                    err = error(run, "gluon", ref_out)
-                    us = run.time_us(run.both, "gluon", rep=50)
-                    cells.append(f"{name}@{splits} {us:7.1f} ({err:.0e})")
-                    del run
+            splits = sorted({occ, max(1, occ // 2)}, reverse=True)
+            variants = (("two-stage", None), ("four-stage", deep.mla_decode_stage1_gluon_fp8_h16))
+            launch = functools.partial(gc.Launch, q, pool, table, lens, kv_scale=kv_scale)
+            cells = timed_cells(launch, splits, ref_out, variants)
             print(f"B={batch:3d} H={heads} L={length:5d} | " + " | ".join(cells), flush=True)
             del q, table, lens, ref_out
             torch.cuda.empty_cache()
