@@ -1,14 +1,17 @@
-"""Prepared, not run: the 16-bit 16-head Gluon stage 1 with one latent slot
-(``one-slot.patch``: 94,464 bytes of shared memory, two CTAs an SM; the build is
-``build_check.py``'s) against the kernel as it is (two slots, one CTA an SM) and the
-stage 1 ``mla_decode`` routes each problem to, both stages under CUDA graphs
-(``gluon_check.Launch.time_us``), µs, each output's max abs distance from the float64
-reference in brackets. The 16-head kernels at the occupancy rule's count and half of it
-(two CTAs an SM fill the wave the rule planned; one takes half). The question: whether
-two CTAs an SM, each one's copies under the other's MMAs, shorten the small rows that
-#21 leaves under 60% of their floor (16/32/1024, 16/64/1024: the CTA chain, not the
-bytes, sets their time; docs/performance.md, "Current results"), and what they cost
-where one CTA's two slots keep a block in flight.
+"""The A/B that ran on the H200 (e548b62, 2026-12-04; ``logs/ab.log``, README.md): the
+16-bit 16-head Gluon stage 1 with one latent slot (``one-slot.patch``: 94,464 bytes of
+shared memory, two CTAs an SM; the build is ``build_check.py``'s) against the kernel as
+it is (two slots, one CTA an SM) and the stage 1 ``mla_decode`` routes each problem to,
+both stages under CUDA graphs (``gluon_check.Launch.time_us``), µs, each output's max
+abs distance from the float64 reference in brackets. The 16-head kernels at the
+occupancy rule's count and half of it (two CTAs an SM fill the wave the rule planned;
+one takes half). The question was whether two CTAs an SM, each one's copies under the
+other's MMAs, shorten the small rows that #21 leaves under 60% of their floor
+(16/32/1024, 16/64/1024: the CTA chain, not the bytes, sets their time;
+docs/performance.md, "Current results"), and what they cost where one CTA's two slots
+keep a block in flight. They did not: one slot was slower than the routed kernel at
+all 13 shapes (16/32/1024 13.1 µs at best against 12.1, 16/64/1024 17.7 against 15.9)
+and was not landed.
 
     PYTHONPATH="$PWD:$PWD/scripts:$PWD/docs/gpu/h16-bf16" python3 docs/gpu/h16-one-slot/ab.py
 """

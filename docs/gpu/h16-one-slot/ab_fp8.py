@@ -1,12 +1,15 @@
-"""Prepared, not run: the 16-head fp8 Gluon stage 1 with a ring of four 36 KB stages
+"""The A/B that ran on the H200 (e548b62, 2026-12-04; ``logs/ab_fp8.log``, README.md):
+the 16-head fp8 Gluon stage 1 with a ring of four 36 KB stages
 (``fp8-deep-ring.patch``: 168,192 bytes of shared memory, one CTA an SM, three blocks in
 flight; the build is ``build_check.py --fp8``'s) against the kernel as it is (two
 stages, two CTAs an SM), both at the occupancy rule's count and half of it (the move
 that made the 16-bit 16-head kernel 4-19% faster), both stages under CUDA graphs
 (``gluon_check.Launch.time_us``), µs, each output's max abs distance from the float64
-reference (on the dequantised cache) in brackets. The question: whether #21's fp8
+reference (on the dequantised cache) in brackets. The question was whether #21's fp8
 128/16/16384 row (0.312-0.349 ms across runs against its 0.33 target) goes clearly
-under.
+under. It did not: four stages were slower at all 10 shapes (128/16/16384 419.5 µs at
+half the splits against 350.2 for the kernel as it is at the rule's count) and were not
+landed.
 
     PYTHONPATH="$PWD:$PWD/scripts:$PWD/docs/gpu/h16-bf16" python3 docs/gpu/h16-one-slot/ab_fp8.py
 """

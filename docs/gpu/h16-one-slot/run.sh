@@ -1,5 +1,5 @@
 #!/bin/bash
-# Prepared, not run: ab.py, then ab_fp8.py, on the H200 (about 3 minutes). Logs to $OUT.
+# Ran on the H200 on e548b62 (2026-12-04; logs/, README.md): ab.py, then ab_fp8.py. Logs to $OUT.
 set -u
 source docs/gpu/sweep-c11b1c4/common.sh  # the environment
 export PYTHONPATH="$PYTHONPATH:$PWD/docs/gpu/h16-bf16"
