@@ -24,15 +24,17 @@ SHAPES = [(128, 128, 16384), (64, 128, 16384), (128, 128, 4096), (16, 128, 4096)
 SHAPES += [(1, 128, 4096), (4, 128, 16384), (128, 64, 16384), (16, 64, 4096)]
 
 
-def wide_launch(q, pool, table, lens, kv_scale, splits):
-    """A ``gc.Launch`` whose Gluon path is ``wide``'s kernel at ``splits``."""
+def wide_launch(q, pool, table, lens, kv_scale, splits, module=wide, extra=None):
+    """A ``gc.Launch`` whose Gluon path is ``module``'s kernel (``wide``'s, or
+    ``wide_ws``'s with ``extra`` constexprs) at ``splits``."""
     run = gc.Launch(q, pool, table, lens, splits, kv_scale=kv_scale)
-    names = set(wide.mla_decode_stage1_gluon_fp8_wide.arg_names)
-    run.gluon_kernel = wide.mla_decode_stage1_gluon_fp8_wide
+    kernel = module.mla_decode_stage1_gluon_fp8_wide
+    names = set(kernel.arg_names)
+    run.gluon_kernel = kernel
     run.g1 = run.g1 | {
         "grid": (-(-q.shape[1] // 64), q.shape[0], splits),
-        "num_warps": wide.NUM_WARPS,
-        "constexprs": {k: v for k, v in run.g1["constexprs"].items() if k in names},
+        "num_warps": module.NUM_WARPS,
+        "constexprs": {k: v for k, v in run.g1["constexprs"].items() if k in names} | (extra or {}),
     }
     if run.s2 is not None:  # float32 partials
         run.g2 = run.s2 | {"constexprs": run.s2["constexprs"] | {"BF16_PARTIALS": False}}
@@ -60,14 +62,14 @@ def timing(pool, kv_scale, gen, sm):
         torch.cuda.empty_cache()
 
 
-def ragged(pool, kv_scale, gen):
+def ragged(pool, kv_scale, gen, launch=wide_launch, name="wide"):
     failed = 0
     table, lens = gc.ragged_problem(pool, gen)
     for heads in (128, 96):
         q = torch.randn(len(lens), heads, gc.D, generator=gen, device="cuda").bfloat16()
         ref_out, ref_lse = gc.reference(q, pool, table, lens, gc.SCALE, kv_scale)
         for splits in (1, 7, 16):
-            run = wide_launch(q, pool, table, lens, kv_scale, splits)
+            run = launch(q, pool, table, lens, kv_scale, splits)
             run.out.fill_(float("nan"))
             run.lse.fill_(float("nan"))
             run.both("gluon")
@@ -77,7 +79,7 @@ def ragged(pool, kv_scale, gen):
             ok = out_err < 2e-2 and lse_err < 2e-3
             failed += not ok
             print(
-                f"{'PASS' if ok else 'FAIL'} ragged H={heads} splits={splits:3d} "
+                f"{'PASS' if ok else 'FAIL'} {name} ragged H={heads} splits={splits:3d} "
                 f"out {out_err:.1e} lse {lse_err:.1e}",
                 flush=True,
             )

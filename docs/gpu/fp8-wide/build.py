@@ -9,9 +9,11 @@ import json
 import os
 import re
 import subprocess
+import sys
 import tempfile
 
 import wide
+import wide_ws
 
 from mla_jax import _gluon_kernels as gk
 from mla_jax import _launch, kernels
@@ -45,26 +47,32 @@ def report(compiled):
     }
 
 
-def build(splits):
+def build(splits, module=wide, extra=None):
     params = gk.launch_params(
         q_dtype="bfloat16", kv_dtype=gk.FP8, cluster_merge=False, **tb.geometry(128, 128, splits)
     )
-    names = set(wide.mla_decode_stage1_gluon_fp8_wide.arg_names)
+    names = set(module.mla_decode_stage1_gluon_fp8_wide.arg_names)
     constexprs = {k: v for k, v in params["constexprs"].items() if k in names}
     one = splits == 1
     runtime = ["*bf16"] * 2 + ["*fp8e4nv"] + ["*i32"] * 3 + ["*fp32"] * 3
     runtime += ["*bf16", "*fp32"] if one else []
     spec = _launch.kernel_spec(
-        wide.mla_decode_stage1_gluon_fp8_wide,
+        module.mla_decode_stage1_gluon_fp8_wide,
         runtime,
-        constexprs | kernels.stage1_absent(one),
-        num_warps=wide.NUM_WARPS,
+        constexprs | kernels.stage1_absent(one) | (extra or {}),
+        num_warps=module.NUM_WARPS,
         num_stages=1,
     )
     return _launch.compile_kernel(spec, 90)
 
 
 if __name__ == "__main__":
+    if "--ws" in sys.argv:
+        for splits in (4, 1):
+            for skew in (False, True):
+                r = report(build(splits, wide_ws, {"SKEW": skew}))
+                print(f"wide_ws skew={skew} splits={splits}: {json.dumps(r)}", flush=True)
+        sys.exit()
     for splits in (4, 1):
         print(f"wide splits={splits}: {json.dumps(report(build(splits)))}", flush=True)
         r = tb.build_report(128, "bf16", "fp8", splits)
