@@ -15,7 +15,7 @@ import subprocess
 import sys
 import tempfile
 
-import ab
+import ab_wide as ab
 import gluon_check as gc
 import torch
 import wide

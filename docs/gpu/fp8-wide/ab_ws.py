@@ -2,7 +2,7 @@
 ring, mbarriers, no CTA-wide barrier in the loop), with and without ``SKEW``, against
 ``wide.py``'s (8 warps, CTA barriers) and the routed seesaw on the fp8 cache, both
 stages under CUDA graphs, µs, errors against float64 in brackets; first each variant
-on ``ab.ragged``'s rows (out and lse against float64).
+on ``ab_wide.ragged``'s rows (out and lse against float64).
 
     PYTHONPATH="$PWD:$PWD/scripts:$PWD/docs/gpu/h16-bf16:$PWD/docs/gpu/fp8-wide" \\
         python3 docs/gpu/fp8-wide/ab_ws.py
@@ -10,7 +10,7 @@ on ``ab.ragged``'s rows (out and lse against float64).
 
 import functools
 
-import ab
+import ab_wide as ab
 import gluon_check as gc
 import torch
 import wide_ws

@@ -7,7 +7,7 @@ of fp8 blocks. Each warpgroup widens the whole block into its registers. One CTA
 (8 warps). The output is stored straight from the accumulators (no staging): a
 slower epilogue than the kernels', negligible on long rows.
 
-Launched by ``ab.py``; built on the CPU by ``build.py``.
+Launched by ``ab_wide.py``; built on the CPU by ``build.py``.
 """
 
 from __future__ import annotations

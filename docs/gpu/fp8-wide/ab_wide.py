@@ -8,7 +8,7 @@ lengths 0 to past the capacity, NaN past each length, a page index out of range)
 and 16 splits, H=128 and H=96 (a partial tile): out and lse against float64.
 
     PYTHONPATH="$PWD:$PWD/scripts:$PWD/docs/gpu/h16-bf16:$PWD/docs/gpu/fp8-wide" \\
-        python3 docs/gpu/fp8-wide/ab.py
+        python3 docs/gpu/fp8-wide/ab_wide.py
 """
 
 import functools
