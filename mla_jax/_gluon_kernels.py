@@ -1333,7 +1333,11 @@ def _column_softmax(s, qk_scale, live, m_i, l_acc, accs, pt, i):
     pt.store(p.to(pt.dtype))
     fence_async_shared()
     flags = (s - m_i[None, :] > RESCALE_THRESHOLD).to(gl.int32)
-    if _cta_any(flags, i, _THREAD_ANY_8) != 0:
+    if s.shape[1] == 16:  # the flags a thread holds: 64 tokens x the tile's heads / 128
+        grew = _cta_any(flags, i, _THREAD_ANY_8)
+    else:
+        grew = _cta_any(flags, i, _THREAD_ANY_16)
+    if grew != 0:
         m_new = gl.maximum(m_i, gl.max(s, 0))
         grow = m_new - m_i > RESCALE_THRESHOLD
         alpha = gl.where(grow, gl.exp2(m_i - m_new), 1.0)
