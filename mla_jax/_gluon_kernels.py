@@ -11,8 +11,9 @@ writes them, and so does the seesaw where a cluster merges a row's two splits
 (below). Four kernels (``kernel_for``): ``mla_decode_stage1_gluon_seesaw`` for
 64-head tiles, on a 16-bit cache of q's dtype from 32 heads or a ``float8_e4m3fn``
 one from 64; under those, 16-head tiles, ``mla_decode_stage1_gluon_h16`` on a 16-bit
-cache (also at 32 heads in a small step, two tiles a row: ``small_heads``) and
-``mla_decode_stage1_gluon_fp8_h16`` on an fp8 one; and, only where asked
+cache (also at exactly 32 heads where the step's tokens are known at trace time: in a
+small step two 16-head tiles a row, in a larger one one 32-head tile, ``small_heads``
+and ``small_block_h``) and ``mla_decode_stage1_gluon_fp8_h16`` on an fp8 one; and, only where asked
 (``mla_decode(..., fp8_mma=True)``), on an fp8 cache from 64 heads,
 ``mla_decode_stage1_gluon_fp8_mma``, which rounds q and P to e4m3 and multiplies on
 the fp8 tensor cores (the last section below). What they support is ``supports``:
@@ -137,9 +138,13 @@ widen, so every MMA operand comes from shared memory.
   (``split_divisor``): one wave, each program with twice the tokens. Against the tl
   kernel at the rule's count, both stages: 4-19% faster at that count, up to 16%
   slower at the rule's own (``docs/performance.md``, "A Gluon stage 1 for a 16-bit
-  cache at 16 heads"). At 32 heads (two tiles a row, each reading the row's blocks)
-  only in a step of at most ``SMALL_HEADS_BATCH_TOKENS`` tokens, where a CTA's fixed
-  chain, not the twice-read blocks, sets the time ("The 16-head kernel at 32 heads").
+  cache at 16 heads"). At 32 heads two tiles a row (each reading the row's blocks)
+  in a step of at most ``SMALL_HEADS_BATCH_TOKENS`` tokens, where a CTA's fixed
+  chain, not the twice-read blocks, sets the time ("The 16-head kernel at 32 heads");
+  in a larger step one 32-head tile a row (``BLOCK_H = 32``: N = 32, O^T 128
+  registers a thread, 188,928 bytes, one CTA an SM as the occupancy rule counts the
+  32-head programs it plans, so at the rule's count), where the seesaw ran ("A
+  32-head tile").
 * The partials (or the output with one split) are stored from a by-heads layout
   (``convert_layout`` through shared memory), so that a warp writes a head's
   consecutive dims; bf16 for a bf16 q where stage 2 merges them, as the tl kernel's.
@@ -377,6 +382,9 @@ SIXTEEN_BIT = ("bfloat16", "float16")
 # H=32 shapes up to 16384 tokens (1, 4 rows at 1024 and 4096 tokens, 1 at 16384, 16 at
 # 1024); at 65536 tokens from 7% faster (64/32/1024) to 3% slower (4/32/16384), and
 # 13-31% slower at more (docs/performance.md, "The 16-head kernel at 32 heads").
+# There the same kernel with one 32-head tile a row (``small_block_h``) at the
+# occupancy rule's count against the seesaw: 4-10% faster at all 11 H=32 sweep shapes
+# above 16384 tokens (docs/performance.md, "A 32-head tile").
 SMALL_HEADS_BATCH_TOKENS = 16384
 FP8 = "float8_e4m3fn"  # mla_jax.cache.FP8_DTYPE's name
 # The tl kernels' constants, one definition (gl.constexpr is tl.constexpr).
@@ -419,8 +427,9 @@ def supports(
     a 16-bit one ``SMALL_BLOCK_H`` (the 16-bit 16-head kernel, whose split count
     ``split_divisor`` halves: at 17-31 heads the tl kernel's 32-head tile is already one
     program an SM, so there is no count to halve) or at least ``BLOCK_H // 2`` (at
-    exactly that in a small step, ``small_heads``, the 16-head kernel again, two tiles
-    a row); above the 16-head kernels, the seesaw (a tile of 32-63 heads masks the rest
+    exactly that with the step's tokens known, ``small_heads``, the 16-head kernel
+    again, two 16-head tiles a row or one 32-head tile, ``small_block_h``); above the
+    16-head kernels, the seesaw (a tile of 32-63 heads masks the rest
     of its 64 rows: it still does the same work 1.4-1.6x faster than the tl kernel's
     tile, ``docs/gpu/gluon-heads-32-48.log``).
     """
@@ -444,30 +453,45 @@ def supports(
 
 
 def small_heads(kv_dtype: str | None, num_heads: int, batch_tokens: int | None = None) -> bool:
-    """Whether the problem runs a 16-head kernel: on an fp8 cache (``kv_dtype`` a name)
-    under ``BLOCK_H`` heads, ``mla_decode_stage1_gluon_fp8_h16``; on a 16-bit one
-    (``kv_dtype`` its name, or None) under ``BLOCK_H // 2`` heads, or at exactly
-    ``BLOCK_H // 2`` where ``batch_tokens`` (``_tiling.head_tile``'s: the step's rows
-    times its longest row, known at trace time; None where it is not) is at most
-    ``SMALL_HEADS_BATCH_TOKENS``, ``mla_decode_stage1_gluon_h16``."""
+    """Whether the problem runs a 16-head kernel (tokens on the MMAs' M): on an fp8
+    cache (``kv_dtype`` a name) under ``BLOCK_H`` heads,
+    ``mla_decode_stage1_gluon_fp8_h16``; on a 16-bit one (``kv_dtype`` its name, or
+    None) under ``BLOCK_H // 2`` heads, or at exactly ``BLOCK_H // 2`` where
+    ``batch_tokens`` (``_tiling.head_tile``'s: the step's rows times its longest row,
+    known at trace time; None where it is not) is known,
+    ``mla_decode_stage1_gluon_h16`` (its tile: ``small_block_h``)."""
     if kv_dtype == FP8:
         return num_heads < BLOCK_H
-    small_problem = batch_tokens is not None and batch_tokens <= SMALL_HEADS_BATCH_TOKENS
-    return num_heads < BLOCK_H // 2 or (num_heads == BLOCK_H // 2 and small_problem)
+    return num_heads < BLOCK_H // 2 or (num_heads == BLOCK_H // 2 and batch_tokens is not None)
+
+
+def small_block_h(kv_dtype: str | None, num_heads: int, batch_tokens: int | None = None) -> int:
+    """The heads of a 16-head kernel's tile (``small_heads``): ``SMALL_BLOCK_H``, but
+    ``BLOCK_H // 2`` (one tile a row) at exactly that many heads on a 16-bit cache in a
+    step of more than ``SMALL_HEADS_BATCH_TOKENS`` tokens."""
+    wide = (
+        kv_dtype != FP8
+        and num_heads == BLOCK_H // 2
+        and batch_tokens is not None
+        and batch_tokens > SMALL_HEADS_BATCH_TOKENS
+    )
+    return BLOCK_H // 2 if wide else SMALL_BLOCK_H
 
 
 def split_divisor(kv_dtype: str | None, num_heads: int, batch_tokens: int | None = None) -> int:
     """How many times fewer splits than the occupancy rule plans the Gluon stage 1
-    (``kernel_for``) may need: 2 for the 16-bit 16-head kernel, which holds one CTA an
-    SM (168 KB of shared memory) where the rule counts two 16-head programs (the tl
-    tile's, ``_tiling.programs_per_sm``), so that its programs fill one wave where the
-    rule's fill two (``_triton_backend.gluon_split_divisor`` applies it where the
-    rule's grid holds more programs than SMs); else 1. On the H200, both stages at
+    (``kernel_for``) may need: 2 for the 16-bit 16-head kernel at 16-head tiles, which
+    holds one CTA an SM (168 KB of shared memory) where the rule counts two 16-head
+    programs (the tl tile's, ``_tiling.programs_per_sm``), so that its programs fill
+    one wave where the rule's fill two (``_triton_backend.gluon_split_divisor`` applies
+    it where the rule's grid holds more programs than SMs); else 1 (at a 32-head tile
+    the rule counts one program an SM, as many as run). On the H200, both stages at
     that count against the tl kernel at the rule's: 4-19% faster at 14 shapes; at the
     rule's count where the grid holds two programs an SM, up to 16% slower
     (``docs/performance.md``, "A Gluon stage 1 for a 16-bit cache at 16 heads").
     ``batch_tokens`` as in ``small_heads``."""
-    return 2 if kv_dtype != FP8 and small_heads(kv_dtype, num_heads, batch_tokens) else 1
+    halves = kv_dtype != FP8 and small_heads(kv_dtype, num_heads, batch_tokens)
+    return 2 if halves and small_block_h(kv_dtype, num_heads, batch_tokens) == SMALL_BLOCK_H else 1
 
 
 def uses_fp8_mma(kv_dtype: str | None, num_heads: int, fp8_mma: bool) -> bool:
@@ -557,7 +581,7 @@ def launch_params(
     kernel = kernel_for(kv_dtype, heads, fp8_mma, batch_tokens)
     cluster = cluster_size(kernel, splits, cluster_merge)
     half = bf16_partials(q_dtype, kernel, splits, cluster)
-    block_h = SMALL_BLOCK_H if small else BLOCK_H
+    block_h = small_block_h(kv_dtype, heads, batch_tokens) if small else BLOCK_H
     if kernel is mla_decode_stage1_gluon_fp8_mma:
         num_warps = FP8_MMA_NUM_WARPS
     else:

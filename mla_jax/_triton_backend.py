@@ -50,6 +50,10 @@ SIXTEEN_BIT_SMALL_HEADS_MIN_SPLIT_TOKENS = 128
 # a split (1/32/1024 7.2 against 9.8 µs, 4/32/1024 8.0 against 10.4, 1/32/4096 9.1
 # against 11.5; docs/performance.md, "The 16-head kernel at 32 heads").
 SIXTEEN_BIT_TWO_TILES_MIN_SPLIT_TOKENS = 64
+# The same kernel at one 32-head tile a row (``_gluon_kernels.small_block_h``: larger
+# steps), where it replaced the seesaw: measured from 512 tokens a split; the seesaw's
+# bound, so that it runs where the seesaw ran.
+SIXTEEN_BIT_WIDE_TILE_MIN_SPLIT_TOKENS = SEESAW_MIN_SPLIT_TOKENS
 
 
 def _strides(x: jax.Array) -> tuple[int, ...]:
@@ -79,9 +83,11 @@ def gluon_split_divisor(
     (``_gluon_kernels.supports``), and splits of at least ``SEESAW_MIN_SPLIT_TOKENS``
     tokens (``FP8_SMALL_HEADS_MIN_SPLIT_TOKENS`` for the fp8 16-head kernel,
     ``SIXTEEN_BIT_SMALL_HEADS_MIN_SPLIT_TOKENS`` for the 16-bit one at 16 heads,
-    ``SIXTEEN_BIT_TWO_TILES_MIN_SPLIT_TOKENS`` at 32) when a row holds ``max_tokens``;
-    ``batch_tokens`` (``decode``'s, None off the occupancy rule) picks the 16-bit one at
-    32 heads (``_gluon_kernels.small_heads``). The 16-bit 16-head kernel runs only on an
+    ``SIXTEEN_BIT_TWO_TILES_MIN_SPLIT_TOKENS`` at 32 heads in two tiles,
+    ``SIXTEEN_BIT_WIDE_TILE_MIN_SPLIT_TOKENS`` in one) when a row holds ``max_tokens``;
+    ``batch_tokens`` (``decode``'s, None off the occupancy rule) picks the 16-bit one
+    and its tile at 32 heads (``_gluon_kernels.small_heads``,
+    ``_gluon_kernels.small_block_h``). The 16-bit 16-head kernel runs only on an
     occupancy rule's count (planned for ``occupancy_sms`` SMs; None: another rule's),
     which counts two 16-head programs an SM where it holds one: where the grid's
     programs exceed one an SM, at half the count (``grid_splits`` at least 2: as many
@@ -97,6 +103,11 @@ def gluon_split_divisor(
         min_tokens = SEESAW_MIN_SPLIT_TOKENS
     elif kv_dtype == _gluon_kernels.FP8:
         min_tokens = FP8_SMALL_HEADS_MIN_SPLIT_TOKENS
+    elif (
+        _gluon_kernels.small_block_h(kv_dtype, num_heads, batch_tokens)
+        > _gluon_kernels.SMALL_BLOCK_H
+    ):
+        min_tokens = SIXTEEN_BIT_WIDE_TILE_MIN_SPLIT_TOKENS
     elif num_heads > _gluon_kernels.SMALL_BLOCK_H:
         min_tokens = SIXTEEN_BIT_TWO_TILES_MIN_SPLIT_TOKENS
     else:
@@ -185,8 +196,8 @@ def decode(
     cc = _launch.device_capability() if compute_capability is None else compute_capability
     capacity = block_table.shape[1] * kv_cache.shape[1]
     longest = capacity if max_tokens is None else min(max_tokens, capacity)
-    # The 16-bit 16-head kernel at 32 heads runs, as at 16, only on the occupancy rule's
-    # count: its choice sees the step's tokens only there.
+    # The 16-bit 16-head kernel at 32 heads (either tile) runs, as at 16, only on the
+    # occupancy rule's count: its choice sees the step's tokens only there.
     gluon_tokens = None if occupancy_sms is None else batch_tokens
     divisor = None
     if config is None:

@@ -59,11 +59,13 @@ def sass(compiled):
         ).stdout
 
 
-def compile_sm90(heads=128, dtype="bf16", kv="same", splits=4, merge=True):
+def compile_sm90(heads=128, dtype="bf16", kv="same", splits=4, merge=True, batch_tokens=None):
     """The sm_90 build of the Gluon stage 1 for a B=128, page-64 problem: q in
     ``dtype``, the cache in ``dtype`` (``kv="same"``) or fp8 (``kv="fp8"``: the fp8
     kernel); ``splits=1``: the one-split build, which writes the output itself, as
-    does a cluster's build (``launch_params``' ``cluster_merge=merge``)."""
+    does a cluster's build (``launch_params``' ``cluster_merge=merge``);
+    ``batch_tokens`` as ``launch_params`` takes it (the step's tokens, which pick the
+    kernel and its tile at 32 heads)."""
     from mla_jax import _gluon_kernels as gk
     from mla_jax import _launch, kernels
 
@@ -73,6 +75,7 @@ def compile_sm90(heads=128, dtype="bf16", kv="same", splits=4, merge=True):
         kv_dtype=gk.FP8 if fp8 else None,
         fp8_mma=kv == "fp8mma",
         cluster_merge=merge,
+        batch_tokens=batch_tokens,
         **geometry(128, heads, splits),
     )
     one_kernel = splits == 1 or stage1["cluster"] > 1
@@ -85,6 +88,7 @@ def compile_sm90(heads=128, dtype="bf16", kv="same", splits=4, merge=True):
             gk.FP8 if fp8 else {"bf16": "bfloat16", "fp16": "float16"}[dtype],
             heads,
             fp8_mma=kv == "fp8mma",
+            batch_tokens=batch_tokens,
         ),
         runtime,
         stage1["constexprs"] | kernels.stage1_absent(one_kernel),
@@ -119,11 +123,12 @@ def _cta_barriers_in_loops(ptx):
     return len(re.findall(r"\b(?:bar|barrier)\.sync\s+(?!1;)\d+;", body))
 
 
-def build_report(heads=128, dtype="bf16", kv="same", splits=4):
+def build_report(heads=128, dtype="bf16", kv="same", splits=4, batch_tokens=None):
     """Counts read from the build (``compile_sm90``'s arguments): registers and spills
     (ptxas -v), SASS opcodes, shared memory and global scratch from the metadata, and
     the PTX's barriers and warpgroup MMA waits."""
-    compiled = compile_sm90(heads, dtype, kv, int(splits))
+    tokens = None if batch_tokens is None else int(batch_tokens)
+    compiled = compile_sm90(heads, dtype, kv, int(splits), batch_tokens=tokens)
     ptx = compiled.asm["ptx"]
     with tempfile.TemporaryDirectory() as tmp:
         ptx_path = os.path.join(tmp, "k.ptx")
@@ -185,11 +190,12 @@ def build_report(heads=128, dtype="bf16", kv="same", splits=4):
     }
 
 
-def child_build_report(tmp_path, heads, dtype, kv="same", splits=4):
+def child_build_report(tmp_path, heads, dtype, kv="same", splits=4, batch_tokens=None):
     """``build_report`` in a child process with an empty Triton cache."""
     env = os.environ | {"TRITON_CACHE_DIR": str(tmp_path)}
+    tokens = [] if batch_tokens is None else [str(batch_tokens)]
     proc = subprocess.run(
-        [sys.executable, __file__, str(heads), dtype, kv, str(splits)],
+        [sys.executable, __file__, str(heads), dtype, kv, str(splits), *tokens],
         capture_output=True,
         text=True,
         timeout=600,
@@ -318,26 +324,38 @@ H16_BF16_Q_COPIES, H16_BF16_BLOCK_COPIES = 9, 36
 
 
 @pytest.mark.parametrize(
-    "heads, dtype, splits", [(16, "bf16", 4), (16, "fp16", 4), (16, "bf16", 1)]
+    "heads, dtype, splits, batch_tokens",
+    [
+        (16, "bf16", 4, None),
+        (16, "fp16", 4, None),
+        (16, "bf16", 1, None),
+        (32, "bf16", 4, 65536),  # one 32-head tile a row
+        (32, "fp16", 1, 65536),
+    ],
 )
-def test_gluon_h16_stage1_sm90_build(heads, dtype, splits, tmp_path):
-    """The 16-head kernel for a 16-bit cache: one warpgroup; tokens on the warpgroup
-    MMA's M, the fp8 kernel's 68 HGMMA a block, all from shared memory (no register A:
-    nothing to widen); Q and the blocks by 16-byte cp.async, all landed before a block
-    is read (``wait_group 0``), no global loads of them; the softmax's CTA vote; no
-    spills, no global scratch; one CTA an SM by shared memory, which the split count it
-    takes assumes (``split_divisor``), two by registers."""
+def test_gluon_h16_stage1_sm90_build(heads, dtype, splits, batch_tokens, tmp_path):
+    """The 16-head kernel for a 16-bit cache, at its 16-head tile and at the 32-head
+    one (``small_block_h``): one warpgroup; tokens on the warpgroup MMA's M, the fp8
+    kernel's 68 HGMMA a block (N the tile's heads), all from shared memory (no register
+    A: nothing to widen); Q and the blocks by 16-byte cp.async, all landed before a
+    block is read (``wait_group 0``), no global loads of them; the softmax's CTA vote;
+    no spills, no global scratch; one CTA an SM by shared memory, which the split count
+    it takes assumes (``split_divisor``: half the rule's at 16-head tiles, which it
+    counts two an SM; the rule's at 32, which it counts one), two by registers."""
     from mla_jax import _gluon_kernels as gk
 
-    r = child_build_report(tmp_path, heads, dtype, "same", splits)
+    r = child_build_report(tmp_path, heads, dtype, "same", splits, batch_tokens)
+    tile = gk.small_block_h("bfloat16", heads, batch_tokens)
+    assert tile == heads
     check_common(r, num_warps=4)
     assert r["hgmma"] == H16_S_HGMMA + H16_PV_HGMMA and r["hgmma_register_a"] == 0, r
-    assert r["ldgsts"] == H16_BF16_Q_COPIES + 2 * H16_BF16_BLOCK_COPIES, r
+    q_copies = H16_BF16_Q_COPIES * tile // gk.SMALL_BLOCK_H
+    assert r["ldgsts"] == q_copies + 2 * H16_BF16_BLOCK_COPIES, r
     assert r["cp_async_waits"] == ["0"], r
     assert r["ldg128"] == 0, r
     assert r["cta_barriers_in_loops"] <= 3 and r["bar_red_or"] == 1, r
     assert 2 * (r["shared"] + CTA_RESERVED_SHARED) > SM90_SHARED_PER_SM, r
-    assert gk.split_divisor("bfloat16", heads) == 2
+    assert gk.split_divisor("bfloat16", heads, batch_tokens) == (2 if tile == 16 else 1)
     assert 2 * 128 * r["registers"] <= SM90_REGISTERS, r
 
 
@@ -427,15 +445,21 @@ def test_supports_and_kernel_for():
     ]  # fmt: skip
     for kv in ("bfloat16", "float16", "float8_e4m3fn"):
         assert gk.kernel_for(kv) is gk.kernel_for(kv, 64) is gk.mla_decode_stage1_gluon_seesaw
-    # At exactly 32 heads on a 16-bit cache, the 16-bit 16-head kernel (halving) in a
-    # step of at most SMALL_HEADS_BATCH_TOKENS tokens; an unknown count is a large step.
+    # At exactly 32 heads on a 16-bit cache with the step's tokens known, the 16-bit
+    # 16-head kernel: at 16-head tiles (halving) in a step of at most
+    # SMALL_HEADS_BATCH_TOKENS tokens, at one 32-head tile (the rule's count) in a larger
+    # one; with the count unknown, the seesaw.
     small, large = gk.SMALL_HEADS_BATCH_TOKENS, gk.SMALL_HEADS_BATCH_TOKENS + 1
     for kv in ("bfloat16", "float16", None):
-        assert gk.kernel_for(kv, 32, batch_tokens=small) is gk.mla_decode_stage1_gluon_h16
-        for heads, tokens in ((32, large), (32, None), (33, 1), (64, 1)):
+        for tokens in (small, large):
+            assert gk.kernel_for(kv, 32, batch_tokens=tokens) is gk.mla_decode_stage1_gluon_h16
+        assert gk.small_block_h(kv, 32, small) == 16 and gk.small_block_h(kv, 32, large) == 32
+        for heads, tokens in ((32, None), (33, 1), (64, 1), (64, large)):
             kernel = gk.kernel_for(kv, heads, batch_tokens=tokens)
             assert kernel is gk.mla_decode_stage1_gluon_seesaw
         assert gk.split_divisor(kv, 32, small) == 2 and gk.split_divisor(kv, 32, large) == 1
+        assert gk.small_block_h(kv, 16, large) == gk.small_block_h(kv, 31, large) == 16
+    assert gk.small_block_h(gk.FP8, 32, large) == 16
     assert gk.kernel_for(gk.FP8, 32, batch_tokens=small) is gk.mla_decode_stage1_gluon_fp8_h16
     assert gk.split_divisor(gk.FP8, 32, small) == 1
     # fp8 MMAs where asked, on an fp8 cache from 64 heads; elsewhere the flag changes
@@ -484,6 +508,11 @@ def test_supports_and_kernel_for():
     assert two_tiles["grid"] == (2, 2, 2) and two_tiles["num_warps"] == gk.SMALL_NUM_WARPS
     assert two_tiles["cluster"] == 1 and two_tiles["bf16_partials"]
     assert two_tiles["constexprs"]["BLOCK_H"] == gk.SMALL_BLOCK_H
+    # In a larger step: one 32-head tile a row.
+    one_tile = gk.launch_params(batch_tokens=65536, **(lp | dict(num_heads=32, grid_splits=2)))
+    assert one_tile["grid"] == (1, 2, 2) and one_tile["num_warps"] == gk.SMALL_NUM_WARPS
+    assert one_tile["cluster"] == 1 and one_tile["bf16_partials"]
+    assert one_tile["constexprs"]["BLOCK_H"] == 32
     seesaw = gk.launch_params(**(lp | dict(num_heads=32, grid_splits=2)))
     assert seesaw["grid"] == (2, 2, 1) and seesaw["cluster"] == 2
 
@@ -609,7 +638,7 @@ H16 = "mla_decode_stage1_gluon_h16"
         (1, 16, 16384, 90, BF16, None, H16),  # the rule's 128 splits: one wave already
         (1, 16, 4096, 90, BF16, None, TL),  # 64 splits of 64
         (256, 16, 4096, 90, BF16, None, TL),  # the rule's 1 split: nothing to halve
-        (16, 32, 16384, 90, BF16, None, SEESAW),  # half a tile, 8 splits of 2048
+        (16, 32, 16384, 90, BF16, None, H16),  # one 32-head tile, 8 splits of 2048
         (128, 48, 4096, 90, jnp.float16, None, SEESAW),
         (16, 64, 4096, 90, BF16, None, SEESAW),  # 8 splits of 512
         # 32 heads in a step of at most 16384 tokens: two 16-head tiles a row.
@@ -617,8 +646,10 @@ H16 = "mla_decode_stage1_gluon_h16"
         (1, 32, 1024, 90, BF16, None, H16),  # 16 splits of 64: one wave already
         (4, 32, 4096, 90, jnp.float16, None, H16),  # 16 splits of 256 (the rule's 32)
         (1, 32, 16384, 90, BF16, None, H16),  # 64 splits of 256 (the rule's 128)
-        (4, 32, 16384, 90, BF16, None, SEESAW),  # 65536 tokens
-        (64, 32, 1024, 90, BF16, None, SEESAW),  # 65536 tokens
+        # 32 heads in a larger step: one 32-head tile a row, at the rule's count.
+        (4, 32, 16384, 90, BF16, None, H16),  # 65536 tokens, 32 splits of 512
+        (64, 32, 1024, 90, BF16, None, H16),  # 65536 tokens, 2 splits of 512
+        (128, 32, 4096, 90, jnp.float16, None, H16),  # 1 split
         (16, 16, 4096, 90, BF16, FP8, FP8_H16),  # 16 splits of 256
         (64, 32, 4096, 90, jnp.float16, FP8, FP8_H16),  # 2 splits of 2048
         (4, 16, 4096, 90, BF16, FP8, FP8_H16),  # 64 splits of 64
@@ -639,8 +670,10 @@ def test_stage1_is_the_gluon_kernel_where_it_wins(
     (the 16-head fp8 kernel on an fp8 cache under 64 heads; the 16-bit 16-head kernel
     on a 16-bit one at 16 heads, and at 32 in a step of at most 16384 tokens, at half
     the occupancy rule's splits where its grid holds more than a program an SM, with
-    splits of at least 128 tokens at 16 heads, 64 at 32); else to the tl kernel. Stage 2
-    is the same either way, and absent where the grid has one split."""
+    splits of at least 128 tokens at 16 heads, 64 at 32; at 32 heads in a larger step
+    the same kernel at one 32-head tile, at the rule's count, from 128 tokens a split);
+    else to the tl kernel. Stage 2 is the same either way, and absent where the grid
+    has one split."""
     assert lowered_kernels(batch, heads, length, cc, dtype, kv_dtype) == expected_calls(
         kernel, batch, heads, length
     )
@@ -677,7 +710,8 @@ def expected_calls(kernel, batch, heads, length):
     splits = mla_jax.kv_splits(
         "occupancy", batch=batch, num_heads=heads, max_seq_len=length, sm_count=132
     )
-    if kernel == H16 and batch * -(-heads // 16) * splits > 132:
+    sixteen = heads < 32 or batch * length <= 16384  # the 16-head tile, not the 32-head one
+    if kernel == H16 and sixteen and batch * -(-heads // 16) * splits > 132:
         splits //= 2
     merged = splits == 1 or (kernel == SEESAW and splits == 2)
     return [kernel] + ([] if merged else ["mla_decode_stage2"])

@@ -436,6 +436,9 @@ def test_fp8_cache_matches_reference_on_dequantised_values(heads, rng):
         # else the seesaw), two tiles a row:
         (16, 32, 1024, jnp.bfloat16, "same"),  # 4 splits of 256 (the rule's 8)
         (4, 32, 4096, jnp.float16, "same"),  # 16 splits of 256 (the rule's 32)
+        # ... and in a larger step one 32-head tile a row, at the rule's count:
+        (16, 32, 4096, jnp.bfloat16, "same"),  # 8 splits of 512
+        (128, 32, 1024, jnp.float16, "same"),  # 1 split: no stage 2
         # Two splits: a cluster of two CTAs a row, which merges them (no stage 2):
         (64, 64, 1024, jnp.bfloat16, "same"),
         (32, 96, 4096, jnp.float16, "same"),  # a full tile and a half-masked one
@@ -449,8 +452,9 @@ def test_gluon_stage1_through_mla_decode(batch, heads, length, dtype, cache, max
     """On sm_90, ``mla_decode`` at shapes whose splits are long enough for a Gluon
     kernel (``_triton_backend.gluon_split_divisor``) lowers stage 1 to one (the seesaw
     from 32 heads on either cache, the 16-head fp8 kernel under 64 heads on an fp8 one,
-    the 16-bit 16-head kernel at 16 heads on a 16-bit one, and at 32 in a small step
-    with a static ``max_seq_len``); it
+    the 16-bit 16-head kernel at 16 heads on a 16-bit one, and at 32 with a static
+    ``max_seq_len``: two 16-head tiles a row in a small step, one 32-head tile in a
+    larger one); it
     matches the float64 reference (on the dequantised cache for fp8) on ragged rows: an
     empty row, page edges, a full row. ``runtime`` leaves ``max_seq_len`` out: the block table's
     capacity, ``length``, plans the splits. Where the grid has one split stage 1 writes
@@ -478,9 +482,10 @@ def test_gluon_stage1_through_mla_decode(batch, heads, length, dtype, cache, max
         sm_count=buffer.sm_count,
     )
     small_step = heads == 32 and max_seq_len == "static" and batch * length <= 16384
-    if cache == "same" and (heads == 16 or small_step):
+    one_tile = heads == 32 and max_seq_len == "static" and not small_step
+    if cache == "same" and (heads == 16 or small_step or one_tile):
         stage1 = "mla_decode_stage1_gluon_h16"
-        if batch * (heads // 16) * splits > buffer.sm_count:
+        if not one_tile and batch * (heads // 16) * splits > buffer.sm_count:
             splits //= 2
     one_split = splits == 1
     # A seesaw's row of 2 splits is one cluster, which merges them (no stage 2).

@@ -292,14 +292,15 @@ def test_runtime_split_grid_is_the_batch_bound(policy, batch, heads, want):
     [
         (16, 1024, (2, 16, 4)),  # 16384 tokens: the rule's 8 splits halved
         (1, 1024, (2, 1, 16)),  # 32 programs at the rule's 16: one wave already
-        (4, 16384, (1, 4, 32)),  # 65536 tokens: the seesaw's one 64-head tile
+        (4, 16384, (1, 4, 32)),  # 65536 tokens: one 32-head tile, the rule's 32 splits
     ],
 )
 def test_stage1_grid_at_32_heads(batch, length, grid):
-    """On sm_90 at 32 heads a step of at most ``SMALL_HEADS_BATCH_TOKENS`` tokens (a
-    static ``max_seq_len``) runs the 16-bit 16-head Gluon kernel: two tiles a row, at
-    half the occupancy rule's splits where its grid holds more programs than SMs
-    (``_triton_backend.gluon_split_divisor``); a larger step the seesaw."""
+    """On sm_90 at 32 heads with a static ``max_seq_len`` the 16-bit 16-head Gluon
+    kernel runs: in a step of at most ``SMALL_HEADS_BATCH_TOKENS`` tokens two tiles a
+    row, at half the occupancy rule's splits where its grid holds more programs than
+    SMs (``_triton_backend.gluon_split_divisor``); in a larger step one 32-head tile a
+    row at the rule's count."""
     spec = jax.ShapeDtypeStruct
 
     def step(q, kv, bt, sl, b):
