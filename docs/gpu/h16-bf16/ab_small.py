@@ -10,6 +10,7 @@ whether one-CTA-an-SM 16-head tiles, whose per-CTA start is shorter than the see
 
 import functools
 
+import ab_seesaw
 import gluon_check as gc
 import torch
 
@@ -23,22 +24,33 @@ SHAPES += [(4, 32, 4096), (4, 64, 4096), (64, 32, 1024), (64, 64, 1024)]
 SHAPES += [(16, 32, 128), (16, 64, 128), (16, 32, 256), (16, 64, 256)]
 
 
-def h16_launch(q, pool, table, lens, splits):
-    """A ``gc.Launch`` whose Gluon path is the 16-bit 16-head kernel at ``splits``."""
+def h16_launch(q, pool, table, lens, splits, tile=gk.SMALL_BLOCK_H):
+    """A ``gc.Launch`` whose Gluon path is the 16-bit 16-head kernel at ``splits``,
+    built with ``tile`` heads a tile."""
     run = gc.Launch(q, pool, table, lens, splits, routed=False)
     q_dtype = str(q.dtype).removeprefix("torch.")
     problem = {k: v for k, v in run.s1["constexprs"].items() if k not in gk._TL_CHOICES}
     half = kernels.bf16_partials(q_dtype, splits)
     run.gluon_kernel = gk.mla_decode_stage1_gluon_h16
     run.g1 = {
-        "grid": (-(-q.shape[1] // gk.SMALL_BLOCK_H), q.shape[0], splits),
+        "grid": (-(-q.shape[1] // tile), q.shape[0], splits),
         "num_warps": gk.SMALL_NUM_WARPS,
         "num_stages": 1,
-        "constexprs": problem
-        | {"BLOCK_H": gk.SMALL_BLOCK_H, "BLOCK_N": gk.BLOCK_N, "BF16_PARTIALS": half},
+        "constexprs": problem | {"BLOCK_H": tile, "BLOCK_N": gk.BLOCK_N, "BF16_PARTIALS": half},
     }
     run.g2 = run.s2  # the tl stage 2, told the same partials' dtype as the tl stage 1
     return run
+
+
+def routed_cell(q, pool, table, lens, sm, ref_out):
+    """``routed KERNEL@splits µs (error)``: the stage 1 ``mla_decode`` routes the
+    problem to (``ab_seesaw.routed_splits``' count), both stages under CUDA graphs."""
+    batch, heads, _ = q.shape
+    routed = ab_seesaw.routed_splits(q, pool, batch, heads, int(lens.max()), sm)
+    base = gc.Launch(q, pool, table, lens, routed)
+    kernel = base.gluon_kernel.fn.__name__.removeprefix("mla_decode_stage1_")
+    us = base.time_us(base.both, "gluon", rep=50)
+    return f"routed {kernel}@{routed} {us:6.1f} ({error(base, 'gluon', ref_out):.0e})"
 
 
 def error(run, path, ref_out):

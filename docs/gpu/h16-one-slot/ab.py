@@ -22,7 +22,7 @@ import tempfile
 import ab_seesaw
 import gluon_check as gc
 import torch
-from ab_small import error, h16_launch, timed_cells
+from ab_small import h16_launch, routed_cell, timed_cells
 
 from mla_jax.splits import occupancy_kv_splits
 
@@ -42,21 +42,14 @@ def main():
         for batch, heads, length in SHAPES:
             q, table, lens = gc.uniform_problem(pool, batch, heads, length, gen)
             occ = occupancy_kv_splits(batch, heads, length, sm)
-            routed = ab_seesaw.routed_splits(q, pool, batch, heads, length, sm)
             ref_out, _ = gc.reference(q, pool, table, lens, gc.SCALE)
-            base = gc.Launch(q, pool, table, lens, routed)  # as mla_decode routes it
-            kernel = base.gluon_kernel.fn.__name__.removeprefix("mla_decode_stage1_")
-            cells = [
-                f"routed {kernel}@{routed} "
-                f"{base.time_us(base.both, 'gluon', rep=50):6.1f} "
-                f"({error(base, 'gluon', ref_out):.0e})"
-            ]
+            cells = [routed_cell(q, pool, table, lens, sm, ref_out)]
             splits = sorted({occ, max(1, occ // 2)}, reverse=True)
             variants = (("two-slot", None), ("one-slot", one_slot.mla_decode_stage1_gluon_h16))
             launch = functools.partial(h16_launch, q, pool, table, lens)
             cells += timed_cells(launch, splits, ref_out, variants)
             print(f"B={batch:3d} H={heads} L={length:5d} | " + " | ".join(cells), flush=True)
-            del base, q, table, lens, ref_out
+            del q, table, lens, ref_out
             torch.cuda.empty_cache()
 
 
