@@ -628,6 +628,22 @@ def _split_range(seq_lens_ptr, row, num_splits, split, CAPACITY: gl.constexpr):
 
 
 @gluon.jit
+def _split_bounds(
+    seq_lens_ptr, num_splits_ptr, row, split, ONE_SPLIT: gl.constexpr, CAPACITY: gl.constexpr
+):
+    """The program's split count and ``[start, end)`` (``_split_range``): the run-time
+    count, or with ``ONE_SPLIT`` (a build that writes the output itself) one split, the
+    whole row. Callers branch once after both loads (one memory round trip before the
+    bounds are known): a split past the run-time count is empty."""
+    if ONE_SPLIT:
+        num_splits = 1
+    else:
+        num_splits = gl.load(num_splits_ptr)
+    start, end = _split_range(seq_lens_ptr, row, num_splits, split, CAPACITY)
+    return num_splits, start, end
+
+
+@gluon.jit
 def _copy_rows(smem, base, rows, row_mask, stride_row, COLS: gl.constexpr, layout: gl.constexpr):
     """``cp.async`` of ``len(rows)`` rows of ``COLS`` contiguous elements at
     ``base + rows * stride_row`` into ``smem``; masked rows are zero-filled."""
@@ -1610,13 +1626,9 @@ def mla_decode_stage1_gluon_fp8_h16(
     tile = gl.program_id(0)
     row = gl.program_id(1)
     split = gl.program_id(2)
-    if out_ptr is None:
-        num_splits = gl.load(num_splits_ptr)
-    else:
-        num_splits = 1  # the one split: the whole row
-    # One branch after the split count's and the length's loads (one memory round trip
-    # before the bounds are known): a split past the run-time count is empty.
-    start, end = _split_range(seq_lens_ptr, row, num_splits, split, CAPACITY)
+    _, start, end = _split_bounds(
+        seq_lens_ptr, num_splits_ptr, row, split, out_ptr is not None, CAPACITY
+    )
     if end <= start:
         if out_ptr is not None:
             _write_empty_row(out_ptr, lse_ptr, tile, row, NUM_HEADS, LORA, BLOCK_H)
@@ -1878,11 +1890,9 @@ def mla_decode_stage1_gluon_h16(
     tile = gl.program_id(0)
     row = gl.program_id(1)
     split = gl.program_id(2)
-    if out_ptr is None:
-        num_splits = gl.load(num_splits_ptr)
-    else:
-        num_splits = 1  # the one split: the whole row
-    start, end = _split_range(seq_lens_ptr, row, num_splits, split, CAPACITY)
+    _, start, end = _split_bounds(
+        seq_lens_ptr, num_splits_ptr, row, split, out_ptr is not None, CAPACITY
+    )
     if end <= start:
         if out_ptr is not None:
             _write_empty_row(out_ptr, lse_ptr, tile, row, NUM_HEADS, LORA, BLOCK_H)
@@ -2745,11 +2755,9 @@ def mla_decode_stage1_gluon_seesaw(
     # cluster every thread must reach the merge's barrier): an empty or surplus split
     # runs no pair and stores no partial (with one split, an empty row's output and
     # lse, _write_partials).
-    if CLUSTER > 1 or out_ptr is None:
-        num_splits = gl.load(num_splits_ptr)
-    else:
-        num_splits = 1  # the one split: the whole row
-    start, end = _split_range(seq_lens_ptr, row, num_splits, split, CAPACITY)
+    num_splits, start, end = _split_bounds(
+        seq_lens_ptr, num_splits_ptr, row, split, CLUSTER == 1 and out_ptr is not None, CAPACITY
+    )
     if CLUSTER > 1:
         live_splits = _live_splits(seq_lens_ptr, row, num_splits, CAPACITY)
     else:
@@ -3165,13 +3173,9 @@ def mla_decode_stage1_gluon_fp8_mma(
     tile = gl.program_id(0)
     row = gl.program_id(1)
     split = gl.program_id(2)
-    if out_ptr is None:
-        num_splits = gl.load(num_splits_ptr)
-    else:
-        num_splits = 1  # the one split: the whole row
-    # One branch after the split count's and the length's loads (one memory round trip
-    # before the bounds are known): a split past the run-time count is empty.
-    start, end = _split_range(seq_lens_ptr, row, num_splits, split, CAPACITY)
+    _, start, end = _split_bounds(
+        seq_lens_ptr, num_splits_ptr, row, split, out_ptr is not None, CAPACITY
+    )
     if end <= start:
         if out_ptr is not None:
             _write_empty_row(out_ptr, lse_ptr, tile, row, NUM_HEADS, LORA, BLOCK_H)
