@@ -4,8 +4,8 @@
     scripts/dev python scripts/make_notebook_03.py  # then the notebook
 
 merge.sh runs `bench --report-only` on the five parts of our default path and vLLM's in
-docs/benchmarks/parts/ (four on be45d36, the H=32 one on acd680a) and the XLA paths of
-the six in docs/benchmarks/df8ad0c/parts/.
+docs/benchmarks/parts/ (three on be45d36; the H=32 one and the B=128 one at H 32 and 128
+on 4e977bf) and the XLA paths of the six in docs/benchmarks/df8ad0c/parts/.
 
 The commentary quotes docs/benchmarks/results.json, comparing paths by their kernel time
 (device_ms) and showing the wall clock beside it; the code cells print the numbers it
@@ -31,42 +31,44 @@ CELLS = [
 # Performance on an H200
 
 What one decode step costs on the GPU, read from the current sweep in
-`docs/benchmarks/results.json` (`python -m mla_jax bench`, 2026-12-03, the current
-kernels: the H=32 rows with B ≤ 64 on acd680a, the others on be45d36, whose kernels for
-them acd680a builds the same; the XLA paths from an earlier sweep, see below): NVIDIA
-H200, 68 shapes with B ∈ {1, 4, 16, 64, 128}, H ∈ {16, 32, 64, 128}, L ∈ {1k, 4k, 16k}
-and L = 64k for B ≤ 4; bf16, latent 512 + rope 64, pages of 64 tokens, shuffled block
-tables. Four paths:
+`docs/benchmarks/results.json` (`python -m mla_jax bench`, 2026-12-03 and 12-04, the
+current kernels: the H=32 rows and the B=128 H=128 rows on 4e977bf, the others on be45d36,
+whose kernels for them 4e977bf builds the same; the XLA paths from an earlier sweep, see
+below): NVIDIA H200, 68 shapes with B ∈ {1, 4, 16, 64, 128}, H ∈ {16, 32, 64, 128},
+L ∈ {1k, 4k, 16k} and L = 64k for B ≤ 4; bf16, latent 512 + rope 64, pages of 64
+tokens, shuffled block tables. Four paths:
 
 - **`triton-occupancy`**: our kernels with the occupancy split rule, the library's default
   policy. On sm_90 with a 16-bit cache and H ≥ 32, stage 1 is a Gluon kernel with
   FlashMLA's "seesaw" schedule on 64-head tiles wherever each split holds at least 128
   tokens (two 64-token blocks; `SEESAW_MIN_SPLIT_TOKENS` in `mla_jax/_triton_backend.py`)
-  and the 16-head kernel below does not take the step: 41 of the 68 shapes, 11 at H=32,
-  whose one tile masks its other 32 rows, 14 at H=64 and 16 at H=128
-  ([`docs/performance.md`, "Gluon stage 1
-  (sm_90)"](../docs/performance.md#gluon-stage-1-sm_90) and ["32–63 heads on the
-  seesaw"](../docs/performance.md#3263-heads-on-the-seesaw)). Where the seesaw runs a row
-  in two splits (at B=64 with H=32 and 64), the row's two CTAs are one thread-block
-  cluster that merges them, and stage 2 is not launched (["A row's two splits merged in a
-  cluster"](../docs/performance.md#a-rows-two-splits-merged-in-a-cluster)). At 20 shapes
+  and the 16-head kernel below does not take the step: 30 of the 68 shapes, 14 at H=64
+  and 16 at H=128 ([`docs/performance.md`, "Gluon stage 1
+  (sm_90)"](../docs/performance.md#gluon-stage-1-sm_90)). Where the seesaw runs a row in
+  two splits (at B=64 with H=64), the row's two CTAs are one thread-block cluster that
+  merges them, and stage 2 is not launched (["A row's two splits merged in a
+  cluster"](../docs/performance.md#a-rows-two-splits-merged-in-a-cluster)). At 31 shapes
   stage 1 is the 16-bit 16-head Gluon kernel (the tokens on the warpgroup MMA's M, one
   CTA an SM): 14 of the 17 H=16 shapes, one 16-head tile a row, from 128 tokens a split
   ([`docs/performance.md`, "A Gluon stage 1 for a 16-bit cache at 16
   heads"](../docs/performance.md#a-gluon-stage-1-for-a-16-bit-cache-at-16-heads)), and
-  the 6 H=32 shapes whose step holds at most 16384 tokens (B·L; `SMALL_HEADS_BATCH_TOKENS`
-  in `mla_jax/_gluon_kernels.py`), two 16-head tiles a row, from 64 tokens a split
-  ([`docs/performance.md`, "The 16-head kernel at 32
-  heads"](../docs/performance.md#the-16-head-kernel-at-32-heads)). It runs at half the
-  occupancy rule's splits where its grid's programs (B · tiles · splits) exceed the 132
-  SMs (15 of the 20: 12 at H=16, 3 at H=32) and at the rule's count elsewhere. At the
-  other 7 stage 1 is the Triton (`tl`) kernel: the shapes whose splits hold one 64-token
-  block and run neither Gluon kernel (3 with H=16, 3 with H=64, 1 with H=128). Those 7 all
-  have B·L ≤ 4096: a step with a static `max_seq_len` and at most 4096 tokens in its batch
-  runs the tl kernel on 16-head tiles at any H where its splits are too short for a Gluon
-  kernel (of the other five such shapes, the three with H=32 run the 16-bit 16-head kernel
-  on 64-token splits, and at 1/128/4096 and 4/128/1024 the splits hold 128 tokens and the
-  seesaw runs);
+  all 17 H=32 shapes: the 6 whose step holds at most 16384 tokens (B·L;
+  `SMALL_HEADS_BATCH_TOKENS` in `mla_jax/_gluon_kernels.py`) on two 16-head tiles a row,
+  from 64 tokens a split ([`docs/performance.md`, "The 16-head kernel at 32
+  heads"](../docs/performance.md#the-16-head-kernel-at-32-heads)), and the 11 whose step
+  holds more on one 32-head tile a row (`BLOCK_H = 32`, `small_block_h`), from 128
+  tokens a split, where the seesaw ran before 4e977bf
+  ([`docs/gpu/h32-tile/`](../docs/gpu/h32-tile/README.md)). On 16-head tiles it runs at
+  half the occupancy rule's splits where its grid's programs (B · tiles · splits) exceed
+  the 132 SMs (15 of the 20 shapes on 16-head tiles: 12 at H=16, 3 at H=32) and at the
+  rule's count elsewhere; on the 32-head tile at the rule's count, which already plans
+  one 32-head program an SM. At the other 7 stage 1 is the Triton (`tl`) kernel: the
+  shapes whose splits hold one 64-token block and run neither Gluon kernel (3 with H=16,
+  3 with H=64, 1 with H=128). Those 7 all have B·L ≤ 4096: a step with a static
+  `max_seq_len` and at most 4096 tokens in its batch runs the tl kernel on 16-head tiles
+  at any H where its splits are too short for a Gluon kernel (of the other five such
+  shapes, the three with H=32 run the 16-bit 16-head kernel on 64-token splits, and at
+  1/128/4096 and 4/128/1024 the splits hold 128 tokens and the seesaw runs);
 - **`xla`**: the same two-stage algorithm in plain jnp; **`dense`**: plain JAX
   gather + einsum;
 - **`vllm`**: vLLM's own `decode_attention_fwd` kernels (see `docs/vllm_kernel.md`).
@@ -85,11 +87,11 @@ not timed in this sweep; their latest numbers, on the kernels of c11b1c4, are in
   the calls traced, so the gaps between launches are not in it. It is one instrument for
   our paths and vLLM's, and issue #21 states its targets in it. `kernels_per_call` names
   the kernels with their launches a call: on our Triton path stage 1 and stage 2, or
-  stage 1 alone at 21 shapes: the 15 whose grid has one split (64/128, 128/32, 128/64
+  stage 1 alone at 18 shapes: the 15 whose grid has one split (64/128, 128/32, 128/64
   and 128/128 by the rule, and 128/16, where the 16-bit 16-head kernel halves the rule's
   two; every L), where stage 1 writes the output and lse itself ([`docs/performance.md`,
-  "One split, one kernel"](../docs/performance.md#one-split-one-kernel)), and the 6
-  whose rows' two splits a cluster merges (64/32 and 64/64, every L); vLLM's two kernels
+  "One split, one kernel"](../docs/performance.md#one-split-one-kernel)), and the 3
+  whose rows' two splits a cluster merges (64/64, every L); vLLM's two kernels
   plus two small torch `vectorized_elementwise_kernel` launches (fills) from the plumbing
   around them, which count in vLLM's time. It agrees with CUDA-graph timings of the same
   kernels (`scripts/stage_times.py`; a check on earlier kernels, with the tl stage 1 at
@@ -110,29 +112,37 @@ not timed in this sweep; their latest numbers, on the kernels of c11b1c4, are in
   its runs with and without `--kernel-time` show that the traced run does not change the
   wall time). The last section but one compares the two instruments.
 
-Our path and vLLM's kernels ran on 2026-12-03 in five parts (parts 1–5 below), each a
-separate bench process measuring its own ceilings, with vLLM's kernels in the same
-process as ours, on one H200, from `docs/benchmarks/parts/`. Parts 1–4 ran on be45d36
-over two device calls of one lease, right after the whole GPU test suite passed on the
-same tree (720 passed; `docs/gpu/sweep-1203b/`): `small.json` (B 1 and 4 at H ∈ {16, 64,
-128}, 24 shapes), `large-b16-b64.json` (B 16 and 64 at those heads, 18),
-`large-b128.json` (B 128 at H 16 and 64, 6) and `large-b128-h32-h128.json` (B 128 at H
-32 and 128, 6). Part 5, `h32.json` (H=32 at B 1–64, 14 shapes), ran on acd680a, which
-runs the 16-bit 16-head kernel at 32 heads in steps of at most 16384 tokens and changes
-only which kernel those six rows run (`docs/gpu/h32-small/`). The merge is
+Our path and vLLM's kernels ran in five parts (parts 1–5 below), each a separate bench
+process measuring its own ceilings, with vLLM's kernels in the same process as ours, on
+one H200, from `docs/benchmarks/parts/`. Parts 1–3 ran on be45d36 on 2026-12-03, right
+after the whole GPU test suite passed on the same tree (720 passed;
+`docs/gpu/sweep-1203b/`): `small.json` (B 1 and 4 at H ∈ {16, 64, 128}, 24 shapes),
+`large-b16-b64.json` (B 16 and 64 at those heads, 18) and `large-b128.json` (B 128 at H
+16 and 64, 6). Parts 4 and 5 ran on 4e977bf on 2026-12-04, in one device call with its
+H=32 GPU tests and the Gluon checks of the 16-bit caches, which passed
+(`docs/gpu/h32-tile/`): `large-b128-h32-h128.json` (B 128 at H 32 and 128, 6) and
+`h32.json` (H=32 at B 1–64, 14). On a 16-bit cache at 32 heads, wherever the step's
+tokens are known at trace time (the occupancy rule, a static `max_seq_len`), 4e977bf
+runs the 16-bit 16-head kernel: on two 16-head tiles a row up to 16384 tokens (as
+acd680a did, `docs/gpu/h32-small/`), on one 32-head tile above; it changes only which
+kernel the H=32 rows run. The parts it replaces (the H=32 one on acd680a, the B=128 one
+on be45d36) are in `docs/benchmarks/acd680a/`. The merge is
 `docs/gpu/sweep-c11b1c4/merge.sh`. The XLA paths (`xla`, `dense`), whose code did not
 change, are carried from an earlier sweep (df8ad0c, 2026-12-01; its six parts, parts
 6–11 below, are in `docs/benchmarks/df8ad0c/parts/`). Each shape's `path_parts` names
 the part of each path; a path's floor and its speed-up over vLLM's kernels are those of
 its own part, so the XLA paths' are against that sweep's ceilings and vLLM run. The first
 cell checks that the default path ran the stage 1 the routing picks (the 16-bit 16-head
-kernel at H=16 from 128 tokens a split and at H=32 with B·L ≤ 16384 from 64, at its
-count; else the seesaw where H ≥ 32 and a split holds at least 128 tokens; else the tl
-kernel), and stage 2 wherever stage 1's grid has more than one split but for the
-seesaw's rows of two splits, which a cluster merges. The bench's `num_kv_splits` is the
-rule's count; where the 16-bit 16-head kernel halves it, the cells below count the
-halved one. The sweep before, with 7f036a1's H=16 rows and 72ef8a8's other 51, is in
-`docs/benchmarks/7f036a1/`; 72ef8a8's with all its 68 rows in
+kernel at H=16 from 128 tokens a split, at H=32 with B·L ≤ 16384 on two 16-head tiles
+from 64 and at H=32 with more on one 32-head tile from 128, at its count; else the
+seesaw where H ≥ 32 and a split holds at least 128 tokens; else the tl kernel), and
+stage 2 wherever stage 1's grid has more than one split but for the seesaw's rows of two
+splits, which a cluster merges. The bench's `num_kv_splits` is the rule's count (the
+first cell checks it against `mla_jax.splits.occupancy_kv_splits`); where the 16-bit
+16-head kernel halves it (on 16-head tiles), the cells below count the halved one. The
+sweep before, with acd680a's H=32 rows (the seesaw at the 11 with B·L > 16384), is in
+`docs/benchmarks/acd680a/`; the one before that, with 7f036a1's H=16 rows and 72ef8a8's
+other 51, in `docs/benchmarks/7f036a1/`; 72ef8a8's with all its 68 rows in
 `docs/benchmarks/72ef8a8/`; the one on 752a389's kernels in `docs/benchmarks/752a389/`;
 the one on c11b1c4's kernels, with the `triton` path timed, in
 `docs/benchmarks/c11b1c4/`.
@@ -169,18 +179,20 @@ PARTS = results.get("parts") or [{"ceilings": results["ceilings"],
                                   "shapes": len(results["shapes"])}]
 SEESAW = "mla_decode_stage1_gluon_seesaw"
 H16 = "mla_decode_stage1_gluon_h16"
-# The routing the sweep ran (mla_jax._triton_backend and _gluon_kernels at acd680a), on a
+# The routing the sweep ran (mla_jax._triton_backend and _gluon_kernels at 4e977bf), on a
 # 16-bit cache, the occupancy rule and a static max_seq_len: the 16-bit 16-head Gluon
-# kernel at 16 heads (one 16-head tile a row) and at exactly 32 heads in a step of at
-# most SMALL_STEP_TOKENS tokens (B·L; two tiles a row), from H16_MIN_TOKENS[H] tokens a
-# split, at half the rule's splits where its grid's programs (B · tiles · splits) exceed
-# the SMs (one CTA an SM where the rule counts two: _triton_backend.gluon_split_divisor);
-# else, with at least 32 heads, the seesaw stage 1 where each split holds at least
-# SEESAW_MIN_TOKENS tokens (where it runs a row in two splits, the row's two CTAs are a
-# thread-block cluster that merges them, and stage 2 is not launched:
-# _gluon_kernels.cluster_size); else the tl stage 1.
+# kernel at 16 heads (one 16-head tile a row) and at exactly 32 heads (two 16-head tiles a
+# row in a step of at most SMALL_STEP_TOKENS tokens, B·L; one 32-head tile a row in a
+# larger one: _gluon_kernels.small_block_h), from H16_MIN_TOKENS[H, tile's heads] tokens
+# a split; on 16-head tiles at half the rule's splits where its grid's programs
+# (B · tiles · splits) exceed the SMs (one CTA an SM where the rule counts two:
+# _triton_backend.gluon_split_divisor), on the 32-head tile at the rule's count (which
+# plans one 32-head program an SM); else, with at least 32 heads (64 or more here), the
+# seesaw stage 1 where each split holds at least SEESAW_MIN_TOKENS tokens (where it runs a
+# row in two splits, the row's two CTAs are a thread-block cluster that merges them, and
+# stage 2 is not launched: _gluon_kernels.cluster_size); else the tl stage 1.
 SEESAW_MIN_TOKENS = 128
-H16_MIN_TOKENS = {16: 128, 32: 64}
+H16_MIN_TOKENS = {(16, 16): 128, (32, 16): 64, (32, 32): 128}
 SMALL_STEP_TOKENS = 16384
 
 
@@ -214,24 +226,37 @@ def gluon_stage1(s, p=DEFAULT):
     return stage1(s, p) != "tl"
 
 
-def h16_tiles(s, p=DEFAULT):
-    # 16-head tiles a row where path p's routing picks the 16-bit 16-head Gluon kernel (the
-    # occupancy rule; 16 heads, or 32 in a small step), else 0.
-    if p != DEFAULT:
+def h16_tile(s, p=DEFAULT):
+    # The heads of a tile where path p's routing picks the 16-bit 16-head Gluon kernel (the
+    # occupancy rule; 16 heads, or 32: 16-head tiles in a small step, else one 32-head
+    # tile), else 0.
+    if p != DEFAULT or s["H"] not in (16, 32):
         return 0
-    return {16: 1, 32: 2 if s["B"] * s["L"] <= SMALL_STEP_TOKENS else 0}.get(s["H"], 0)
+    return 32 if s["H"] == 32 and s["B"] * s["L"] > SMALL_STEP_TOKENS else 16
+
+
+def h16_tiles(s, p=DEFAULT):
+    # Tiles a row where path p's routing picks the 16-bit 16-head Gluon kernel, else 0.
+    tile = h16_tile(s, p)
+    return s["H"] // tile if tile else 0
+
+
+def stage1_tiles(s, p=DEFAULT):
+    # stage1's kind, with the 16-bit 16-head kernel's tiles a row × their heads.
+    kind = stage1(s, p)
+    return f"{kind} {h16_tiles(s, p)}×{h16_tile(s, p)}" if kind == "h16" else kind
 
 
 def h16_splits(s, p=DEFAULT):
     # The 16-bit 16-head Gluon kernel's split count on path p; None where it does not run.
-    n, tiles = metric(s, p, "num_kv_splits"), h16_tiles(s, p)
-    if not tiles:
+    n, tile = metric(s, p, "num_kv_splits"), h16_tile(s, p)
+    if not tile:
         return None
-    if s["B"] * tiles * n > machine["sm_count"]:
+    if tile == 16 and s["B"] * h16_tiles(s, p) * n > machine["sm_count"]:
         if n < 2:
             return None
         n //= 2
-    return n if -(-s["L"] // n) >= H16_MIN_TOKENS[s["H"]] else None
+    return n if -(-s["L"] // n) >= H16_MIN_TOKENS[s["H"], tile] else None
 
 
 def kernel_splits(s, p=DEFAULT):
@@ -300,6 +325,12 @@ counted = [kernels_as_split(s, p) for s in results["shapes"] for p in OURS
 print(f"Triton kernels a call as the split grid says (stage 1 and stage 2; stage 1 alone "
       f"with one split, or two merged in a cluster) at {sum(counted)} of {len(counted)} "
       f"(shape, path) pairs")
+# The bench records the rule's count; the cells below count the one stage 1 ran.
+as_rule = [metric(s, DEFAULT, "num_kv_splits")
+           == occupancy_kv_splits(s["B"], s["H"], s["L"], machine["sm_count"])
+           for s in results["shapes"] if metric(s, DEFAULT, "num_kv_splits")]
+print(f"{DEFAULT}'s num_kv_splits is the occupancy rule's count at {sum(as_rule)} of "
+      f"{len(as_rule)} shapes")
 for p in OURS:
     alone = [s for s in results["shapes"] if metric(s, p, "ms") and per_call(s, p) == 1]
     print(f"{p}: stage 1 alone at {len(alone)} shapes ("
@@ -325,6 +356,7 @@ for p in OURS:
     h16 = [s for s in results["shapes"] if stage1(s, p) == "h16"]
     h16_rule = [s for s in results["shapes"] if h16_splits(s, p)]
     halved = [s for s in h16 if kernel_splits(s, p) < metric(s, p, "num_kv_splits")]
+    wide = [s for s in h16 if h16_tile(s, p) == 32]
     tl = [s for s in results["shapes"] if stage1(s, p) == "tl"]
     def by_heads(sel):
         return ", ".join(f"H={h}: {n}" for h, n in sorted(collections.Counter(
@@ -332,8 +364,9 @@ for p in OURS:
 
     print(f"{p} ran the seesaw stage 1 at {len(gl)} shapes ({by_heads(gl)}), those the "
           f"routing gives it: {gl == rule}; the 16-bit 16-head Gluon kernel at {len(h16)} "
-          f"({by_heads(h16)}), those the routing gives it: {h16 == h16_rule} (at half the "
-          f"rule's splits at {len(halved)}: {by_heads(halved)}); "
+          f"({by_heads(h16)}), those the routing gives it: {h16 == h16_rule} (on one "
+          f"32-head tile a row at {len(wide)}: {by_heads(wide)}; at half the rule's splits "
+          f"at {len(halved)}: {by_heads(halved)}); "
           f"the tl stage 1 at {len(tl)}: " + ", ".join(
               f"{name(s)} ({split_tokens(s, p)} tokens a split)" for s in tl))
 tiny = [s for s in results["shapes"] if s["B"] * s["L"] <= 4096]
@@ -364,7 +397,7 @@ $$\text{floor} = \max\left(\frac{\text{KV bytes}}{\text{copy bandwidth}},\;
 \frac{\text{flops}}{\text{matmul rate}}\right)$$
 
 The copy bandwidth is a device copy in JAX (bytes read + written per second), the matmul
-rate a large square bf16 matmul in JAX: 3.34–3.35 TB/s and 668–676 TFLOP/s in the five
+rate a large square bf16 matmul in JAX: 3.34–3.35 TB/s and 666–676 TFLOP/s in the five
 parts that timed our path and vLLM's (3.34–3.35 TB/s and 655–683 TFLOP/s in the XLA
 paths' six). A step does 1.89·H flops per byte, so the ridge point (matmul rate / copy
 bandwidth: 196–204 flop/byte) sits near H ≈ 104–108: **with 16, 32 and 64 heads a step is
@@ -437,23 +470,24 @@ In kernel time:
   faster than the 3.34 TB/s device copy the bench measured and than the 4.22 TB/s
   reference copy rate ([`docs/performance.md`, "Hardware
   floors"](../docs/performance.md#hardware-floors)).
-- **H=32, B ≥ 16: 48–122 % of the floor (1.60–4.07 TB/s), stage 1 the Gluon seesaw at 8
-  of the 9 shapes**, on one 64-head tile with half its rows masked. With splits of
-  ≥ 1024 tokens it reaches 98–122 % (6 shapes, 3.28–4.07 TB/s): 0.5934 ms at
-  128/32/16384 (121.8 %, 4.07 TB/s; vLLM's kernels 2.6489 ms), 121.2 % at 64/32/16384,
-  120.4 % at 128/32/4096, 108.0 % at 16/32/16384, 103.4 % at 64/32/4096, 98.0 % at
-  128/32/1024 (one 1024-token split a row). At B=128 the grid has one split a row and at
-  B=64 a cluster merges a row's two, so stage 1 runs alone at both. With 512-token
-  splits: 72.4 % at 16/32/4096 and 67.0 % at 64/32/1024. At 16/32/1024, a step of 16384
-  tokens, stage 1 is the 16-bit 16-head Gluon kernel, two 16-head tiles a row, at 4
-  splits of 256 tokens (half the rule's 8): 47.9 % (11.8 µs; [`docs/performance.md`,
-  "The 16-head kernel at 32 heads"](../docs/performance.md#the-16-head-kernel-at-32-heads)).
-  At B ≥ 16, L ≥ 4k vLLM's kernels reach 25–28 %. At B ≤ 4 the default path runs the
-  seesaw at 3 of the 8 shapes: 4/32/65536 (2048-token splits, 105.8 %), 1/32/65536 and
-  4/32/16384 (512-token splits, 64.9 and 71.7 %); the 16-bit 16-head kernel at the other
-  5, whose steps hold at most 16384 tokens: 1/32/16384 and 4/32/4096 (256-token splits,
-  half the rule's count: 43.4 and 48.5 %), 1/32/1024, 1/32/4096 and 4/32/1024 (64-token
-  splits, the rule's count: 5.3, 16.2 and 19.1 %).
+- **H=32, B ≥ 16: 48–131 % of the floor (1.60–4.40 TB/s), 76.5–131.3 % at 8 of the 9
+  shapes, where stage 1 is the 16-bit 16-head Gluon kernel on one 32-head tile a row**
+  (B·L > 16384), at the rule's count. With splits of ≥ 1024 tokens it reaches
+  103–131 % (6 shapes, 3.46–4.40 TB/s): 0.5491 ms at 128/32/16384 (131.3 %, 4.40 TB/s;
+  vLLM's kernels 2.6522 ms), 126.6 % at 64/32/16384, 124.1 % at 128/32/4096, 111.7 % at
+  16/32/16384, 110.8 % at 64/32/4096, 103.2 % at 128/32/1024 (one 1024-token split a
+  row). At B=128 the grid has one split a row, so stage 1 runs alone; at B=64 stage 2
+  merges a row's two (the cluster merge is the seesaw's). With 512-token splits: 78.2 %
+  at 16/32/4096 and 76.5 % at 64/32/1024. At 16/32/1024, a step of 16384 tokens, stage 1
+  is the same kernel on two 16-head tiles a row, at 4 splits of 256 tokens (half the
+  rule's 8): 47.9 % (11.8 µs; [`docs/performance.md`, "The 16-head kernel at 32
+  heads"](../docs/performance.md#the-16-head-kernel-at-32-heads)). At B ≥ 16, L ≥ 4k
+  vLLM's kernels reach 25–28 %. At B ≤ 4 the default path runs the 32-head tile at 3 of
+  the 8 shapes: 4/32/65536 (2048-token splits, 111.2 %), 1/32/65536 and 4/32/16384
+  (512-token splits, 69.2 and 77.0 %); two 16-head tiles at the other 5, whose steps hold
+  at most 16384 tokens: 1/32/16384 and 4/32/4096 (256-token splits, half the rule's
+  count: 43.4 and 48.5 %), 1/32/1024, 1/32/4096 and 4/32/1024 (64-token splits, the
+  rule's count: 5.3, 16.1 and 19.0 %).
 - **H=64, B ≥ 64, L ≥ 4k: 98–120 %** (0.6019 ms at 128/64/16384, one split a row,
   4.01 TB/s; vLLM's kernels 5.0269 ms), 14–15 % for vLLM's kernels. The default path
   runs the seesaw at 14 of the 17 H=64 shapes, all but 1/64/1024, 1/64/4096 and
@@ -462,26 +496,26 @@ In kernel time:
   at 64/64/1024 (512 tokens, the split count vLLM's rule also picks; at 64/64/1024 a
   cluster merges the row's two), 36.4 % at 16/64/1024 (128 tokens).
 - **Issue #21's target for H=32 and 64, ≥ 60 % of the floor from B=16 up, holds at 16
-  of the 18 shapes.** Under it: 16/32/1024 (47.9 %, the 16-bit 16-head kernel with
-  splits of 256 tokens) and 16/64/1024 (36.4 %, the seesaw with splits of 128 tokens).
-  What bounds those two rows is in [`docs/performance.md`, "Current
-  results"](../docs/performance.md#current-results).
+  of the 18 shapes.** Under it: 16/32/1024 (47.9 %, the 16-bit 16-head kernel on two
+  16-head tiles with splits of 256 tokens) and 16/64/1024 (36.4 %, the seesaw with
+  splits of 128 tokens). What bounds those two rows is in [`docs/performance.md`,
+  "Current results"](../docs/performance.md#current-results).
 - **H=128 (compute-bound): at most 85 % of the floor, 9 % for vLLM's kernels.** At the
-  six H=128 shapes with B·L ≥ 256k tokens the default path runs the seesaw at 79–85 % of
-  the floor (532–569 TFLOP/s, against a 671–675 TFLOP/s matmul): 1.0507 ms at
-  128/128/16384 (556 TFLOP/s; vLLM's kernels 9.7597 ms), 0.5133 ms at 64/128/16384
+  six H=128 shapes with B·L ≥ 256k tokens the default path runs the seesaw at 77–85 % of
+  the floor (514–569 TFLOP/s, against a 666–675 TFLOP/s matmul): 1.0634 ms at
+  128/128/16384 (549 TFLOP/s; vLLM's kernels 9.7430 ms), 0.5133 ms at 64/128/16384
   (569 TFLOP/s; vLLM's kernels 4.7838 ms), both with one split a row, stage 1 alone.
-  vLLM's kernels reach 9 % there (57.9–61.1 TFLOP/s). In the seesaw schedule two
+  vLLM's kernels reach 9 % there (58.3–61.1 TFLOP/s). In the seesaw schedule two
   warp-specialised warpgroups each compute the whole of alternate 64-token blocks, so
   one's softmax runs under the other's MMAs; what it still leaves out of FlashMLA's
   kernel is in [`docs/performance.md`, "Gluon stage 1
   (sm_90)"](../docs/performance.md#gluon-stage-1-sm_90). vLLM's kernel groups 16 heads
   per program (`BLOCK_H = 16`), so at H=128 eight programs each load the same KV tiles.
 - **Small shapes (B ≤ 4, L ≤ 4k): a fixed cost, not the work.** The floor there is
-  0.4–6.8 µs. The default path takes 6.6–17.9 µs of kernel time, `xla` 13.6–67.6 µs,
+  0.4–6.8 µs. The default path takes 6.7–17.9 µs of kernel time, `xla` 13.6–67.6 µs,
   `dense` 12.9–49.1 µs, vLLM's kernels 51.3–78.3 µs. Its stage 1 runs 8–64 splits a row
   there, of 64–256 tokens: a Gluon kernel at 9 of the 16, the 16-bit 16-head kernel at
-  5 (the four with H=32, from 64 tokens a split: 1/32/1024, 6.6 µs, 16 splits of 64
+  5 (the four with H=32, from 64 tokens a split: 1/32/1024, 6.7 µs, 16 splits of 64
   tokens; and 4/16/4096, 9.8 µs, 32 splits of 128, half the rule's 64) and the seesaw at
   4 with H ≥ 64 and 128 or 256 tokens a split (1/128/4096: 12.8 µs, 32 splits of 128
   tokens), the tl kernel on 16-head tiles at the other 7 (1/128/1024: 7.8 µs, 16 splits
@@ -518,18 +552,19 @@ print(f"H=128, B*L>=256k: seesaw stage 1 at {sum(stage1(s) == 'seesaw' for s in 
 for H in (32, 64):
     sel = [s for s in results["shapes"] if s["H"] == H]
     kinds = collections.Counter(map(stage1, sel))
-    print(f"H={H}, {DEFAULT} % of the floor (stage 1, tokens a split), of {len(sel)}: "
+    print(f"H={H}, {DEFAULT} % of the floor (stage 1 with the h16 kernel's tiles a row × "
+          f"their heads, tokens a split), of {len(sel)}: "
           + ", ".join(f"{kind} at {kinds[kind]}" for kind in ("seesaw", "h16", "tl"))
           + ": " + ", ".join(
               f"{name(s)} {metric(s, DEFAULT, 'device_pct_of_floor'):.1f} "
-              f"({stage1(s)}, {split_tokens(s)})" for s in sel))
+              f"({stage1_tiles(s)}, {split_tokens(s)})" for s in sel))
 # Issue #21: H=32 and 64 at >= 60 % of the floor (kernel time) from B=16 up.
 target = [s for s in results["shapes"] if s["H"] in (32, 64) and s["B"] >= 16]
 under = [s for s in target if metric(s, DEFAULT, "device_pct_of_floor") < 60]
 print(f"issue #21, H=32/64, B>=16, >= 60 % of the floor: {len(target) - len(under)} of "
       f"{len(target)}; under: " + ", ".join(
           f"{name(s)} {metric(s, DEFAULT, 'device_pct_of_floor'):.1f} % "
-          f"({stage1(s)}, {split_tokens(s)} tokens a split)"
+          f"({stage1_tiles(s)}, {split_tokens(s)} tokens a split)"
           for s in under))
 print()
 for B, H, L in [(128, 16, 16384), (128, 32, 16384), (16, 32, 1024), (128, 64, 16384),
@@ -569,30 +604,30 @@ ours is faster; for the XLA paths, a part of the df8ad0c sweep); vLLM's includes
 small torch fills around its kernels.
 
 - **Occupancy splits (the default) are faster than vLLM's kernels at all 68 shapes,
-  2.35–9.49×:** 2.65–9.49× at the 41 shapes where stage 1 is the Gluon seesaw,
-  2.35–7.78× at the 20 where it is the 16-bit 16-head Gluon kernel, 4.52–7.18× at the 7
-  where it is the tl kernel (2.35–9.49× at the 21 where stage 1 runs alone: one split a
-  row, or two merged in a cluster). By head count: 2.35–7.18× at H=16, 2.65–7.78× at
-  H=32, 3.54–8.35× at H=64, 4.15–9.49× at H=128.
-- **The largest: 128/128/4096, 0.2660 against vLLM's 2.5233 ms (9.49×);**
-  64/128/16384 is 0.5133 against 4.7838 ms (9.32×), 128/128/16384 1.0507 against
-  9.7597 ms (9.29×), all three with one split a row.
+  2.35–9.32×:** 3.54–9.32× at the 30 shapes where stage 1 is the Gluon seesaw,
+  2.35–7.75× at the 31 where it is the 16-bit 16-head Gluon kernel, 4.52–7.18× at the 7
+  where it is the tl kernel (2.35–9.32× at the 18 where stage 1 runs alone: one split a
+  row, or two merged in a cluster). By head count: 2.35–7.18× at H=16, 3.01–7.75× at
+  H=32, 3.54–8.35× at H=64, 4.15–9.32× at H=128.
+- **The largest: 64/128/16384, 0.5133 against vLLM's 4.7838 ms (9.32×);**
+  128/128/16384 is 1.0634 against 9.7430 ms (9.16×), both with one split a row, and
+  4/128/65536 0.1352 against 1.2205 ms (9.03×).
 - **The closest: 128/16/1024, 0.0409 against 0.0959 ms (2.35×),** then 64/16/4096
   (0.0776 against 0.1832 ms, 2.36×) and 16/16/16384 (0.0776 against 0.1904 ms, 2.46×):
   H=16 shapes on the 16-bit 16-head Gluon kernel, 41–78 µs of kernel time, memory-bound
   shapes where vLLM's kernels reach about half the floor (47–49 %).
-- At the small shapes (B ≤ 4, L ≤ 4k) the default path is 3.55–7.78× faster in kernel
-  time (1/32/1024: 6.6 against 51.5 µs) and 1.16–2.39× in wall time, where the host
+- At the small shapes (B ≤ 4, L ≤ 4k) the default path is 3.55–7.75× faster in kernel
+  time (1/32/1024: 6.7 against 51.5 µs) and 1.30–3.29× in wall time, where the host
   sets our time but not that of vLLM's CUDA graph. Over all 68 shapes the wall-time range
-  is 1.16–9.34×; its closest, 1/32/1024, runs 6.6 µs of kernels in 45.4 µs of wall
+  is 1.30–9.34×; its closest, 4/128/1024, runs 12.5 µs of kernels in 41.8 µs of wall
   time.
 - Our kernels on vLLM's split rule (`triton`) were not timed in this sweep; their speed-up
   over vLLM's kernels, on the kernels of c11b1c4, is in
   `docs/benchmarks/c11b1c4/results.json`.
-- At H=128 with B ≥ 16, vLLM's kernels are at 8–9 % of the floor; even plain JAX
+- At H=128 with B ≥ 16, vLLM's kernels are at 8.5–9.1 % of the floor; even plain JAX
   gather + einsum is 1.70–2.19× faster there, and it beats vLLM's kernels at 46 of the
   68 shapes (its times from the df8ad0c sweep, against that sweep's run of vLLM's
-  kernels, whose kernel times are within 1.5 % of this one's).
+  kernels, whose kernel times are within 1.7 % of this one's).
 """,
     ),
     (
@@ -666,13 +701,14 @@ that gives 8–128 splits where vLLM's rule gives 2–128, to fill the GPU; at B
 gives 1–4 against 2–32, which saves writing and merging partial outputs (stage 2 is not
 launched at the 15 shapes whose stage 1 runs one split, where stage 1 writes the output:
 12 by the rule, and 128/16 at every L, where the 16-bit 16-head Gluon kernel halves the
-rule's two; nor at the 6 whose two splits on the seesaw a cluster merges) and makes the
+rule's two; nor at the 3 whose two splits on the seesaw a cluster merges) and makes the
 splits longer: 512–16384 tokens at H ≥ 32, against vLLM's 512. The two rules pick the
 same split count at 10 shapes, all with 512-token splits: the default path runs the
-seesaw at the eight with H ≥ 32 and the 16-bit 16-head kernel at 1/16/65536 and
-128/16/1024 (there at half the count: one split of 1024 tokens). The default path's
-stage 1 runs the occupancy rule's count at 53 of the 68 shapes and half of it at the
-other 15, where the 16-bit 16-head kernel halves it (12 with H=16, 3 with H=32).
+seesaw at the four with H=64 and the 16-bit 16-head kernel at the other six: on one
+32-head tile at the four with H=32, and at 1/16/65536 and 128/16/1024 (there at half the
+count: one split of 1024 tokens). The default path's stage 1 runs the occupancy rule's
+count at 53 of the 68 shapes and half of it at the other 15, where the 16-bit 16-head
+kernel halves it (12 with H=16, 3 with H=32).
 
 Our kernels on vLLM's split rule (the `triton` path) were not timed in this sweep, so the
 cell below prints the two rules' split counts beside the default path's kernel time, and
@@ -715,7 +751,7 @@ print(f"H>=32, B>=64: occupancy tokens a split "
       f"{span([split_tokens(s) for s, _, _ in rows if s['H'] >= 32 and s['B'] >= 64], 'd')}")
 same_count = [s for s, n, _ in rows if n == s["num_kv_splits"]]
 print(f"same split count at {len(same_count)} shapes, stage 1 on the default path: "
-      + ", ".join(f"{name(s)} {stage1(s)} ({split_tokens(s)} tokens a split)"
+      + ", ".join(f"{name(s)} {stage1_tiles(s)} ({split_tokens(s)} tokens a split)"
                   for s in same_count))
 if not timed:
     print(f"\n{rule} (our kernels on vLLM's split rule) was not timed in this sweep; its "
@@ -763,20 +799,20 @@ else:
 
 The wall clock is what a caller that dispatches ten chained runs per sync sees; the kernel
 time is what the GPU spends in the path's kernels. Where the kernels take 40 µs a call or
-more, the two agree: the default path's wall time is 1.00–1.16× its kernel time there (32
-shapes), 1.00–1.07× at the 15 shapes of 100 µs or more, and vLLM's CUDA graph reads
-1.00–1.04× at all 68. Below that the host's dispatch sets the JAX paths' wall time: the
-default path reads 23.35–38.72 µs at its 25 shapes under 40 µs of wall time, whose
-kernels take 7.1–33.7 µs (up to 4.87× apart, at 1/16/1024), and 45.4 µs at 1/32/1024,
-whose kernels take 6.6 µs (6.86×); the wall time of `dense` never reads below 28.5 µs,
-that of `xla` never below 34.3 µs. Those wall times move from run to run (see the top
-of the notebook), and their three repeats within this sweep spread by up to 48 % on the
-default path.
+more, the two agree: the default path's wall time is 0.95–1.16× its kernel time there (32
+shapes; the 0.95 at 128/128/4096, below), 0.95–1.07× at the 15 shapes of 100 µs or
+more, and vLLM's CUDA graph reads 1.00–1.03× at all 68. Below that the host's dispatch
+sets the JAX paths' wall time: the default path reads 16.54–38.82 µs at its 28 shapes
+under 40 µs of wall time, whose kernels take 6.7–32.6 µs (up to 4.87× apart, at
+1/16/1024); the wall time of `dense` never reads below 28.5 µs, that of `xla` never
+below 34.3 µs. Those wall times move from run to run (see the top of the notebook), and
+their three repeats within this sweep spread by up to 48 % on the default path.
 
 The two instruments come from different runs, so at a shape whose clock varies the kernel
-time can read above the wall time: by under 1 % here, at 64/128/16384 (0.5133 ms of
-kernels against 0.5119 ms of wall time) and 128/64/4096 (0.1666 against 0.1658 ms);
-both with one split a row, stage 1 alone.
+time can read above the wall time: here by under 1 % at 64/128/16384 (0.5133 ms of
+kernels against 0.5119 ms of wall time) and 128/64/4096 (0.1666 against 0.1658 ms), and
+by 5.5 % at 128/128/4096 (0.2839 against 0.2691 ms); all three with one split a row,
+stage 1 alone.
 """,
     ),
     (
@@ -814,7 +850,8 @@ for p in paths:
     print(line)
 print(f"\n{DEFAULT}, kernel time above wall time (ms): " + ", ".join(
     f"{name(s)} {metric(s, DEFAULT, 'device_ms'):.4f} against {metric(s, DEFAULT, 'ms'):.4f}"
-    + (" (stage 1 alone)" if per_call(s, DEFAULT) == 1 else "")
+    f" ({1 / wall_over_kernel(s, DEFAULT) - 1:+.1%}"
+    + (", stage 1 alone)" if per_call(s, DEFAULT) == 1 else ")")
     for s in results["shapes"] if (wall_over_kernel(s, DEFAULT) or 1) < 1))
 display(heatmap_figure(results, [DEFAULT, "vllm"] if "vllm" in paths else [DEFAULT],
                        lambda s, p: (None if wall_over_kernel(s, p) is None
