@@ -5,9 +5,10 @@ launched by hand, against the stage 1 ``mla_decode`` routes each problem to (whe
 ran, on e7b0820: at 32 heads in small steps that kernel's 16-head tile twice a row,
 else the seesaw; ``logs/ab-tile.log``), both stages under CUDA graphs
 (``gluon_check.Launch.time_us``), µs, each output's max abs distance from float64 in
-brackets. The 32-head tile at the occupancy count, half and twice it. The question: whether one tile a row at 32 heads (the cache read once, where
-two 16-head tiles read it twice) brings 16/32/1024 (11.8 µs in the sweep; 60% of its
-floor is 9.4) and the other H=32 rows down, and what two 32-head tiles a row do at 64.
+brackets. The 32-head tile at the occupancy count, half and twice it. The question:
+whether one tile a row at 32 heads (the cache read once, where two 16-head tiles read
+it twice) brings 16/32/1024 (11.8 µs in the sweep; 60% of its floor is 9.4) and the
+other H=32 rows down, and what two 32-head tiles a row do at 64.
 
     PYTHONPATH="$PWD:$PWD/scripts:$PWD/docs/gpu/h16-bf16" python3 docs/gpu/h32-tile/ab_tile.py
 """
