@@ -10,10 +10,12 @@ whether one tile a row at 32 heads (the cache read once, where two 16-head tiles
 it twice) brings 16/32/1024 (11.8 µs in the sweep; 60% of its floor is 9.4) and the
 other H=32 rows down, and what two 32-head tiles a row do at 64.
 
-    PYTHONPATH="$PWD:$PWD/scripts:$PWD/docs/gpu/h16-bf16" python3 docs/gpu/h32-tile/ab_tile.py
+    PYTHONPATH="$PWD:$PWD/scripts:$PWD/docs/gpu/h16-bf16" \\
+        python3 docs/gpu/h32-tile/ab_tile.py [--h64]
 """
 
 import functools
+import sys
 
 import gluon_check as gc
 import torch
@@ -27,17 +29,30 @@ SHAPES += [(16, 64, 1024), (4, 64, 4096), (16, 64, 4096), (64, 64, 1024), (1, 64
 TILE = 32
 
 
-def main():
+# Prepared, not run: every H=64 shape of the sweep (B 1-128; L 1024-16384, 65536 at
+# B 1 and 4), two 32-head tiles a row at the rule's count and a half and a quarter of
+# it (``--h64``): whether a rule for 64 heads in small steps holds at every row.
+SHAPES_H64 = [(b, 64, n) for b in (1, 4, 16, 64, 128) for n in (1024, 4096, 16384)]
+SHAPES_H64 += [(1, 64, 65536), (4, 64, 65536)]
+
+
+def main(shapes=SHAPES, divisors=None):
+    """Each shape: the routed stage 1, then the 32-head tile at twice, once and half the
+    rule's count (``divisors`` given: the count divided by each)."""
     gc.give_triton_scratch()
     sm = torch.cuda.get_device_properties(0).multi_processor_count
     gen = torch.Generator(device="cuda").manual_seed(0)
     pool = gc.new_pool(torch.bfloat16, gen)
-    for batch, heads, length in SHAPES:
+    for batch, heads, length in shapes:
         q, table, lens = gc.uniform_problem(pool, batch, heads, length, gen)
         occ = occupancy_kv_splits(batch, heads, length, sm)
         ref_out, _ = gc.reference(q, pool, table, lens, gc.SCALE)
         cells = [routed_cell(q, pool, table, lens, sm, ref_out)]
-        splits = sorted({min(gc.MAX_SPLITS, 2 * occ), occ, max(1, occ // 2)}, reverse=True)
+        if divisors is None:
+            counts = {min(gc.MAX_SPLITS, 2 * occ), occ, max(1, occ // 2)}
+        else:
+            counts = {max(1, occ // d) for d in divisors}
+        splits = sorted(counts, reverse=True)
         launch = functools.partial(h16_launch, q, pool, table, lens, tile=TILE)
         cells += timed_cells(launch, splits, ref_out, (("h32tile", None),))
         print(f"B={batch:3d} H={heads} L={length:5d} | " + " | ".join(cells), flush=True)
@@ -46,4 +61,7 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    if "--h64" in sys.argv:
+        main(SHAPES_H64, divisors=(1, 2, 4))
+    else:
+        main()
