@@ -16,9 +16,7 @@ import functools
 import gluon_check as gc
 import torch
 import wide
-from ab_small import error, timed_cells
-
-from mla_jax.splits import occupancy_kv_splits
+from ab_small import error, print_rows, timed_cells
 
 SHAPES = [(128, 128, 16384), (64, 128, 16384), (128, 128, 4096), (16, 128, 4096)]
 SHAPES += [(1, 128, 4096), (4, 128, 16384), (128, 64, 16384), (16, 64, 4096)]
@@ -44,10 +42,7 @@ def wide_launch(q, pool, table, lens, kv_scale, splits, module=wide, extra=None)
 
 
 def timing(pool, kv_scale, gen, sm):
-    for batch, heads, length in SHAPES:
-        q, table, lens = gc.uniform_problem(pool, batch, heads, length, gen, torch.bfloat16)
-        occ = occupancy_kv_splits(batch, heads, length, sm)
-        ref_out, _ = gc.reference(q, pool, table, lens, gc.SCALE, kv_scale)
+    def cells_of(q, table, lens, occ, ref_out):
         cells = []
         for name, mma in (("seesaw", False), ("fp8_mma", True)):
             run = gc.Launch(q, pool, table, lens, occ, kv_scale=kv_scale, fp8_mma=mma)
@@ -56,10 +51,9 @@ def timing(pool, kv_scale, gen, sm):
             del run
         splits = sorted({occ, max(1, occ // 2), min(gc.MAX_SPLITS, 2 * occ)}, reverse=True)
         launch = functools.partial(wide_launch, q, pool, table, lens, kv_scale)
-        cells += timed_cells(launch, splits, ref_out, (("wide", None),))
-        print(f"B={batch:3d} H={heads} L={length:5d} | " + " | ".join(cells), flush=True)
-        del q, table, lens, ref_out
-        torch.cuda.empty_cache()
+        return cells + timed_cells(launch, splits, ref_out, (("wide", None),))
+
+    print_rows(pool, gen, sm, SHAPES, cells_of, torch.bfloat16, kv_scale)
 
 
 def ragged(pool, kv_scale, gen, launch=wide_launch, name="wide"):

@@ -14,9 +14,7 @@ import ab_wide as ab
 import gluon_check as gc
 import torch
 import wide_ws
-from ab_small import error, timed_cells
-
-from mla_jax.splits import occupancy_kv_splits
+from ab_small import error, print_rows, timed_cells
 
 SHAPES = [(128, 128, 16384), (64, 128, 16384), (128, 128, 4096), (16, 128, 4096)]
 SHAPES += [(1, 128, 4096), (128, 64, 16384)]
@@ -39,10 +37,8 @@ def main():
     for skew in (False, True):
         failed += ab.ragged(pool.clone(), kv_scale, gen, ws_launch(skew), f"ws skew={skew}")
     print(f"ragged failures: {failed}", flush=True)
-    for batch, heads, length in SHAPES:
-        q, table, lens = gc.uniform_problem(pool, batch, heads, length, gen, torch.bfloat16)
-        occ = occupancy_kv_splits(batch, heads, length, sm)
-        ref_out, _ = gc.reference(q, pool, table, lens, gc.SCALE, kv_scale)
+
+    def cells_of(q, table, lens, occ, ref_out):
         run = gc.Launch(q, pool, table, lens, occ, kv_scale=kv_scale)
         err = error(run, "gluon", ref_out)
         cells = [f"seesaw@{occ} {run.time_us(run.both, 'gluon', rep=50):7.1f} ({err:.0e})"]
@@ -54,9 +50,9 @@ def main():
         ):
             bound = functools.partial(launch, q, pool, table, lens, kv_scale)
             cells += timed_cells(bound, [occ], ref_out, ((name, None),))
-        print(f"B={batch:3d} H={heads} L={length:5d} | " + " | ".join(cells), flush=True)
-        del q, table, lens, ref_out
-        torch.cuda.empty_cache()
+        return cells
+
+    print_rows(pool, gen, sm, SHAPES, cells_of, torch.bfloat16, kv_scale)
 
 
 if __name__ == "__main__":

@@ -77,6 +77,22 @@ def timed_cells(launch, splits_list, ref_out, variants=(("h16", None),)):
     return cells
 
 
+def print_rows(pool, gen, sm, shapes, cells_of, q_dtype=None, kv_scale=1.0):
+    """For each ``(batch, heads, length)`` of ``shapes``: a uniform problem on ``pool``
+    (``gc.uniform_problem``, q in ``q_dtype``), the occupancy rule's split count for
+    ``sm`` SMs and the float64 output (the cache's values ``pool * kv_scale``), then one
+    printed row of ``cells_of(q, table, lens, occ, ref_out)``; the problem is freed
+    before the next."""
+    for batch, heads, length in shapes:
+        q, table, lens = gc.uniform_problem(pool, batch, heads, length, gen, q_dtype)
+        occ = occupancy_kv_splits(batch, heads, length, sm)
+        ref_out, _ = gc.reference(q, pool, table, lens, gc.SCALE, kv_scale)
+        cells = cells_of(q, table, lens, occ, ref_out)
+        print(f"B={batch:3d} H={heads} L={length:5d} | " + " | ".join(cells), flush=True)
+        del q, table, lens, ref_out
+        torch.cuda.empty_cache()
+
+
 def main(shapes=SHAPES, divisors=(1, 2, 4)):
     """Each shape: the tl stage 1 and the seesaw at the occupancy count, then the
     16-head kernel at that count divided by each of ``divisors``."""
@@ -84,22 +100,20 @@ def main(shapes=SHAPES, divisors=(1, 2, 4)):
     sm = torch.cuda.get_device_properties(0).multi_processor_count
     gen = torch.Generator(device="cuda").manual_seed(0)
     pool = gc.new_pool(torch.bfloat16, gen)
-    for batch, heads, length in shapes:
-        q, table, lens = gc.uniform_problem(pool, batch, heads, length, gen)
-        occ = occupancy_kv_splits(batch, heads, length, sm)
-        ref_out, _ = gc.reference(q, pool, table, lens, gc.SCALE)
+
+    def cells_of(q, table, lens, occ, ref_out):
         base = gc.Launch(q, pool, table, lens, occ)  # tl and the seesaw, as routed
         cells = [
             f"{path}@{occ} {base.time_us(base.both, path, rep=50):7.1f} "
             f"({error(base, path, ref_out):.0e})"
             for path in ("tl", "gluon")
         ]
+        del base
         splits = sorted({max(1, occ // d) for d in divisors}, reverse=True)
         launch = functools.partial(h16_launch, q, pool, table, lens)
-        cells += timed_cells(launch, splits, ref_out)
-        print(f"B={batch:3d} H={heads} L={length:5d} | " + " | ".join(cells), flush=True)
-        del base, q, table, lens, ref_out
-        torch.cuda.empty_cache()
+        return cells + timed_cells(launch, splits, ref_out)
+
+    print_rows(pool, gen, sm, shapes, cells_of)
 
 
 if __name__ == "__main__":

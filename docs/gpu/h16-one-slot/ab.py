@@ -22,9 +22,7 @@ import tempfile
 import ab_seesaw
 import gluon_check as gc
 import torch
-from ab_small import h16_launch, routed_cell, timed_cells
-
-from mla_jax.splits import occupancy_kv_splits
+from ab_small import h16_launch, print_rows, routed_cell, timed_cells
 
 SHAPES = [(16, 32, 1024), (16, 64, 1024), (16, 16, 1024), (4, 32, 4096), (4, 64, 4096)]
 SHAPES += [(16, 16, 4096), (64, 16, 4096), (16, 32, 4096), (64, 32, 1024), (1, 32, 16384)]
@@ -39,18 +37,15 @@ def main():
     pool = gc.new_pool(torch.bfloat16, gen)
     with tempfile.TemporaryDirectory() as folder:
         one_slot = ab_seesaw.load_variant("one_slot", [PATCH], folder)
-        for batch, heads, length in SHAPES:
-            q, table, lens = gc.uniform_problem(pool, batch, heads, length, gen)
-            occ = occupancy_kv_splits(batch, heads, length, sm)
-            ref_out, _ = gc.reference(q, pool, table, lens, gc.SCALE)
+        variants = (("two-slot", None), ("one-slot", one_slot.mla_decode_stage1_gluon_h16))
+
+        def cells_of(q, table, lens, occ, ref_out):
             cells = [routed_cell(q, pool, table, lens, sm, ref_out)]
             splits = sorted({occ, max(1, occ // 2)}, reverse=True)
-            variants = (("two-slot", None), ("one-slot", one_slot.mla_decode_stage1_gluon_h16))
             launch = functools.partial(h16_launch, q, pool, table, lens)
-            cells += timed_cells(launch, splits, ref_out, variants)
-            print(f"B={batch:3d} H={heads} L={length:5d} | " + " | ".join(cells), flush=True)
-            del q, table, lens, ref_out
-            torch.cuda.empty_cache()
+            return cells + timed_cells(launch, splits, ref_out, variants)
+
+        print_rows(pool, gen, sm, SHAPES, cells_of)
 
 
 if __name__ == "__main__":

@@ -20,9 +20,7 @@ import tempfile
 import ab_seesaw
 import gluon_check as gc
 import torch
-from ab_small import timed_cells
-
-from mla_jax.splits import occupancy_kv_splits
+from ab_small import print_rows, timed_cells
 
 SHAPES = [(128, 16, 16384), (64, 16, 16384), (128, 16, 4096), (64, 16, 4096), (16, 16, 16384)]
 SHAPES += [(16, 16, 4096), (4, 16, 16384), (1, 16, 16384), (16, 32, 4096), (128, 32, 16384)]
@@ -36,17 +34,14 @@ def main():
     pool, kv_scale = gc.quantize_fp8(gc.new_pool(torch.bfloat16, gen))
     with tempfile.TemporaryDirectory() as folder:
         deep = ab_seesaw.load_variant("deep_ring", [PATCH], folder)
-        for batch, heads, length in SHAPES:
-            q, table, lens = gc.uniform_problem(pool, batch, heads, length, gen, torch.bfloat16)
-            occ = occupancy_kv_splits(batch, heads, length, sm)
-            ref_out, _ = gc.reference(q, pool, table, lens, gc.SCALE, kv_scale)
+        variants = (("two-stage", None), ("four-stage", deep.mla_decode_stage1_gluon_fp8_h16))
+
+        def cells_of(q, table, lens, occ, ref_out):
             splits = sorted({occ, max(1, occ // 2)}, reverse=True)
-            variants = (("two-stage", None), ("four-stage", deep.mla_decode_stage1_gluon_fp8_h16))
             launch = functools.partial(gc.Launch, q, pool, table, lens, kv_scale=kv_scale)
-            cells = timed_cells(launch, splits, ref_out, variants)
-            print(f"B={batch:3d} H={heads} L={length:5d} | " + " | ".join(cells), flush=True)
-            del q, table, lens, ref_out
-            torch.cuda.empty_cache()
+            return timed_cells(launch, splits, ref_out, variants)
+
+        print_rows(pool, gen, sm, SHAPES, cells_of, torch.bfloat16, kv_scale)
 
 
 if __name__ == "__main__":

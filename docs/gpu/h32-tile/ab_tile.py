@@ -19,9 +19,7 @@ import sys
 
 import gluon_check as gc
 import torch
-from ab_small import h16_launch, routed_cell, timed_cells
-
-from mla_jax.splits import occupancy_kv_splits
+from ab_small import h16_launch, print_rows, routed_cell, timed_cells
 
 SHAPES = [(b, 32, n) for b in (1, 4, 16, 64, 128) for n in (1024, 4096, 16384)]
 SHAPES += [(1, 32, 65536), (4, 32, 65536)]
@@ -43,10 +41,8 @@ def main(shapes=SHAPES, divisors=None):
     sm = torch.cuda.get_device_properties(0).multi_processor_count
     gen = torch.Generator(device="cuda").manual_seed(0)
     pool = gc.new_pool(torch.bfloat16, gen)
-    for batch, heads, length in shapes:
-        q, table, lens = gc.uniform_problem(pool, batch, heads, length, gen)
-        occ = occupancy_kv_splits(batch, heads, length, sm)
-        ref_out, _ = gc.reference(q, pool, table, lens, gc.SCALE)
+
+    def cells_of(q, table, lens, occ, ref_out):
         cells = [routed_cell(q, pool, table, lens, sm, ref_out)]
         if divisors is None:
             counts = {min(gc.MAX_SPLITS, 2 * occ), occ, max(1, occ // 2)}
@@ -54,10 +50,9 @@ def main(shapes=SHAPES, divisors=None):
             counts = {max(1, occ // d) for d in divisors}
         splits = sorted(counts, reverse=True)
         launch = functools.partial(h16_launch, q, pool, table, lens, tile=TILE)
-        cells += timed_cells(launch, splits, ref_out, (("h32tile", None),))
-        print(f"B={batch:3d} H={heads} L={length:5d} | " + " | ".join(cells), flush=True)
-        del q, table, lens, ref_out
-        torch.cuda.empty_cache()
+        return cells + timed_cells(launch, splits, ref_out, (("h32tile", None),))
+
+    print_rows(pool, gen, sm, shapes, cells_of)
 
 
 if __name__ == "__main__":
