@@ -128,7 +128,11 @@ def build_report(heads=128, dtype="bf16", kv="same", splits=4, batch_tokens=None
     (ptxas -v), SASS opcodes, shared memory and global scratch from the metadata, and
     the PTX's barriers and warpgroup MMA waits."""
     tokens = None if batch_tokens is None else int(batch_tokens)
-    compiled = compile_sm90(heads, dtype, kv, int(splits), batch_tokens=tokens)
+    return compiled_report(compile_sm90(heads, dtype, kv, int(splits), batch_tokens=tokens))
+
+
+def compiled_report(compiled):
+    """``build_report``'s counts for any sm_90 build (a ``CompiledKernel``)."""
     ptx = compiled.asm["ptx"]
     with tempfile.TemporaryDirectory() as tmp:
         ptx_path = os.path.join(tmp, "k.ptx")
