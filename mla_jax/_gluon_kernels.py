@@ -354,7 +354,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from mla_jax import kernels
+from mla_jax import _tiling, kernels
 
 BLOCK_H = 64
 BLOCK_N = 64
@@ -384,8 +384,16 @@ SIXTEEN_BIT = ("bfloat16", "float16")
 # 13-31% slower at more (docs/performance.md, "The 16-head kernel at 32 heads").
 # There the same kernel with one 32-head tile a row (``small_block_h``) at the
 # occupancy rule's count against the seesaw: 4-10% faster at all 11 H=32 sweep shapes
-# above 16384 tokens (docs/performance.md, "A 32-head tile").
+# above 16384 tokens (docs/performance.md, "A 32-head tile"). At 64 heads the same
+# bound: two 32-head tiles a row against the seesaw (or the tl kernel), 3-25% faster at
+# all 15 shapes of at most 16384 tokens measured (two of them within 2%: 8/64/2048,
+# 32/64/512), 3-11% slower at the five above (docs/performance.md, "32-head tiles at 64
+# and 128 heads").
 SMALL_HEADS_BATCH_TOKENS = 16384
+# At 128 heads, four 32-head tiles a row up to this many tokens: 6-24% faster than the
+# seesaw at the four such shapes measured (1/128/1024, 1/128/4096, 2/128/2048,
+# 4/128/1024), 15-19% slower at the four of 16384 tokens (same section).
+WIDE_HEADS_BATCH_TOKENS = 4096
 FP8 = "float8_e4m3fn"  # mla_jax.cache.FP8_DTYPE's name
 # The tl kernels' constants, one definition (gl.constexpr is tl.constexpr).
 _LOG2E = kernels._LOG2E
@@ -456,42 +464,58 @@ def small_heads(kv_dtype: str | None, num_heads: int, batch_tokens: int | None =
     """Whether the problem runs a 16-head kernel (tokens on the MMAs' M): on an fp8
     cache (``kv_dtype`` a name) under ``BLOCK_H`` heads,
     ``mla_decode_stage1_gluon_fp8_h16``; on a 16-bit one (``kv_dtype`` its name, or
-    None) under ``BLOCK_H // 2`` heads, or at exactly ``BLOCK_H // 2`` where
-    ``batch_tokens`` (``_tiling.head_tile``'s: the step's rows times its longest row,
-    known at trace time; None where it is not) is known,
-    ``mla_decode_stage1_gluon_h16`` (its tile: ``small_block_h``)."""
+    None) ``mla_decode_stage1_gluon_h16`` (its tile: ``small_block_h``) under
+    ``BLOCK_H // 2`` heads, and where ``batch_tokens`` (``_tiling.head_tile``'s: the
+    step's rows times its longest row, known at trace time; None where it is not) is
+    known at exactly ``BLOCK_H // 2`` heads, at ``BLOCK_H`` in a step of at most
+    ``SMALL_HEADS_BATCH_TOKENS`` tokens and at ``2 * BLOCK_H`` in one of at most
+    ``WIDE_HEADS_BATCH_TOKENS``."""
     if kv_dtype == FP8:
         return num_heads < BLOCK_H
-    return num_heads < BLOCK_H // 2 or (num_heads == BLOCK_H // 2 and batch_tokens is not None)
+    if num_heads < BLOCK_H // 2:
+        return True
+    if batch_tokens is None:
+        return False
+    if num_heads == BLOCK_H // 2:
+        return True
+    if num_heads == BLOCK_H:
+        return batch_tokens <= SMALL_HEADS_BATCH_TOKENS
+    return num_heads == 2 * BLOCK_H and batch_tokens <= WIDE_HEADS_BATCH_TOKENS
 
 
 def small_block_h(kv_dtype: str | None, num_heads: int, batch_tokens: int | None = None) -> int:
-    """The heads of a 16-head kernel's tile (``small_heads``): ``SMALL_BLOCK_H``, but
-    ``BLOCK_H // 2`` (one tile a row) at exactly that many heads on a 16-bit cache in a
-    step of more than ``SMALL_HEADS_BATCH_TOKENS`` tokens."""
-    wide = (
-        kv_dtype != FP8
-        and num_heads == BLOCK_H // 2
-        and batch_tokens is not None
-        and batch_tokens > SMALL_HEADS_BATCH_TOKENS
+    """The heads of a 16-head kernel's tile (where ``small_heads``): on a 16-bit cache
+    ``BLOCK_H // 2`` from that many heads on (one 32-head tile a row at 32 heads, two at
+    64, four at 128), but ``SMALL_BLOCK_H`` at 32 heads in a step of at most
+    ``SMALL_HEADS_BATCH_TOKENS`` tokens (two 16-head tiles a row); on an fp8 cache and
+    under 32 heads ``SMALL_BLOCK_H``."""
+    if kv_dtype == FP8 or num_heads < BLOCK_H // 2:
+        return SMALL_BLOCK_H
+    two_small = num_heads == BLOCK_H // 2 and (
+        batch_tokens is None or batch_tokens <= SMALL_HEADS_BATCH_TOKENS
     )
-    return BLOCK_H // 2 if wide else SMALL_BLOCK_H
+    return SMALL_BLOCK_H if two_small else BLOCK_H // 2
 
 
 def split_divisor(kv_dtype: str | None, num_heads: int, batch_tokens: int | None = None) -> int:
     """How many times fewer splits than the occupancy rule plans the Gluon stage 1
-    (``kernel_for``) may need: 2 for the 16-bit 16-head kernel at 16-head tiles, which
-    holds one CTA an SM (168 KB of shared memory) where the rule counts two 16-head
-    programs (the tl tile's, ``_tiling.programs_per_sm``), so that its programs fill
-    one wave where the rule's fill two (``_triton_backend.gluon_split_divisor`` applies
-    it where the rule's grid holds more programs than SMs); else 1 (at a 32-head tile
-    the rule counts one program an SM, as many as run). On the H200, both stages at
-    that count against the tl kernel at the rule's: 4-19% faster at 14 shapes; at the
-    rule's count where the grid holds two programs an SM, up to 16% slower
-    (``docs/performance.md``, "A Gluon stage 1 for a 16-bit cache at 16 heads").
-    ``batch_tokens`` as in ``small_heads``."""
-    halves = kv_dtype != FP8 and small_heads(kv_dtype, num_heads, batch_tokens)
-    return 2 if halves and small_block_h(kv_dtype, num_heads, batch_tokens) == SMALL_BLOCK_H else 1
+    (``kernel_for``) may need: for the 16-bit 16-head kernel, which holds one CTA an SM
+    (168-189 KB of shared memory), the waves its grid takes where the rule's grid fills
+    one (``_tiling``: the tl kernel's tile, two 16-head programs an SM or one wider
+    one): its tiles a row times the rule's programs an SM over the rule's tiles a row;
+    2 at 16 heads, at 32 with 16-head tiles and at 64 above ``_tiling.SMALL_BATCH_TOKENS``
+    tokens, else 1 (``_triton_backend.gluon_split_divisor`` applies it where the rule's
+    grid holds more of its programs than SMs). 1 for the other kernels (the seesaw's
+    64-head tile is the rule's; the fp8 16-head kernel holds two CTAs an SM). On the
+    H200, the 16-head kernel at 16 heads at that count against the tl kernel at the
+    rule's, both stages: 4-19% faster at 14 shapes; at the rule's count where the grid
+    holds two programs an SM, up to 16% slower (``docs/performance.md``, "A Gluon stage
+    1 for a 16-bit cache at 16 heads"). ``batch_tokens`` as in ``small_heads``."""
+    if kv_dtype == FP8 or not small_heads(kv_dtype, num_heads, batch_tokens):
+        return 1
+    tiles = -(-num_heads // small_block_h(kv_dtype, num_heads, batch_tokens))
+    resident = _tiling.programs_per_sm(num_heads, batch_tokens)
+    return max(1, tiles * resident // _tiling.head_tiles(num_heads, batch_tokens))
 
 
 def uses_fp8_mma(kv_dtype: str | None, num_heads: int, fp8_mma: bool) -> bool:

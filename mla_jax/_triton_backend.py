@@ -45,11 +45,15 @@ FP8_SMALL_HEADS_MIN_SPLIT_TOKENS = 64
 # measured with splits of 128 tokens or more (docs/performance.md, "A Gluon stage 1
 # for a 16-bit cache at 16 heads"); at 64 tokens measured once (1/16/4096, 3%).
 SIXTEEN_BIT_SMALL_HEADS_MIN_SPLIT_TOKENS = 128
-# The same kernel at 32 heads (``_gluon_kernels.small_heads``: small steps only), against
-# the tl stage 1 that runs there under 128 tokens a split, both stages: 1.26-1.36x at 64 tokens
-# a split (1/32/1024 7.2 against 9.8 µs, 4/32/1024 8.0 against 10.4, 1/32/4096 9.1
-# against 11.5; docs/performance.md, "The 16-head kernel at 32 heads").
-SIXTEEN_BIT_TWO_TILES_MIN_SPLIT_TOKENS = 64
+# The same kernel at several tiles a row (``_gluon_kernels.small_heads``: small steps
+# only; two 16-head tiles at 32 heads, two or four 32-head tiles at 64 and 128), against
+# the tl stage 1 that runs there under 128 tokens a split, both stages: 1.26-1.36x at 64
+# tokens a split (1/32/1024 7.2 against 9.8 µs, 4/32/1024 8.0 against 10.4, 1/32/4096
+# 9.1 against 11.5; docs/performance.md, "The 16-head kernel at 32 heads"); 1.2-1.3x
+# at 64 heads (1/64/1024 9.1 against 12.1, 2/64/1024 9.4 against 12.3, 4/64/1024 10.7
+# against 13.2) and at 128 (1/128/1024 9.3 against 12.2; "32-head tiles at 64 and 128
+# heads").
+SIXTEEN_BIT_MANY_TILES_MIN_SPLIT_TOKENS = 64
 # The same kernel at one 32-head tile a row (``_gluon_kernels.small_block_h``: larger
 # steps), where it replaced the seesaw: measured from 512 tokens a split; the seesaw's
 # bound, so that it runs where the seesaw ran.
@@ -83,39 +87,37 @@ def gluon_split_divisor(
     (``_gluon_kernels.supports``), and splits of at least ``SEESAW_MIN_SPLIT_TOKENS``
     tokens (``FP8_SMALL_HEADS_MIN_SPLIT_TOKENS`` for the fp8 16-head kernel,
     ``SIXTEEN_BIT_SMALL_HEADS_MIN_SPLIT_TOKENS`` for the 16-bit one at 16 heads,
-    ``SIXTEEN_BIT_TWO_TILES_MIN_SPLIT_TOKENS`` at 32 heads in two tiles,
+    ``SIXTEEN_BIT_MANY_TILES_MIN_SPLIT_TOKENS`` at several tiles a row,
     ``SIXTEEN_BIT_WIDE_TILE_MIN_SPLIT_TOKENS`` in one) when a row holds ``max_tokens``;
     ``batch_tokens`` (``decode``'s, None off the occupancy rule) picks the 16-bit one
-    and its tile at 32 heads (``_gluon_kernels.small_heads``,
+    and its tile from 32 heads (``_gluon_kernels.small_heads``,
     ``_gluon_kernels.small_block_h``). The 16-bit 16-head kernel runs only on an
-    occupancy rule's count (planned for ``occupancy_sms`` SMs; None: another rule's),
-    which counts two 16-head programs an SM where it holds one: where the grid's
-    programs exceed one an SM, at half the count (``grid_splits`` at least 2: as many
-    waves as the rule planned), else at the count itself (already one wave: the rule
-    capped it). At twice the programs an SM fits, or under vLLM's rule, it is not the
-    faster one.
+    occupancy rule's count (planned for ``occupancy_sms`` SMs; None: another rule's);
+    where the rule's grid takes its programs in twice the waves it planned
+    (``_gluon_kernels.split_divisor``), and they exceed one an SM, at half the count
+    (``grid_splits`` at least 2: as many waves as the rule planned), else at the count
+    itself (already one wave: the rule capped it). At twice the programs an SM fits, or
+    under vLLM's rule, it is not the faster one.
     """
     kv_page_stride, kv_row_stride = _strides(kv_cache)[:2]
     num_heads = q_nope.shape[1]
     kv_dtype = jnp.dtype(kv_cache.dtype).name
     divisor = _gluon_kernels.split_divisor(kv_dtype, num_heads, batch_tokens)
+    tile = _gluon_kernels.small_block_h(kv_dtype, num_heads, batch_tokens)
     if not _gluon_kernels.small_heads(kv_dtype, num_heads, batch_tokens):
         min_tokens = SEESAW_MIN_SPLIT_TOKENS
     elif kv_dtype == _gluon_kernels.FP8:
         min_tokens = FP8_SMALL_HEADS_MIN_SPLIT_TOKENS
-    elif (
-        _gluon_kernels.small_block_h(kv_dtype, num_heads, batch_tokens)
-        > _gluon_kernels.SMALL_BLOCK_H
-    ):
+    elif num_heads > tile:
+        min_tokens = SIXTEEN_BIT_MANY_TILES_MIN_SPLIT_TOKENS
+    elif tile > _gluon_kernels.SMALL_BLOCK_H:
         min_tokens = SIXTEEN_BIT_WIDE_TILE_MIN_SPLIT_TOKENS
-    elif num_heads > _gluon_kernels.SMALL_BLOCK_H:
-        min_tokens = SIXTEEN_BIT_TWO_TILES_MIN_SPLIT_TOKENS
     else:
         min_tokens = SIXTEEN_BIT_SMALL_HEADS_MIN_SPLIT_TOKENS
     if divisor > 1:
         if occupancy_sms is None:
             return None
-        programs = q_nope.shape[0] * -(-num_heads // _gluon_kernels.SMALL_BLOCK_H)
+        programs = q_nope.shape[0] * -(-num_heads // tile)
         if programs * grid_splits <= occupancy_sms:
             divisor = 1
         elif grid_splits < divisor:

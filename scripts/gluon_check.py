@@ -12,7 +12,7 @@ With one split stage 1 writes out / lse itself (no stage 2): the Gluon output is
 compared with the tl one, and the buffer must stay NaN.
 Cases: bf16 and fp16, H in {16, 32, 64, 128} (each with the kernel ``mla_decode`` picks
 for the problem's tokens: at 32 heads the 16-head kernel's two 16-head tiles or one
-32-head tile, ``small_block_h``), B in {1, 4, 16, 128}, L in {1024, 4096, 16384};
+32-head tile, at 64 and 128 in small steps its 32-head tiles, ``small_block_h``), B in {1, 4, 16, 128}, L in {1024, 4096, 16384};
 ragged batches (zero lengths, lengths off the 64 grid, one past the table's capacity,
 rows past each length NaN, an out-of-range page index in the table) at several split
 counts, H = 96 too. Then times tl vs Gluon stage 1, each followed by the same stage 2,
@@ -128,8 +128,9 @@ CROSSOVER_FP8 = [
     (16, 128, 4096),
 ]
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
-# A 16-bit cache's checks: the 16-bit 16-head kernel (at 32 heads in small steps: two
-# tiles a row), the seesaw (half its tile at 32 heads in larger steps, its tile, two).
+# A 16-bit cache's checks: the 16-bit 16-head kernel (at 32 heads two 16-head tiles a row
+# or one 32-head tile; at 64 and 128 in small steps two and four 32-head tiles), the
+# seesaw (its tile, two).
 SIXTEEN_BIT_HEADS = (16, 32, 64, 128)
 FP8_MAX = 448.0  # mla_jax.cache.FP8_MAX
 

@@ -328,29 +328,31 @@ H16_BF16_Q_COPIES, H16_BF16_BLOCK_COPIES = 9, 36
 
 
 @pytest.mark.parametrize(
-    "heads, dtype, splits, batch_tokens",
+    "heads, dtype, splits, batch_tokens, tile, divisor",
     [
-        (16, "bf16", 4, None),
-        (16, "fp16", 4, None),
-        (16, "bf16", 1, None),
-        (32, "bf16", 4, 65536),  # one 32-head tile a row
-        (32, "fp16", 1, 65536),
+        (16, "bf16", 4, None, 16, 2),
+        (16, "fp16", 4, None, 16, 2),
+        (16, "bf16", 1, None, 16, 2),
+        (32, "bf16", 4, 65536, 32, 1),  # one 32-head tile a row
+        (32, "fp16", 1, 65536, 32, 1),
+        (128, "bf16", 4, 4096, 32, 1),  # four 32-head tiles a row
     ],
 )
-def test_gluon_h16_stage1_sm90_build(heads, dtype, splits, batch_tokens, tmp_path):
+def test_gluon_h16_stage1_sm90_build(heads, dtype, splits, batch_tokens, tile, divisor, tmp_path):
     """The 16-head kernel for a 16-bit cache, at its 16-head tile and at the 32-head
     one (``small_block_h``): one warpgroup; tokens on the warpgroup MMA's M, the fp8
     kernel's 68 HGMMA a block (N the tile's heads), all from shared memory (no register
     A: nothing to widen); Q and the blocks by 16-byte cp.async, all landed before a
     block is read (``wait_group 0``), no global loads of them; the softmax's CTA vote;
     no spills, no global scratch; one CTA an SM by shared memory, which the split count
-    it takes assumes (``split_divisor``: half the rule's at 16-head tiles, which it
-    counts two an SM; the rule's at 32, which it counts one), two by registers."""
+    it takes assumes (``split_divisor``: half the rule's at 16 heads, which it counts
+    two 16-head programs an SM; the rule's at one 32-head tile a row, which it counts
+    one, and at four in a small step, where it counts eight 16-head programs, two an
+    SM), two by registers."""
     from mla_jax import _gluon_kernels as gk
 
     r = child_build_report(tmp_path, heads, dtype, "same", splits, batch_tokens)
-    tile = gk.small_block_h("bfloat16", heads, batch_tokens)
-    assert tile == heads
+    assert gk.small_block_h("bfloat16", heads, batch_tokens) == tile
     check_common(r, num_warps=4)
     assert r["hgmma"] == H16_S_HGMMA + H16_PV_HGMMA and r["hgmma_register_a"] == 0, r
     q_copies = H16_BF16_Q_COPIES * tile // gk.SMALL_BLOCK_H
@@ -359,7 +361,7 @@ def test_gluon_h16_stage1_sm90_build(heads, dtype, splits, batch_tokens, tmp_pat
     assert r["ldg128"] == 0, r
     assert r["cta_barriers_in_loops"] <= 3 and r["bar_red_or"] == 1, r
     assert 2 * (r["shared"] + CTA_RESERVED_SHARED) > SM90_SHARED_PER_SM, r
-    assert gk.split_divisor("bfloat16", heads, batch_tokens) == (2 if tile == 16 else 1)
+    assert gk.split_divisor("bfloat16", heads, batch_tokens) == divisor
     assert 2 * 128 * r["registers"] <= SM90_REGISTERS, r
 
 
@@ -452,19 +454,31 @@ def test_supports_and_kernel_for():
     # At exactly 32 heads on a 16-bit cache with the step's tokens known, the 16-bit
     # 16-head kernel: at 16-head tiles (halving) in a step of at most
     # SMALL_HEADS_BATCH_TOKENS tokens, at one 32-head tile (the rule's count) in a larger
-    # one; with the count unknown, the seesaw.
+    # one; with the count unknown, the seesaw. At 64 heads two 32-head tiles up to
+    # SMALL_HEADS_BATCH_TOKENS, at 128 four up to WIDE_HEADS_BATCH_TOKENS: at the rule's
+    # count where it plans 16-head tiles (up to _tiling.SMALL_BATCH_TOKENS tokens, two
+    # an SM, as many a row as two 32-head tiles make one), at half where it plans one
+    # 64-head tile; the seesaw above and at other head counts.
     small, large = gk.SMALL_HEADS_BATCH_TOKENS, gk.SMALL_HEADS_BATCH_TOKENS + 1
+    wide = gk.WIDE_HEADS_BATCH_TOKENS
     for kv in ("bfloat16", "float16", None):
-        for tokens in (small, large):
-            assert gk.kernel_for(kv, 32, batch_tokens=tokens) is gk.mla_decode_stage1_gluon_h16
-        assert gk.small_block_h(kv, 32, small) == 16 and gk.small_block_h(kv, 32, large) == 32
-        for heads, tokens in ((32, None), (33, 1), (64, 1), (64, large)):
+        for heads, tokens in ((32, small), (32, large), (64, 1), (64, small), (128, wide)):
             kernel = gk.kernel_for(kv, heads, batch_tokens=tokens)
-            assert kernel is gk.mla_decode_stage1_gluon_seesaw
+            assert kernel is gk.mla_decode_stage1_gluon_h16, (heads, tokens)
+        assert gk.small_block_h(kv, 32, small) == 16 and gk.small_block_h(kv, 32, large) == 32
+        assert gk.small_block_h(kv, 64, small) == gk.small_block_h(kv, 128, wide) == 32
+        for heads, tokens in ((32, None), (33, 1), (64, None), (64, large), (96, 1)):
+            kernel = gk.kernel_for(kv, heads, batch_tokens=tokens)
+            assert kernel is gk.mla_decode_stage1_gluon_seesaw, (heads, tokens)
+        assert gk.kernel_for(kv, 128, batch_tokens=wide + 1) is gk.mla_decode_stage1_gluon_seesaw
         assert gk.split_divisor(kv, 32, small) == 2 and gk.split_divisor(kv, 32, large) == 1
+        assert gk.split_divisor(kv, 64, 4096) == 1 and gk.split_divisor(kv, 64, 4097) == 2
+        assert gk.split_divisor(kv, 64, small) == 2 and gk.split_divisor(kv, 128, wide) == 1
+        assert gk.split_divisor(kv, 64, large) == gk.split_divisor(kv, 128, wide + 1) == 1
         assert gk.small_block_h(kv, 16, large) == gk.small_block_h(kv, 31, large) == 16
-    assert gk.small_block_h(gk.FP8, 32, large) == 16
+    assert gk.small_block_h(gk.FP8, 32, large) == gk.small_block_h(gk.FP8, 64, 1) == 16
     assert gk.kernel_for(gk.FP8, 32, batch_tokens=small) is gk.mla_decode_stage1_gluon_fp8_h16
+    assert gk.kernel_for(gk.FP8, 64, batch_tokens=1) is gk.mla_decode_stage1_gluon_seesaw
     assert gk.split_divisor(gk.FP8, 32, small) == 1
     # fp8 MMAs where asked, on an fp8 cache from 64 heads; elsewhere the flag changes
     # nothing.
@@ -630,8 +644,9 @@ H16 = "mla_decode_stage1_gluon_h16"
         (4, 64, 4096, 90, BF16, FP8, SEESAW),  # 32 splits of 128
         (1, 128, 1024, 90, BF16, FP8, TL),  # 16 splits of 64
         (16, 64, 4096, 90, BF16, FP8, SEESAW),  # 8 splits of 512
-        (1, 128, 4096, 90, BF16, None, SEESAW),  # 32 splits of 128
-        (1, 128, 1024, 90, BF16, None, TL),  # 16 splits of 64
+        (1, 128, 4096, 90, BF16, None, H16),  # four 32-head tiles, 32 splits of 128
+        (1, 128, 1024, 90, BF16, None, H16),  # 16 splits of 64
+        (2, 128, 4096, 90, BF16, None, SEESAW),  # 8192 tokens, 32 splits of 128
         (16, 128, 4096, 80, BF16, None, TL),  # not Hopper
         (16, 16, 4096, 90, BF16, None, H16),  # 8 splits of 512 (half the rule's 16)
         (64, 16, 4096, 90, BF16, None, H16),  # 2 splits of 2048
@@ -645,6 +660,11 @@ H16 = "mla_decode_stage1_gluon_h16"
         (16, 32, 16384, 90, BF16, None, H16),  # one 32-head tile, 8 splits of 2048
         (128, 48, 4096, 90, jnp.float16, None, SEESAW),
         (16, 64, 4096, 90, BF16, None, SEESAW),  # 8 splits of 512
+        # 64 heads in a step of at most 16384 tokens: two 32-head tiles a row.
+        (4, 64, 1024, 90, BF16, None, H16),  # 16 splits of 64 (the rule's count)
+        (8, 64, 2048, 90, jnp.float16, None, H16),  # 8 splits of 256 (half the rule's 16)
+        (1, 64, 16384, 90, BF16, None, H16),  # 64 splits of 256 (half the rule's 128)
+        (2, 64, 16384, 90, BF16, None, SEESAW),  # 32768 tokens
         # 32 heads in a step of at most 16384 tokens: two 16-head tiles a row.
         (16, 32, 1024, 90, BF16, None, H16),  # 4 splits of 256 (half the rule's 8)
         (1, 32, 1024, 90, BF16, None, H16),  # 16 splits of 64: one wave already
@@ -673,9 +693,11 @@ def test_stage1_is_the_gluon_kernel_where_it_wins(
     ``_triton_backend.gluon_split_divisor``): the seesaw, on a 16-bit or an fp8 cache
     (the 16-head fp8 kernel on an fp8 cache under 64 heads; the 16-bit 16-head kernel
     on a 16-bit one at 16 heads, and at 32 in a step of at most 16384 tokens, at half
-    the occupancy rule's splits where its grid holds more than a program an SM, with
-    splits of at least 128 tokens at 16 heads, 64 at 32; at 32 heads in a larger step
-    the same kernel at one 32-head tile, at the rule's count, from 128 tokens a split);
+    the occupancy rule's splits where its grid would hold more than a program an SM,
+    with splits of at least 128 tokens at 16 heads, 64 at 32; at 32 heads in a larger
+    step the same kernel at one 32-head tile, at the rule's count, from 128 tokens a
+    split; at 64 heads up to 16384 tokens and at 128 up to 4096 at 32-head tiles, from
+    64 tokens a split);
     else to the tl kernel. Stage 2 is the same either way, and absent where the grid
     has one split."""
     assert lowered_kernels(batch, heads, length, cc, dtype, kv_dtype) == expected_calls(
@@ -707,15 +729,16 @@ def test_fp8_mma_is_the_stage1_where_asked(batch, heads, length, cc, kernel):
 def expected_calls(kernel, batch, heads, length):
     """Stage 1's kernel, then stage 2 where the occupancy grid has more than one split
     (with one, stage 1 writes the output; the 16-bit 16-head kernel takes half the
-    rule's where its grid holds more than a program an SM), but on the seesaw at 2
+    rule's where its grid would hold more than a program an SM), but on the seesaw at 2
     splits (a cluster merges them)."""
     import mla_jax
 
     splits = mla_jax.kv_splits(
         "occupancy", batch=batch, num_heads=heads, max_seq_len=length, sm_count=132
     )
-    sixteen = heads < 32 or batch * length <= 16384  # the 16-head tile, not the 32-head one
-    if kernel == H16 and sixteen and batch * -(-heads // 16) * splits > 132:
+    # The 16-head tile under 32 heads and at 32 in a small step, else the 32-head one.
+    tile = 16 if heads < 32 or (heads == 32 and batch * length <= 16384) else 32
+    if kernel == H16 and batch * -(-heads // tile) * splits > 132:
         splits //= 2
     merged = splits == 1 or (kernel == SEESAW and splits == 2)
     return [kernel] + ([] if merged else ["mla_decode_stage2"])

@@ -439,6 +439,12 @@ def test_fp8_cache_matches_reference_on_dequantised_values(heads, rng):
         # ... and in a larger step one 32-head tile a row, at the rule's count:
         (16, 32, 4096, jnp.bfloat16, "same"),  # 8 splits of 512
         (128, 32, 1024, jnp.float16, "same"),  # 1 split: no stage 2
+        # ... and at 64 heads up to 16384 tokens two 32-head tiles a row, at 128 up to
+        # 4096 four (with a run-time length, at 64 tokens a split, the tl kernel):
+        (4, 64, 1024, jnp.bfloat16, "same"),  # 16 splits of 64 (the rule's count)
+        (8, 64, 2048, jnp.float16, "same"),  # 8 splits of 256 (the rule's 16)
+        (1, 128, 4096, jnp.bfloat16, "same"),  # 32 splits of 128
+        (2, 128, 2048, jnp.float16, "same"),  # 16 splits of 128
         # Two splits: a cluster of two CTAs a row, which merges them (no stage 2):
         (64, 64, 1024, jnp.bfloat16, "same"),
         (32, 96, 4096, jnp.float16, "same"),  # a full tile and a half-masked one
@@ -452,13 +458,14 @@ def test_gluon_stage1_through_mla_decode(batch, heads, length, dtype, cache, max
     """On sm_90, ``mla_decode`` at shapes whose splits are long enough for a Gluon
     kernel (``_triton_backend.gluon_split_divisor``) lowers stage 1 to one (the seesaw
     from 32 heads on either cache, the 16-head fp8 kernel under 64 heads on an fp8 one,
-    the 16-bit 16-head kernel at 16 heads on a 16-bit one, and at 32 with a static
-    ``max_seq_len``: two 16-head tiles a row in a small step, one 32-head tile in a
-    larger one); it
+    the 16-bit 16-head kernel at 16 heads on a 16-bit one, and with a static
+    ``max_seq_len`` at 32 heads, two 16-head tiles a row in a small step, one 32-head
+    tile in a larger one, at 64 and 128 heads in a small step 32-head tiles); it
     matches the float64 reference (on the dequantised cache for fp8) on ragged rows: an
     empty row, page edges, a full row. ``runtime`` leaves ``max_seq_len`` out: the block table's
-    capacity, ``length``, plans the splits. Where the grid has one split stage 1 writes
-    the output and there is no stage 2."""
+    capacity, ``length``, plans the splits (where they hold under 128 tokens, the tl
+    kernel). Where the grid has one split stage 1 writes the output and there is no
+    stage 2."""
     from mla_jax.cache import quantize_fp8
 
     skip_unless_sm90()
@@ -474,18 +481,27 @@ def test_gluon_stage1_through_mla_decode(batch, heads, length, dtype, cache, max
     stage1 = "mla_decode_stage1_gluon_seesaw"
     if cache == "fp8" and heads < 64:
         stage1 = "mla_decode_stage1_gluon_fp8_h16"
-    splits = mla_jax.kv_splits(
-        buffer.policy,
-        batch=batch,
-        num_heads=heads,
-        max_seq_len=length,
-        sm_count=buffer.sm_count,
+    # A run-time length plans the splits with the default head tile.
+    splits = int(
+        mla_jax.kv_splits(
+            buffer.policy,
+            batch=batch,
+            num_heads=heads,
+            max_seq_len=length if max_seq_len == "static" else jnp.int32(length),
+            sm_count=buffer.sm_count,
+        )
     )
-    small_step = heads == 32 and max_seq_len == "static" and batch * length <= 16384
+    if -(-length // splits) < 128 and stage1 == "mla_decode_stage1_gluon_seesaw":
+        stage1 = "mla_decode_stage1"  # the tl kernel: the seesaw's splits are too short
+    # The 16-bit 16-head kernel's tokens a step at 32, 64 and 128 heads, and its tile;
+    # it runs one wave, at half the rule's count where that would fill more.
+    most_tokens = {32: 16384, 64: 16384, 128: 4096}.get(heads, 0)
+    small_step = max_seq_len == "static" and batch * length <= most_tokens
     one_tile = heads == 32 and max_seq_len == "static" and not small_step
+    tile = 32 if heads > 32 or one_tile else 16
     if cache == "same" and (heads == 16 or small_step or one_tile):
         stage1 = "mla_decode_stage1_gluon_h16"
-        if not one_tile and batch * (heads // 16) * splits > buffer.sm_count:
+        if batch * (heads // tile) * splits > buffer.sm_count:
             splits //= 2
     one_split = splits == 1
     # A seesaw's row of 2 splits is one cluster, which merges them (no stage 2).

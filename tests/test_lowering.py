@@ -288,19 +288,24 @@ def test_runtime_split_grid_is_the_batch_bound(policy, batch, heads, want):
 
 
 @pytest.mark.parametrize(
-    "batch, length, grid",
+    "batch, heads, length, grid",
     [
-        (16, 1024, (2, 16, 4)),  # 16384 tokens: the rule's 8 splits halved
-        (1, 1024, (2, 1, 16)),  # 32 programs at the rule's 16: one wave already
-        (4, 16384, (1, 4, 32)),  # 65536 tokens: one 32-head tile, the rule's 32 splits
+        (16, 32, 1024, (2, 16, 4)),  # 16384 tokens: the rule's 8 splits halved
+        (1, 32, 1024, (2, 1, 16)),  # 32 programs at the rule's 16: one wave already
+        (4, 32, 16384, (1, 4, 32)),  # 65536 tokens: one 32-head tile, the rule's 32 splits
+        (4, 64, 1024, (2, 4, 16)),  # two 32-head tiles at the rule's 16 (16-head tiles)
+        (8, 64, 2048, (2, 8, 8)),  # 16384 tokens: the rule's 16 (a 64-head tile) halved
+        (1, 128, 4096, (4, 1, 32)),  # four 32-head tiles at the rule's 32
     ],
 )
-def test_stage1_grid_at_32_heads(batch, length, grid):
-    """On sm_90 at 32 heads with a static ``max_seq_len`` the 16-bit 16-head Gluon
-    kernel runs: in a step of at most ``SMALL_HEADS_BATCH_TOKENS`` tokens two tiles a
-    row, at half the occupancy rule's splits where its grid holds more programs than
-    SMs (``_triton_backend.gluon_split_divisor``); in a larger step one 32-head tile a
-    row at the rule's count."""
+def test_stage1_grid_of_the_16_bit_16_head_kernel_in_wide_heads(batch, heads, length, grid):
+    """On sm_90 at 32, 64 and 128 heads with a static ``max_seq_len`` the 16-bit 16-head
+    Gluon kernel runs in small steps: at 32 heads two 16-head tiles a row in a step of
+    at most ``SMALL_HEADS_BATCH_TOKENS`` tokens and one 32-head tile in a larger one, at
+    64 heads two 32-head tiles up to ``SMALL_HEADS_BATCH_TOKENS``, at 128 four up to
+    ``WIDE_HEADS_BATCH_TOKENS``; at half the occupancy rule's splits where its grid
+    would take twice the waves the rule planned (``_triton_backend.gluon_split_divisor``),
+    else at the rule's count."""
     spec = jax.ShapeDtypeStruct
 
     def step(q, kv, bt, sl, b):
@@ -318,26 +323,28 @@ def test_stage1_grid_at_32_heads(batch, length, grid):
 
     pages = length // 64
     text = export.export(jax.jit(step), platforms=["cuda"], disabled_checks=DISABLED)(
-        spec((batch, 32, 576), jnp.bfloat16),
+        spec((batch, heads, 576), jnp.bfloat16),
         spec((batch * pages, 64, 576), jnp.bfloat16),
         spec((batch, pages), jnp.int32),
         spec((batch,), jnp.int32),
-        buffer_spec(batch, 32, 256, policy="occupancy"),
+        buffer_spec(batch, heads, 256, policy="occupancy"),
     ).mlir_module()
     assert [name for *_, name in kernel_calls(text)] == ["mla_decode_stage1", "mla_decode_stage2"]
+    stage1 = next(line for line in text.splitlines() if "@triton_kernel_call" in line)
+    assert b"mla_decode_stage1_gluon_h16" in backend_config(stage1)
     assert kernel_grids(text)[0] == grid
 
 
 @pytest.mark.parametrize(
     "batch, heads, length, max_seq_len, batch_invariant, tile, splits, page",
     [
-        # Pages of 16 tokens where the splits would hold 128 or more: the seesaw takes
-        # 64-token pages from there (``_triton_backend.gluon_split_divisor``), so the tl kernel's
+        # Pages of 16 tokens: a Gluon kernel takes 64-token pages where the splits hold 64
+        # tokens or more (``_triton_backend.gluon_split_divisor``), so the tl kernel's
         # tile shows only on other pages.
         (1, 128, 4096, 4096, False, 16, 32, 16),  # 4096 tokens: 16-head tiles, 32 splits
-        (1, 128, 1024, 1024, False, 16, 16, 64),  # one split per 64 tokens
+        (1, 128, 1024, 1024, False, 16, 16, 16),  # one split per 64 tokens
         (2, 128, 2048, 2048, False, 16, 16, 16),
-        (1, 64, 4096, 4096, False, 16, 64, 64),
+        (1, 64, 4096, 4096, False, 16, 64, 16),
         (4, 128, 4096, 4096, False, 64, 16, 16),  # 16384 tokens: the default
         (1, 128, 4096, None, False, 64, 64, 64),  # length known only at run time
         (1, 128, 1024, 1000, True, 64, 1, 16),  # batch-invariant: the tile never follows B
