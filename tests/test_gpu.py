@@ -441,10 +441,10 @@ def test_fp8_cache_matches_reference_on_dequantised_values(heads, rng):
         (128, 32, 1024, jnp.float16, "same"),  # 1 split: no stage 2
         # ... and at 64 heads up to 16384 tokens two 32-head tiles a row, at 128 up to
         # 4096 four (with a run-time length, at 64 tokens a split, the tl kernel):
-        (4, 64, 1024, jnp.bfloat16, "same"),  # 16 splits of 64 (the rule's count)
+        (8, 64, 512, jnp.bfloat16, "same"),  # 8 splits of 64 (the rule's count)
         (8, 64, 2048, jnp.float16, "same"),  # 8 splits of 256 (the rule's 16)
-        (1, 128, 4096, jnp.bfloat16, "same"),  # 32 splits of 128
-        (2, 128, 2048, jnp.float16, "same"),  # 16 splits of 128
+        (8, 128, 512, jnp.bfloat16, "same"),  # 4 splits of 128
+        (6, 128, 640, jnp.float16, "same"),  # 4 splits of 160
         # Two splits: a cluster of two CTAs a row, which merges them (no stage 2):
         (64, 64, 1024, jnp.bfloat16, "same"),
         (32, 96, 4096, jnp.float16, "same"),  # a full tile and a half-masked one
