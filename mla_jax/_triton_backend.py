@@ -26,7 +26,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from mla_jax import _gluon_kernels, _launch, kernels
+from mla_jax import _gluon_kernels, _launch, _tiling, kernels
 
 # The seesaw beats the tl stage 1 on the H200 from 128 tokens a split (two 64-token
 # blocks) on, at the split count the tl kernel gets, both stages: on a 16-bit cache
@@ -49,10 +49,10 @@ SIXTEEN_BIT_SMALL_HEADS_MIN_SPLIT_TOKENS = 128
 # only; two 16-head tiles at 32 heads, two or four 32-head tiles at 64 and 128), against
 # the tl stage 1 that runs there under 128 tokens a split, both stages: 1.26-1.36x at 64
 # tokens a split (1/32/1024 7.2 against 9.8 µs, 4/32/1024 8.0 against 10.4, 1/32/4096
-# 9.1 against 11.5; docs/performance.md, "The 16-head kernel at 32 heads"); 1.2-1.3x
-# at 64 heads (1/64/1024 9.1 against 12.1, 2/64/1024 9.4 against 12.3, 4/64/1024 10.7
-# against 13.2) and at 128 (1/128/1024 9.3 against 12.2; "32-head tiles at 64 and 128
-# heads").
+# 9.1 against 11.5; docs/performance.md, "The 16-head kernel at 32 heads"); at 64
+# heads (two 32-head tiles), 4/64/1024 10.4 against 11.2 and 1/64/4096 11.0 against
+# 11.9 ("32-head tiles at 64 and 128 heads"; where the tl kernel's grid holds no more
+# programs than SMs, not run: ``gluon_split_divisor``).
 SIXTEEN_BIT_MANY_TILES_MIN_SPLIT_TOKENS = 64
 # The same kernel at one 32-head tile a row (``_gluon_kernels.small_block_h``: larger
 # steps), where it replaced the seesaw: measured from 512 tokens a split; the seesaw's
@@ -97,7 +97,10 @@ def gluon_split_divisor(
     (``_gluon_kernels.split_divisor``), and they exceed one an SM, at half the count
     (``grid_splits`` at least 2: as many waves as the rule planned), else at the count
     itself (already one wave: the rule capped it). At twice the programs an SM fits, or
-    under vLLM's rule, it is not the faster one.
+    under vLLM's rule, it is not the faster one. Its 32-head tiles, several a row, do
+    not run where the rule planned 16-head programs two an SM but its grid holds no
+    more than SMs: there the tl kernel's programs, each on an SM of its own, are faster
+    (1/64/1024 and 1/128/1024: 7.5 and 7.8 µs against 8.7 and 9.0).
     """
     kv_page_stride, kv_row_stride = _strides(kv_cache)[:2]
     num_heads = q_nope.shape[1]
@@ -114,10 +117,21 @@ def gluon_split_divisor(
         min_tokens = SIXTEEN_BIT_WIDE_TILE_MIN_SPLIT_TOKENS
     else:
         min_tokens = SIXTEEN_BIT_SMALL_HEADS_MIN_SPLIT_TOKENS
+    batch = q_nope.shape[0]
+    if (
+        num_heads > tile > _gluon_kernels.SMALL_BLOCK_H
+        and _tiling.programs_per_sm(num_heads, batch_tokens) > 1
+    ):
+        # 32-head tiles where the rule planned 16-head programs two an SM: where its
+        # grid holds no more of them than SMs (the smallest steps), each has an SM to
+        # itself and the tl kernel is the faster one.
+        rule_programs = batch * _tiling.head_tiles(num_heads, batch_tokens) * grid_splits
+        if occupancy_sms is None or rule_programs <= occupancy_sms:
+            return None
     if divisor > 1:
         if occupancy_sms is None:
             return None
-        programs = q_nope.shape[0] * -(-num_heads // tile)
+        programs = batch * -(-num_heads // tile)
         if programs * grid_splits <= occupancy_sms:
             divisor = 1
         elif grid_splits < divisor:

@@ -645,7 +645,9 @@ H16 = "mla_decode_stage1_gluon_h16"
         (1, 128, 1024, 90, BF16, FP8, TL),  # 16 splits of 64
         (16, 64, 4096, 90, BF16, FP8, SEESAW),  # 8 splits of 512
         (1, 128, 4096, 90, BF16, None, H16),  # four 32-head tiles, 32 splits of 128
-        (1, 128, 1024, 90, BF16, None, H16),  # 16 splits of 64
+        # 16 splits of 64 where the tl kernel's 16-head programs have an SM each:
+        (1, 128, 1024, 90, BF16, None, TL),
+        (1, 64, 1024, 90, BF16, None, TL),
         (2, 128, 4096, 90, BF16, None, SEESAW),  # 8192 tokens, 32 splits of 128
         (16, 128, 4096, 80, BF16, None, TL),  # not Hopper
         (16, 16, 4096, 90, BF16, None, H16),  # 8 splits of 512 (half the rule's 16)
@@ -697,7 +699,8 @@ def test_stage1_is_the_gluon_kernel_where_it_wins(
     with splits of at least 128 tokens at 16 heads, 64 at 32; at 32 heads in a larger
     step the same kernel at one 32-head tile, at the rule's count, from 128 tokens a
     split; at 64 heads up to 16384 tokens and at 128 up to 4096 at 32-head tiles, from
-    64 tokens a split);
+    64 tokens a split, but not where the tl kernel's 16-head grid holds no more programs
+    than SMs);
     else to the tl kernel. Stage 2 is the same either way, and absent where the grid
     has one split."""
     assert lowered_kernels(batch, heads, length, cc, dtype, kv_dtype) == expected_calls(
