@@ -15,8 +15,8 @@ for the problem's tokens: at 32 heads the 16-head kernel's two 16-head tiles or 
 32-head tile, at 64 and 128 in small steps its 32-head tiles, ``small_block_h``), B in
 {1, 4, 16, 128}, L in {1024, 4096, 16384}; ragged batches (zero lengths, lengths off
 the 64 grid, one past the table's capacity, rows past each length NaN, an out-of-range
-page index in the table) at several split counts, H = 96 too. Then times tl vs Gluon stage 1, each followed by the same stage 2,
-with ``triton.testing.do_bench_cudagraph``.
+page index in the table) at several split counts, H = 96 too. Then times tl vs Gluon
+stage 1, each followed by the same stage 2, with ``triton.testing.do_bench_cudagraph``.
 
 fp8 (``float8_e4m3fn``) cache, after the 16-bit dtypes: a bf16 pool quantised with
 one scale as ``mla_jax.cache.quantize_fp8`` does (amax / 448), the scale passed as
