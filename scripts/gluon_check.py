@@ -188,6 +188,7 @@ class Launch:
             block_table_strides=table.stride(),
             buffer_strides=self.buf["tl"].stride(),
         )
+        self.geometry = geometry  # the tl kernel's launch problem, less q's dtype
         self.s1, self.s2 = kernels.launch_params(**geometry, q_dtype=q_dtype)
         fp8 = kv_name == gk.FP8
         # The Gluon kernel mla_decode picks with a static max_seq_len of the longest row.
