@@ -11,9 +11,11 @@ writes them, and so does the seesaw where a cluster merges a row's two splits
 (below). Four kernels (``kernel_for``): ``mla_decode_stage1_gluon_seesaw`` for
 64-head tiles, on a 16-bit cache of q's dtype from 32 heads or a ``float8_e4m3fn``
 one from 64; under those, 16-head tiles, ``mla_decode_stage1_gluon_h16`` on a 16-bit
-cache (also at exactly 32 heads where the step's tokens are known at trace time: in a
-small step two 16-head tiles a row, in a larger one one 32-head tile, ``small_heads``
-and ``small_block_h``) and ``mla_decode_stage1_gluon_fp8_h16`` on an fp8 one; and, only where asked
+cache (also where the step's tokens are known at trace time at exactly 32 heads, in a
+small step two 16-head tiles a row, in a larger one one 32-head tile, and at 64 and
+128 heads in small steps, two and four 32-head tiles: ``small_heads`` and
+``small_block_h``) and ``mla_decode_stage1_gluon_fp8_h16`` on an fp8 one; and, only
+where asked
 (``mla_decode(..., fp8_mma=True)``), on an fp8 cache from 64 heads,
 ``mla_decode_stage1_gluon_fp8_mma``, which rounds q and P to e4m3 and multiplies on
 the fp8 tensor cores (the last section below). What they support is ``supports``:
@@ -144,7 +146,10 @@ widen, so every MMA operand comes from shared memory.
   in a larger step one 32-head tile a row (``BLOCK_H = 32``: N = 32, O^T 128
   registers a thread, 188,928 bytes, one CTA an SM as the occupancy rule counts the
   32-head programs it plans, so at the rule's count), where the seesaw ran ("A
-  32-head tile").
+  32-head tile"); at 64 heads two 32-head tiles a row in a step of at most
+  ``SMALL_HEADS_BATCH_TOKENS`` tokens, at 128 four in one of at most
+  ``WIDE_HEADS_BATCH_TOKENS``, at the count ``split_divisor`` gives ("32-head tiles
+  at 64 and 128 heads").
 * The partials (or the output with one split) are stored from a by-heads layout
   (``convert_layout`` through shared memory), so that a warp writes a head's
   consecutive dims; bf16 for a bf16 q where stage 2 merges them, as the tl kernel's.
@@ -385,10 +390,9 @@ SIXTEEN_BIT = ("bfloat16", "float16")
 # There the same kernel with one 32-head tile a row (``small_block_h``) at the
 # occupancy rule's count against the seesaw: 4-10% faster at all 11 H=32 sweep shapes
 # above 16384 tokens (docs/performance.md, "A 32-head tile"). At 64 heads the same
-# bound: two 32-head tiles a row against the seesaw (or the tl kernel), 3-25% faster at
-# all 15 shapes of at most 16384 tokens measured (two of them within 2%: 8/64/2048,
-# 32/64/512), 3-11% slower at the five above (docs/performance.md, "32-head tiles at 64
-# and 128 heads").
+# bound: two 32-head tiles a row against the seesaw, 1-25% faster at all 15 shapes of
+# at most 16384 tokens measured (8/64/2048 and 32/64/512 within 2%), 3-36% slower at 13
+# of the 15 above (docs/performance.md, "32-head tiles at 64 and 128 heads").
 SMALL_HEADS_BATCH_TOKENS = 16384
 # At 128 heads, four 32-head tiles a row up to this many tokens: 6-24% faster than the
 # seesaw at the four such shapes measured (1/128/1024, 1/128/4096, 2/128/2048,
@@ -436,7 +440,8 @@ def supports(
     ``split_divisor`` halves: at 17-31 heads the tl kernel's 32-head tile is already one
     program an SM, so there is no count to halve) or at least ``BLOCK_H // 2`` (at
     exactly that with the step's tokens known, ``small_heads``, the 16-head kernel
-    again, two 16-head tiles a row or one 32-head tile, ``small_block_h``); above the
+    again, two 16-head tiles a row or one 32-head tile, ``small_block_h``, and so at 64
+    and 128 heads in small steps, on 32-head tiles); above the
     16-head kernels, the seesaw (a tile of 32-63 heads masks the rest
     of its 64 rows: it still does the same work 1.4-1.6x faster than the tl kernel's
     tile, ``docs/gpu/gluon-heads-32-48.log``).
