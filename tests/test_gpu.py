@@ -499,6 +499,11 @@ def test_gluon_stage1_through_mla_decode(batch, heads, length, dtype, cache, max
     small_step = max_seq_len == "static" and batch * length <= most_tokens
     one_tile = heads == 32 and max_seq_len == "static" and not small_step
     tile = 32 if heads > 32 or one_tile else 16
+    # But 32-head tiles, several a row, leave the smallest steps to the tl kernel: where
+    # the rule planned 16-head programs two an SM and their grid fits the SMs.
+    tl_fits = batch * length <= 4096 and batch * (heads // 16) * splits <= buffer.sm_count
+    if heads > 32 and small_step and tl_fits:
+        stage1, small_step = "mla_decode_stage1", False
     if cache == "same" and (heads == 16 or small_step or one_tile):
         stage1 = "mla_decode_stage1_gluon_h16"
         if batch * (heads // tile) * splits > buffer.sm_count:
