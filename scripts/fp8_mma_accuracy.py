@@ -21,6 +21,15 @@ Variants (``VARIANTS``):
   fp8-qk2    q as two e4m3 terms, q_hi + q_lo / 16 (q_hi its e4m3 rounding, q_lo that
              of 16 times what is left; two S MMAs), P in e4m3 (row sum of the
              rounded P)
+  fp8-qk2-pv2  q and P each as two e4m3 terms (P_hi + P_lo / 16; two PV MMAs), the
+             row sum of the two-term P: every MMA in fp8, twice fp8-l-rnd's MMAs
+  fp8-x2     the same with the low terms unscaled (q_lo the e4m3 rounding of what q_hi
+             leaves, P_lo of what P_hi leaves), so that each pair of MMAs accumulates
+             into one accumulator
+  fp8-x2-t4  fp8-x2 with P times 16 under a lazy-rescale threshold of 4 (P then at
+             most 2^8, inside e4m3's range), so that P's low terms stay out of e4m3's
+             subnormals; the factor leaves with the row sum
+  fp8-x2-t2  the same, P times 64 under a threshold of 2
 ``--acc-bits N`` also rounds S's running sum to N significant bits after each 32-deep
 step, a pessimistic model of the fp8 tensor cores' accumulator (DeepSeek-V3's report
 puts it at about 14 bits on the H800).
@@ -42,7 +51,21 @@ BF16 = ml_dtypes.bfloat16
 E4M3_MAX = 448.0
 LORA, ROPE, BLOCK = 512, 64, 64
 RESCALE_THRESHOLD = 8.0  # mla_jax.kernels.RESCALE_THRESHOLD
-VARIANTS = ("current", "fp8-qk", "fp8-qk-pv", "fp8-l-rnd", "fp8-pv", "fp8-qk2")
+VARIANTS = (
+    "current",
+    "fp8-qk",
+    "fp8-qk-pv",
+    "fp8-l-rnd",
+    "fp8-pv",
+    "fp8-qk2",
+    "fp8-qk2-pv2",
+    "fp8-x2",
+    "fp8-x2-t4",
+    "fp8-x2-t2",
+)
+# The lazy rescale's threshold and P's factor of a variant (``RESCALE_THRESHOLD`` and 1
+# where not named).
+P_SCALING = {"fp8-x2-t4": (4.0, 16.0), "fp8-x2-t2": (2.0, 64.0)}
 
 
 def to(x: np.ndarray, dtype) -> np.ndarray:
@@ -80,12 +103,15 @@ def decode(q, kv, scale, variant, acc_bits=None):
         qk, q_scale = to(q, BF16), np.ones((heads, 1))
     else:
         qk, q_scale = quantize_per_head(q)
-    if variant == "fp8-qk2":
+    if variant in ("fp8-qk2", "fp8-qk2-pv2"):
         # S = (q_hi + q_lo / 16) K: the e4m3 rounding of 16 times the remainder.
         qk = qk + to((q / q_scale - qk) * 16.0, E4M3) / 16.0
+    elif variant.startswith("fp8-x2"):
+        qk = qk + to(q / q_scale - qk, E4M3)
     p_dtype = BF16 if variant in ("current", "fp8-qk") else E4M3
-    row_sum_rounded = variant in ("fp8-l-rnd", "fp8-pv", "fp8-qk2")
+    row_sum_rounded = variant not in ("current", "fp8-qk", "fp8-qk-pv")
     qk_scale = scale * np.log2(np.e) * q_scale[:, 0]
+    threshold, p_scale = P_SCALING.get(variant, (RESCALE_THRESHOLD, 1.0))
     m = np.full(heads, -np.inf)
     l_sum = np.zeros(heads)
     acc = np.zeros((heads, LORA))
@@ -93,15 +119,19 @@ def decode(q, kv, scale, variant, acc_bits=None):
         blk = kv[n0 : n0 + BLOCK]
         bits = None if variant in ("current", "fp8-pv") else acc_bits
         s = logits(qk, blk, bits) * qk_scale[:, None]
-        grow = s.max(axis=1) - m > RESCALE_THRESHOLD
+        grow = s.max(axis=1) - m > threshold
         m_new = np.where(grow, s.max(axis=1), m)
         alpha = np.where(grow, np.exp2(m - m_new), 1.0)
         m = m_new
-        p = np.exp2(s - m[:, None])
+        p = np.exp2(s - m[:, None]) * p_scale
         p_r = to(p, p_dtype)
+        if variant == "fp8-qk2-pv2":
+            p_r = p_r + to((p - p_r) * 16.0, E4M3) / 16.0
+        elif variant.startswith("fp8-x2"):
+            p_r = p_r + to(p - p_r, E4M3)
         l_sum = l_sum * alpha + (p_r if row_sum_rounded else p).sum(axis=1)
         acc = acc * alpha[:, None] + p_r @ blk[:, :LORA]
-    return acc / l_sum[:, None], (m + np.log2(l_sum)) * np.log(2)
+    return acc / l_sum[:, None], (m + np.log2(l_sum / p_scale)) * np.log(2)
 
 
 def make_row(rng, heads, length, outliers):
