@@ -75,25 +75,40 @@ def check(name, q, pool8, table, lens, splits, scale):
     print(f"{name:<28} splits={splits:3d} | " + " | ".join(cells), flush=True)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--skip-checks", action="store_true")
-    parser.add_argument("--shapes", default=TIMING, help="BxHxL,... to time")
-    args = parser.parse_args()
+def setup():
+    """Triton's scratch allocator, then ``(sm, gen, pool16, pool8, scale)``: the SM
+    count, a seeded generator, a bf16 pool and the fp8 pool quantised from it (its
+    scale)."""
     gc.give_triton_scratch()
     sm = torch.cuda.get_device_properties(0).multi_processor_count
     gen = torch.Generator(device="cuda").manual_seed(0)
     pool16 = gc.new_pool(torch.bfloat16, gen)
     pool8, scale = gc.quantize_fp8(pool16)
+    return sm, gen, pool16, pool8, scale
+
+
+def check_problems(pool16, gen):
+    """``(name, q, table, lens, splits)`` of each accuracy case: ``CHECKS``' uniform
+    rows, then ragged rows (an empty one, page edges) at three split counts."""
+    problems = [
+        (f"uniform B={b} H={h} L={n}", *gc.uniform_problem(pool16, b, h, n, gen), s)
+        for b, h, n, s in CHECKS
+    ]
+    q, table, _ = gc.uniform_problem(pool16, 5, 128, 16384, gen)
+    lens = torch.tensor([0, 5000, 64 * 7 + 3, 17, 16384], dtype=torch.int32, device="cuda")
+    return problems + [("ragged B=5 H=128", q, table, lens, s) for s in (1, 3, 8)]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--skip-checks", action="store_true")
+    parser.add_argument("--shapes", default=TIMING, help="BxHxL,... to time")
+    args = parser.parse_args()
+    sm, gen, pool16, pool8, scale = setup()
     if not args.skip_checks:
         print("error against float64 (out: relative norm; lse: largest over live rows):")
-        for batch, heads, length, splits in CHECKS:
-            q, table, lens = gc.uniform_problem(pool16, batch, heads, length, gen)
-            check(f"uniform B={batch} H={heads} L={length}", q, pool8, table, lens, splits, scale)
-        q, table, _ = gc.uniform_problem(pool16, 5, 128, 16384, gen)
-        lens = torch.tensor([0, 5000, 64 * 7 + 3, 17, 16384], dtype=torch.int32, device="cuda")
-        for splits in (1, 3, 8):
-            check("ragged B=5 H=128", q, pool8, table, lens, splits, scale)
+        for name, q, table, lens, splits in check_problems(pool16, gen):
+            check(name, q, pool8, table, lens, splits, scale)
     print("time (do_bench_cudagraph, median us; two rounds): stage 1 / both stages")
     for shape in args.shapes.split(","):
         batch, heads, length = (int(v) for v in shape.split("x"))

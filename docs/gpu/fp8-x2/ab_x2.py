@@ -45,22 +45,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--shapes", default=SHAPES, help="BxHxL,... to time")
     args = parser.parse_args()
-    gc.give_triton_scratch()
-    sm = torch.cuda.get_device_properties(0).multi_processor_count
-    gen = torch.Generator(device="cuda").manual_seed(0)
-    pool16 = gc.new_pool(torch.bfloat16, gen)
-    pool8, scale = gc.quantize_fp8(pool16)
+    sm, gen, pool16, pool8, scale = fc.setup()
     with tempfile.TemporaryDirectory() as folder:
         x2 = ab_seesaw.load_variant("x2", [PATCH], folder)
         print("error against float64 (out: relative norm; lse: largest over live rows):")
-        problems = [
-            (f"uniform B={b} H={h} L={n}", *gc.uniform_problem(pool16, b, h, n, gen), s)
-            for b, h, n, s in fc.CHECKS
-        ]
-        q, table, _ = gc.uniform_problem(pool16, 5, 128, 16384, gen)
-        lens = torch.tensor([0, 5000, 64 * 7 + 3, 17, 16384], dtype=torch.int32, device="cuda")
-        problems += [("ragged B=5 H=128", q, table, lens, s) for s in (1, 3, 8)]
-        for name, q, table, lens, splits in problems:
+        for name, q, table, lens, splits in fc.check_problems(pool16, gen):
             ref_out, ref_lse = gc.reference(q, pool8, table, lens, SCALE, scale)
             runs = launches(x2, q, pool16, pool8, table, lens, splits, scale)
             cells = []
