@@ -106,8 +106,9 @@ def gluon_split_divisor(
     num_heads = q_nope.shape[1]
     kv_dtype = jnp.dtype(kv_cache.dtype).name
     divisor = _gluon_kernels.split_divisor(kv_dtype, num_heads, batch_tokens)
+    small = _gluon_kernels.small_heads(kv_dtype, num_heads, batch_tokens)
     tile = _gluon_kernels.small_block_h(kv_dtype, num_heads, batch_tokens)
-    if not _gluon_kernels.small_heads(kv_dtype, num_heads, batch_tokens):
+    if not small:
         min_tokens = SEESAW_MIN_SPLIT_TOKENS
     elif kv_dtype == _gluon_kernels.FP8:
         min_tokens = FP8_SMALL_HEADS_MIN_SPLIT_TOKENS
@@ -119,7 +120,8 @@ def gluon_split_divisor(
         min_tokens = SIXTEEN_BIT_SMALL_HEADS_MIN_SPLIT_TOKENS
     batch = q_nope.shape[0]
     if (
-        num_heads > tile > _gluon_kernels.SMALL_BLOCK_H
+        small
+        and num_heads > tile > _gluon_kernels.SMALL_BLOCK_H
         and _tiling.programs_per_sm(num_heads, batch_tokens) > 1
     ):
         # 32-head tiles where the rule planned 16-head programs two an SM: where its
