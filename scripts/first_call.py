@@ -39,7 +39,8 @@ def main() -> None:
     jax.block_until_ready((out, lse))
     done = time.perf_counter()
     print(
-        f"heads={args.heads} device={jax.devices()[0].device_kind}: imports "
+        f"B={args.batch} H={args.heads} L={args.max_len} "
+        f"device={jax.devices()[0].device_kind}: imports "
         f"{imported - START:.2f} s, inputs {ready - imported:.2f} s, "
         f"first mla_decode {done - ready:.2f} s, process total {done - START:.2f} s"
     )
