@@ -4,9 +4,8 @@
     scripts/dev python scripts/make_notebook_03.py  # then the notebook
 
 merge.sh runs `bench --report-only` on the five parts of our default path and vLLM's in
-docs/benchmarks/parts/ (the small and B 16-64 ones on 7045be7; the B=128 one at H 16 and
-64 on be45d36; the H=32 one and the B=128 one at H 32 and 128 on 4e977bf) and the XLA
-paths of the six in docs/benchmarks/df8ad0c/parts/.
+docs/benchmarks/parts/ (all five on a0930b3, 2026-12-04: docs/gpu/sweep-a0930b3/) and the
+XLA paths of the six in docs/benchmarks/df8ad0c/parts/.
 
 The commentary quotes docs/benchmarks/results.json, comparing paths by their kernel time
 (device_ms) and showing the wall clock beside it; the code cells print the numbers it
@@ -32,14 +31,11 @@ CELLS = [
 # Performance on an H200
 
 What one decode step costs on the GPU, read from the current sweep in
-`docs/benchmarks/results.json` (`python -m mla_jax bench`, 2026-12-03 and 12-04: the
-rows with B ≤ 64 and H ∈ {16, 64, 128} on 7045be7, the H=32 rows and the B=128 rows with
-H ∈ {32, 128} on 4e977bf, the B=128 rows with H ∈ {16, 64} on be45d36; the current code
-runs the kernels they ran at all of them but 1/64/1024 and 1/128/1024, see below; the
-XLA paths from an earlier sweep, see below): NVIDIA H200, 68 shapes with
-B ∈ {1, 4, 16, 64, 128}, H ∈ {16, 32, 64, 128}, L ∈ {1k, 4k, 16k} and L = 64k for
-B ≤ 4; bf16, latent 512 + rope 64, pages of 64 tokens, shuffled block tables. Four
-paths:
+`docs/benchmarks/results.json` (`python -m mla_jax bench`, 2026-12-04: every row of our
+path and vLLM's on a0930b3, the current code; the XLA paths from an earlier sweep, see
+below): NVIDIA H200, 68 shapes with B ∈ {1, 4, 16, 64, 128}, H ∈ {16, 32, 64, 128},
+L ∈ {1k, 4k, 16k} and L = 64k for B ≤ 4; bf16, latent 512 + rope 64, pages of 64
+tokens, shuffled block tables. Four paths:
 
 - **`triton-occupancy`**: our kernels with the occupancy split rule, the library's default
   policy. On sm_90 with a 16-bit cache and H ≥ 32, stage 1 is a Gluon kernel with
@@ -50,7 +46,7 @@ paths:
   (sm_90)"](../docs/performance.md#gluon-stage-1-sm_90)). Where the seesaw runs a row in
   two splits (at B=64 with H=64), the row's two CTAs are one thread-block cluster that
   merges them, and stage 2 is not launched (["A row's two splits merged in a
-  cluster"](../docs/performance.md#a-rows-two-splits-merged-in-a-cluster)). At 40 shapes
+  cluster"](../docs/performance.md#a-rows-two-splits-merged-in-a-cluster)). At 38 shapes
   stage 1 is the 16-bit 16-head Gluon kernel (the tokens on the warpgroup MMA's M, one
   CTA an SM): 14 of the 17 H=16 shapes, one 16-head tile a row, from 128 tokens a split
   ([`docs/performance.md`, "A Gluon stage 1 for a 16-bit cache at 16
@@ -62,38 +58,34 @@ paths:
   holds more on one 32-head tile a row (`BLOCK_H = 32`, `small_block_h`), from 128
   tokens a split, where the seesaw ran before 4e977bf
   ([`docs/gpu/h32-tile/`](../docs/gpu/h32-tile/README.md)); and, on 32-head tiles from
-  64 tokens a split, the 6 H=64 shapes whose step holds at most 16384 tokens (two tiles a
-  row) and the 3 H=128 shapes whose step holds at most 4096 (`WIDE_HEADS_BATCH_TOKENS`;
-  four a row), where the seesaw or the tl kernel ran before 7045be7
-  ([`docs/performance.md`, "32-head tiles at 64 and 128
-  heads"](../docs/performance.md#32-head-tiles-at-64-and-128-heads)). Its split count is
-  the occupancy rule's divided by `split_divisor` (its tiles a row × the rule's programs
-  an SM ÷ the rule's tiles a row: 2 at H=16, at H=32 on 16-head tiles and at H=64 above
-  4096 tokens, where the rule planned one 64-head program a (row, split) and its grid at
-  the rule's count would take two waves; else 1, as where the rule planned 16-head
-  programs two an SM), applied only where its grid at the rule's count holds more
-  programs (B · tiles · splits) than the 132 SMs (`gluon_split_divisor`): half the
-  rule's count at 18 of the 40 shapes (12 at H=16, 3 at H=32, 3 at H=64), the rule's
-  count at the others. At the other 3 stage 1 is the Triton (`tl`) kernel: 1/16/1024,
-  1/16/4096 and 4/16/1024, whose splits hold one 64-token block, under the 128 tokens
-  the 16-head kernel takes at H=16. A step with a static `max_seq_len` and at most 4096
-  tokens in its batch runs the tl kernel on 16-head tiles at any H where no Gluon kernel
-  takes it: of the 12 such shapes, those 3; the other 9 ran the 16-bit 16-head kernel,
-  three each at H=32, 64 and 128;
+  64 tokens a split, 5 of the 6 H=64 shapes whose step holds at most 16384 tokens (two
+  tiles a row) and 2 of the 3 H=128 shapes whose step holds at most 4096
+  (`WIDE_HEADS_BATCH_TOKENS`; four a row), where the seesaw or the tl kernel ran before
+  7045be7 ([`docs/performance.md`, "32-head tiles at 64 and 128
+  heads"](../docs/performance.md#32-head-tiles-at-64-and-128-heads)). Those tiles do not
+  run where the rule planned 16-head programs two an SM (B·L ≤ 4096) and their grid
+  (B · H/16 · splits) holds no more programs than the 132 SMs: there each tl program has
+  an SM to itself, and the tl stage 1 is the faster (`gluon_split_divisor`; both stages
+  in CUDA graphs, 7.8 against 9.1 µs at 1/64/1024 and 8.1 against 9.4 µs at
+  1/128/1024:
+  [`docs/gpu/h64-tile/logs/ab-tl.log`](../docs/gpu/h64-tile/logs/ab-tl.log)). Its
+  split count is the occupancy rule's divided by `split_divisor` (its tiles a row × the
+  rule's programs an SM ÷ the rule's tiles a row: 2 at H=16, at H=32 on 16-head tiles
+  and at H=64 above 4096 tokens, where the rule planned one 64-head program a (row,
+  split) and its grid at the rule's count would take two waves; else 1, as where the
+  rule planned 16-head programs two an SM), applied only where its grid at the rule's
+  count holds more programs (B · tiles · splits) than the 132 SMs
+  (`gluon_split_divisor`): half the rule's count at 18 of the 38 shapes (12 at H=16, 3
+  at H=32, 3 at H=64), the rule's count at the others. At the other 5 stage 1 is the
+  Triton (`tl`) kernel, all with splits of one 64-token block: 1/16/1024, 1/16/4096 and
+  4/16/1024, under the 128 tokens the 16-head kernel takes at H=16, and 1/64/1024 and
+  1/128/1024 (16 splits), where the 32-head tiles give way to it. A step with a static
+  `max_seq_len` and at most 4096 tokens in its batch runs the tl kernel on 16-head tiles
+  at any H where no Gluon kernel takes it: of the 12 such shapes, those 5; the other 7
+  run the 16-bit 16-head kernel, three at H=32 and two each at H=64 and 128;
 - **`xla`**: the same two-stage algorithm in plain jnp; **`dense`**: plain JAX
   gather + einsum;
 - **`vllm`**: vLLM's own `decode_attention_fwd` kernels (see `docs/vllm_kernel.md`).
-
-**Two rows are not what the current code runs.** Since 55b967b the 32-head tiles,
-several a row, do not run where the rule planned 16-head programs two an SM (B·L ≤
-4096) but their grid (B · H/16 · splits) holds no more programs than SMs: there each tl
-program has an SM to itself, and the tl stage 1 runs, as before 7045be7. Of the sweep's
-shapes that is 1/64/1024 and 1/128/1024 (16 splits of 64 tokens), whose rows here are
-7045be7's 32-head tiles: 8.7 and 9.0 µs of kernel time, against the tl kernel's 7.5 and
-7.8 µs in the sweep before. The counts in this notebook are the sweep's; the current
-code runs the 16-bit 16-head kernel at 38 of the 68 shapes and the tl stage 1 at 5. A
-re-run of part 1 on the final tree is prepared for the next GPU lease
-([`docs/gpu/h64-tile/run5.sh`](../docs/gpu/h64-tile/run5.sh)).
 
 Our kernels with vLLM's split rule (the `triton` path, whose splits hold 512 tokens) were
 not timed in this sweep; their latest numbers, on the kernels of c11b1c4, are in
@@ -129,59 +121,49 @@ not timed in this sweep; their latest numbers, on the kernels of c11b1c4, are in
   K is 5–20 (about 2 ms a run), median of 3 repeats. Below about 40 µs a call the
   host's dispatch, not the GPU, sets the JAX paths' wall time, and it moves from run to
   run: three runs in new processes read 1/16/1024 at 31.7, 30.4 and 35.8 µs and
-  1/128/1024 at 40.5, 29.6 and 25.2 µs, whose kernels take 7.0 and 9.0 µs in this sweep
+  1/128/1024 at 40.5, 29.6 and 25.2 µs, whose kernels take 7.1 and 7.8 µs in this sweep
   ([`docs/gpu/bench-wall-with-and-without-traces.log`](../docs/gpu/bench-wall-with-and-without-traces.log);
   its runs with and without `--kernel-time` show that the traced run does not change the
   wall time). The last section but one compares the two instruments.
 
 Our path and vLLM's kernels ran in five parts (parts 1–5 below), each a separate bench
 process measuring its own ceilings, with vLLM's kernels in the same process as ours, on
-one H200, from `docs/benchmarks/parts/`. Parts 1 and 2 ran on 7045be7 on 2026-12-04, in
-the device calls of its GPU tests at 64 and 128 heads
-([`docs/gpu/h64-tile/`](../docs/gpu/h64-tile/README.md)): `small.json` (B 1 and 4 at
-H ∈ {16, 64, 128}, 24 shapes) and `large-b16-b64.json` (B 16 and 64 at those heads, 18).
-Part 3 ran on be45d36 on 2026-12-03, right after the whole GPU test suite passed on the
-same tree (720 passed; `docs/gpu/sweep-1203b/`): `large-b128.json` (B 128 at H 16 and
-64, 6). Parts 4 and 5 ran on 4e977bf on 2026-12-04, in one device call with its H=32
-GPU tests and the Gluon checks of the 16-bit caches, which passed
-(`docs/gpu/h32-tile/`): `large-b128-h32-h128.json` (B 128 at H 32 and 128, 6) and
-`h32.json` (H=32 at B 1–64, 14). On a 16-bit cache at 32 heads, wherever the step's
-tokens are known at trace time (the occupancy rule, a static `max_seq_len`), 4e977bf
-runs the 16-bit 16-head kernel: on two 16-head tiles a row up to 16384 tokens (as
-acd680a did, `docs/gpu/h32-small/`), on one 32-head tile above; it changes only which
-kernel the H=32 rows run. The parts it replaces (the H=32 one on acd680a, the B=128 one
-on be45d36) are in `docs/benchmarks/acd680a/`. 7045be7 runs the same kernel at 64 and
-128 heads in small steps (above); it changes only which kernel 9 rows of parts 1 and 2
-run. The parts its two replace (be45d36's) are in `docs/benchmarks/4e977bf/parts/`:
-against them, the 7 of those rows that the current code runs as 7045be7 did read
-1/64/4096 11.9 (tl) → 11.0 µs, 1/64/16384 16.7 (seesaw) → 15.9, 1/128/4096 12.8
-(seesaw) → 11.8, 4/64/1024 11.2 (tl) → 10.4, 4/64/4096 15.5 (seesaw) → 15.2,
-4/128/1024 12.5 (seesaw) → 11.5 and 16/64/1024 15.5 (seesaw) → 15.3, and the other 33
-rows of the two parts, whose kernels did not change, moved by −2.7 % to +3.2 %. The
-merge is `docs/gpu/sweep-c11b1c4/merge.sh`. The XLA paths (`xla`, `dense`), whose code
-did not change, are carried from an earlier sweep (df8ad0c, 2026-12-01; its six parts,
-parts 6–11 below, are in `docs/benchmarks/df8ad0c/parts/`). Each shape's `path_parts`
-names the part of each path; a path's floor and its speed-up over vLLM's kernels are
-those of its own part, so the XLA paths' are against that sweep's ceilings and vLLM run.
+one H200, from `docs/benchmarks/parts/`: `small.json` (B 1 and 4 at H ∈ {16, 64, 128},
+24 shapes), `large-b16-b64.json` (B 16 and 64 at those heads, 18), `large-b128.json` (B
+128 at H 16 and 64, 6), `large-b128-h32-h128.json` (B 128 at H 32 and 128, 6) and
+`h32.json` (H=32 at B 1–64, 14). All five ran on a0930b3 on 2026-12-04, in one lease on
+the GPU, right after the whole GPU test suite passed on the same tree (756 passed, 39
+skipped; [`docs/gpu/sweep-a0930b3/`](../docs/gpu/sweep-a0930b3/README.md)), so every
+row is what the current code runs. The merge is `docs/gpu/sweep-c11b1c4/merge.sh`. The
+XLA paths (`xla`, `dense`), whose code did not change, are carried from an earlier sweep
+(df8ad0c, 2026-12-01; its six parts, parts 6–11 below, are in
+`docs/benchmarks/df8ad0c/parts/`). Each shape's `path_parts` names the part of each
+path; a path's floor and its speed-up over vLLM's kernels are those of its own part, so
+the XLA paths' are against that sweep's ceilings and vLLM run.
 
-The first cell checks that the default path ran the stage 1 the routing picks, the
-routing of 7045be7, which at the shapes of parts 3–5 is 4e977bf's (the 16-bit 16-head
-kernel at H=16 from 128 tokens a split, at H=32 with B·L ≤ 16384 on two 16-head tiles
-from 64 and with more on one 32-head tile from 128, at H=64 with B·L ≤ 16384 and at
-H=128 with B·L ≤ 4096 on two and four 32-head tiles from 64, at its count; else the
-seesaw where H ≥ 32 and a split holds at least 128 tokens; else the tl kernel), and
-stage 2 wherever stage 1's grid has more than one split but for the seesaw's rows of two
-splits, which a cluster merges; then it prints the re-run parts' kernel time against the
-runs they replaced, and the shapes where the current code runs the tl stage 1 instead.
-The bench's `num_kv_splits` is the rule's count (the first cell checks it against
+The first cell checks that the default path ran the stage 1 the routing of a0930b3 picks
+(the 16-bit 16-head kernel at H=16 from 128 tokens a split, at H=32 with B·L ≤ 16384 on
+two 16-head tiles from 64 and with more on one 32-head tile from 128, at H=64 with
+B·L ≤ 16384 and at H=128 with B·L ≤ 4096 on two and four 32-head tiles from 64 but for
+the steps of B·L ≤ 4096 whose grid of 16-head programs (B · H/16 · the rule's splits)
+holds no more than the SMs, at its count; else the seesaw where H ≥ 32 and a split
+holds at least 128 tokens; else the tl kernel), and stage 2 wherever stage 1's grid has
+more than one split but for the seesaw's rows of two splits, which a cluster merges;
+then it prints the default path's kernel time against the sweep before
+(`docs/benchmarks/7045be7/`, whose parts of our path ran on be45d36, 4e977bf and
+7045be7): −7.6 % (128/64/4096) to +4.3 % (64/128/16384) at the 66 shapes whose stage 1
+is the same kernel; at the other 2, 1/64/1024 and 1/128/1024, the tl stage 1 takes 7.4
+and 7.8 µs where that sweep's 32-head tiles took 8.7 and 9.0. The bench's
+`num_kv_splits` is the rule's count (the first cell checks it against
 `mla_jax.splits.occupancy_kv_splits`); where the 16-bit 16-head kernel halves it, the
-cells below count the halved one. The sweep before, with be45d36's parts 1 and 2, is in
-`docs/benchmarks/4e977bf/`; the one before that, with acd680a's H=32 rows (the seesaw at
-the 11 with B·L > 16384), in `docs/benchmarks/acd680a/`; the one before that, with
-7f036a1's H=16 rows and 72ef8a8's other 51, in `docs/benchmarks/7f036a1/`; 72ef8a8's
-with all its 68 rows in `docs/benchmarks/72ef8a8/`; the one on 752a389's kernels in
-`docs/benchmarks/752a389/`; the one on c11b1c4's kernels, with the `triton` path timed,
-in `docs/benchmarks/c11b1c4/`.
+cells below count the halved one. The sweep before that one, with be45d36's rows at
+B ≤ 64 and H ∈ {16, 64, 128}, is in `docs/benchmarks/4e977bf/`; the one before that,
+with acd680a's H=32 rows (the seesaw at the 11 with B·L > 16384), in
+`docs/benchmarks/acd680a/`; the one before that, with 7f036a1's H=16 rows and 72ef8a8's
+other 51, in `docs/benchmarks/7f036a1/`; 72ef8a8's with all its 68 rows in
+`docs/benchmarks/72ef8a8/`; the one on 752a389's kernels in `docs/benchmarks/752a389/`;
+the one on c11b1c4's kernels, with the `triton` path timed, in
+`docs/benchmarks/c11b1c4/`.
 
 Every cell but the last only reads JSON and draws, so the notebook runs anywhere; the last
 re-measures a few shapes when a CUDA GPU is present. The figures are drawn by
@@ -215,23 +197,22 @@ PARTS = results.get("parts") or [{"ceilings": results["ceilings"],
                                   "shapes": len(results["shapes"])}]
 SEESAW = "mla_decode_stage1_gluon_seesaw"
 H16 = "mla_decode_stage1_gluon_h16"
-# The routing the sweep ran (mla_jax._triton_backend and _gluon_kernels at 7045be7, where
-# parts 1 and 2 ran; 4e977bf's, whose kernels parts 3-5 ran, differs only at 64 and 128
-# heads in steps those parts do not hold), on a 16-bit cache, the occupancy rule and a
-# static max_seq_len: the 16-bit 16-head Gluon kernel at 16 heads (one 16-head tile a
-# row), at exactly 32 heads (two 16-head tiles a row in a step of at most
+# The routing the sweep ran (mla_jax._triton_backend and _gluon_kernels at a0930b3, where
+# all five parts ran), on a 16-bit cache, the occupancy rule and a static max_seq_len:
+# the 16-bit 16-head Gluon kernel at 16 heads (one 16-head tile a row), at exactly 32
+# heads (two 16-head tiles a row in a step of at most
 # SMALL_STEP_TOKENS[32] tokens, B·L; one 32-head tile a row in a larger one:
 # _gluon_kernels.small_block_h) and at exactly 64 and 128 heads in a step of at most
 # SMALL_STEP_TOKENS[H] tokens (two and four 32-head tiles a row:
-# _gluon_kernels.small_heads), from H16_MIN_TOKENS[H, tile's heads] tokens a split; at the
+# _gluon_kernels.small_heads), from H16_MIN_TOKENS[H, tile's heads] tokens a split, but
+# not those 32-head tiles where the rule planned 16-head programs two an SM and its grid
+# (B · H/16 · splits) holds no more of them than SMs (there the tl stage 1); at the
 # rule's splits divided by h16_divisor where its grid at the rule's count holds more
 # programs (B · tiles · splits) than SMs, else at the rule's count
 # (_triton_backend.gluon_split_divisor); else, with at least 32 heads (64 or more here),
 # the seesaw stage 1 where each split holds at least SEESAW_MIN_TOKENS tokens (where it
 # runs a row in two splits, the row's two CTAs are a thread-block cluster that merges
 # them, and stage 2 is not launched: _gluon_kernels.cluster_size); else the tl stage 1.
-# The code since 55b967b runs the tl stage 1 at some of those steps instead of the 32-head
-# tiles: final_tl.
 SEESAW_MIN_TOKENS = 128
 H16_MIN_TOKENS = {(16, 16): 128, (32, 16): 64, (32, 32): 128, (64, 32): 64, (128, 32): 64}
 SMALL_STEP_TOKENS = {32: 16384, 64: 16384, 128: 4096}
@@ -313,20 +294,15 @@ def h16_splits(s, p=DEFAULT):
     n, tile = metric(s, p, "num_kv_splits"), h16_tile(s, p)
     if not tile:
         return None
+    if (s["H"] > tile > 16 and rule_tile(s) == 16
+            and s["B"] * s["H"] // 16 * n <= machine["sm_count"]):
+        return None  # each of the rule's 16-head programs has an SM: the tl stage 1
     divisor = h16_divisor(s, p)
     if divisor > 1 and s["B"] * h16_tiles(s, p) * n > machine["sm_count"]:
         if n < divisor:
             return None
         n //= divisor
     return n if -(-s["L"] // n) >= H16_MIN_TOKENS[s["H"], tile] else None
-
-
-def final_tl(s, p=DEFAULT):
-    # Where the code since 55b967b runs the tl stage 1 instead of the 32-head tiles, several
-    # a row, that the sweep ran: where the rule planned 16-head programs two an SM but their
-    # grid (B · H/16 · splits) holds no more than SMs.
-    return (bool(h16_splits(s, p)) and s["H"] > h16_tile(s, p) > 16 and rule_tile(s) == 16
-            and s["B"] * s["H"] // 16 * metric(s, p, "num_kv_splits") <= machine["sm_count"])
 
 
 def kernel_splits(s, p=DEFAULT):
@@ -439,35 +415,29 @@ for p in OURS:
           + f"; at half the rule's splits at {len(halved)}: {by_heads(halved)}); "
           f"the tl stage 1 at {len(tl)}: " + ", ".join(
               f"{name(s)} ({split_tokens(s, p)} tokens a split)" for s in tl))
-# The sweep before (docs/benchmarks/4e977bf/): this one's parts that differ from its were
-# re-run; the default path's kernel time at their shapes against the runs they replaced.
-before = json.loads(Path("../docs/benchmarks/4e977bf/results.json").read_text())
+# The sweep before (docs/benchmarks/7045be7/: its parts of our path on be45d36, 4e977bf
+# and 7045be7): the default path's kernel time against it, by whether stage 1 changed.
+before = json.loads(Path("../docs/benchmarks/7045be7/results.json").read_text())
 
 
 def was(s):
     return next(b for b in before["shapes"] if (b["B"], b["H"], b["L"]) == (s["B"], s["H"], s["L"]))
 
 
-rerun = [i for i, (a, b) in enumerate(zip(PARTS, before.get("parts") or [])) if a != b]
-redone = [s for s in results["shapes"] if (s.get("path_parts") or {}).get(DEFAULT) in rerun]
-moved = [s for s in redone if stage1(s) != stage1(was(s))]
-kept = [metric(s, DEFAULT, "device_ms") / metric(was(s), DEFAULT, "device_ms") - 1
-        for s in redone if s not in moved]
-print(f"parts {', '.join(str(i + 1) for i in rerun)} re-run since the sweep before "
-      f"(../docs/benchmarks/4e977bf/), {DEFAULT}'s kernel time against it: another stage 1 at "
-      f"{len(moved)} shapes (" + ", ".join(
-          f"{name(s)} {stage1(was(s))} {metric(was(s), DEFAULT, 'device_ms') * 1e3:.1f} -> "
-          f"{stage1_tiles(s)} {metric(s, DEFAULT, 'device_ms') * 1e3:.1f} µs" for s in moved)
-      + f"); the same at {len(kept)}, {min(kept):+.1%} to {max(kept):+.1%}")
-print(f"{DEFAULT} at HEAD (since 55b967b) runs the tl stage 1 instead of the 32-head tiles "
-      "at " + ", ".join(
-          f"{name(s)} ({kernel_splits(s)} splits; here {stage1_tiles(s)} "
-          f"{metric(s, DEFAULT, 'device_ms') * 1e3:.1f} µs, in the sweep before "
-          f"{stage1(was(s))} {metric(was(s), DEFAULT, 'device_ms') * 1e3:.1f} µs)"
-          for s in results["shapes"] if final_tl(s))
-      + f"; at HEAD the 16-bit 16-head Gluon kernel at "
-      f"{sum(stage1(s) == 'h16' and not final_tl(s) for s in results['shapes'])} shapes, the tl "
-      f"stage 1 at {sum(stage1(s) == 'tl' or final_tl(s) for s in results['shapes'])}")
+def change(s):
+    return metric(s, DEFAULT, "device_ms") / metric(was(s), DEFAULT, "device_ms") - 1
+
+
+moved = [s for s in results["shapes"] if stage1(s) != stage1(was(s))]
+kept = sorted((s for s in results["shapes"] if s not in moved), key=change)
+print(f"{DEFAULT}'s kernel time against the sweep before (../docs/benchmarks/7045be7/): "
+      f"another stage 1 at {len(moved)} shapes (" + ", ".join(
+          f"{name(s)} {stage1_tiles(was(s))} {metric(was(s), DEFAULT, 'device_ms') * 1e3:.1f}"
+          f" -> {stage1_tiles(s)} {metric(s, DEFAULT, 'device_ms') * 1e3:.1f} µs"
+          for s in moved)
+      + f"); the same at {len(kept)}, {change(kept[0]):+.1%} ({name(kept[0])}) to "
+      f"{change(kept[-1]):+.1%} ({name(kept[-1])}); beyond ±2 %: " + ", ".join(
+          f"{name(s)} {change(s):+.1%}" for s in kept if abs(change(s)) > 0.02))
 tiny = [s for s in results["shapes"] if s["B"] * s["L"] <= 4096]
 print(f"B*L <= 4096 (the tl kernel on 16-head tiles where no Gluon kernel runs): {len(tiny)} "
       f"shapes; {DEFAULT} ran a Gluon stage 1 at " + (", ".join(
@@ -496,10 +466,10 @@ $$\text{floor} = \max\left(\frac{\text{KV bytes}}{\text{copy bandwidth}},\;
 \frac{\text{flops}}{\text{matmul rate}}\right)$$
 
 The copy bandwidth is a device copy in JAX (bytes read + written per second), the matmul
-rate a large square bf16 matmul in JAX: 3.34–3.35 TB/s and 666–676 TFLOP/s in the five
-parts that timed our path and vLLM's (3.34–3.35 TB/s and 655–683 TFLOP/s in the XLA
-paths' six). A step does 1.89·H flops per byte, so the ridge point (matmul rate / copy
-bandwidth: 196–204 flop/byte) sits near H ≈ 104–108: **with 16, 32 and 64 heads a step is
+rate a large square bf16 matmul in JAX: 3.34 TB/s and 685–691 TFLOP/s in the five parts
+that timed our path and vLLM's (3.34–3.35 TB/s and 655–683 TFLOP/s in the XLA paths'
+six). A step does 1.89·H flops per byte, so the ridge point (matmul rate / copy
+bandwidth: 196–207 flop/byte) sits near H ≈ 104–109: **with 16, 32 and 64 heads a step is
 memory-bound, with 128 heads compute-bound.** The floor is an ideal: no kernel reaches
 both ceilings, and attention's small dot products are not the large GEMM that set the
 matmul rate. The copy counts bytes read and written, a pessimistic ceiling for a kernel
@@ -562,69 +532,69 @@ display(time_vs_len_figure(results, paths, key="device_ms",
 
 In kernel time:
 
-- **H=16 (memory-bound), B ≥ 64, L ≥ 4k: 117–133 % of the floor (3.89–4.44 TB/s of KV
-  reads), 50–53 % for vLLM's kernels.** Stage 1 is the 16-bit 16-head Gluon kernel, one
+- **H=16 (memory-bound), B ≥ 64, L ≥ 4k: 118–136 % of the floor (3.96–4.55 TB/s of KV
+  reads), 49–53 % for vLLM's kernels.** Stage 1 is the 16-bit 16-head Gluon kernel, one
   CTA an SM at half the rule's splits (one split a row at B=128, stage 1 alone). The
-  best, 0.5436 ms at 128/16/16384 (133 %, 4.44 TB/s; vLLM's kernels 1.3625 ms), reads
+  best, 0.5314 ms at 128/16/16384 (136 %, 4.55 TB/s; vLLM's kernels 1.3747 ms), reads
   faster than the 3.34 TB/s device copy the bench measured and than the 4.22 TB/s
   reference copy rate ([`docs/performance.md`, "Hardware
   floors"](../docs/performance.md#hardware-floors)).
-- **H=32, B ≥ 16: 48–131 % of the floor (1.60–4.40 TB/s), 76.5–131.3 % at 8 of the 9
+- **H=32, B ≥ 16: 48–135 % of the floor (1.60–4.51 TB/s), 77.1–135.0 % at 8 of the 9
   shapes, where stage 1 is the 16-bit 16-head Gluon kernel on one 32-head tile a row**
   (B·L > 16384), at the rule's count. With splits of ≥ 1024 tokens it reaches
-  103–131 % (6 shapes, 3.46–4.40 TB/s): 0.5491 ms at 128/32/16384 (131.3 %, 4.40 TB/s;
-  vLLM's kernels 2.6522 ms), 126.6 % at 64/32/16384, 124.1 % at 128/32/4096, 111.7 % at
-  16/32/16384, 110.8 % at 64/32/4096, 103.2 % at 128/32/1024 (one 1024-token split a
+  105–135 % (6 shapes, 3.52–4.51 TB/s): 0.5358 ms at 128/32/16384 (135.0 %, 4.51 TB/s;
+  vLLM's kernels 2.6384 ms), 130.0 % at 64/32/16384, 127.4 % at 128/32/4096, 113.7 % at
+  16/32/16384, 113.0 % at 64/32/4096, 105.4 % at 128/32/1024 (one 1024-token split a
   row). At B=128 the grid has one split a row, so stage 1 runs alone; at B=64 stage 2
-  merges a row's two (the cluster merge is the seesaw's). With 512-token splits: 78.2 %
-  at 16/32/4096 and 76.5 % at 64/32/1024. At 16/32/1024, a step of 16384 tokens, stage 1
+  merges a row's two (the cluster merge is the seesaw's). With 512-token splits: 78.6 %
+  at 16/32/4096 and 77.1 % at 64/32/1024. At 16/32/1024, a step of 16384 tokens, stage 1
   is the same kernel on two 16-head tiles a row, at 4 splits of 256 tokens (half the
-  rule's 8): 47.9 % (11.8 µs; [`docs/performance.md`, "The 16-head kernel at 32
+  rule's 8): 48.0 % (11.8 µs; [`docs/performance.md`, "The 16-head kernel at 32
   heads"](../docs/performance.md#the-16-head-kernel-at-32-heads)). At B ≥ 16, L ≥ 4k
   vLLM's kernels reach 25–28 %. At B ≤ 4 the default path runs the 32-head tile at 3 of
-  the 8 shapes: 4/32/65536 (2048-token splits, 111.2 %), 1/32/65536 and 4/32/16384
-  (512-token splits, 69.2 and 77.0 %); two 16-head tiles at the other 5, whose steps hold
+  the 8 shapes: 4/32/65536 (2048-token splits, 113.4 %), 1/32/65536 and 4/32/16384
+  (512-token splits, 69.5 and 77.2 %); two 16-head tiles at the other 5, whose steps hold
   at most 16384 tokens: 1/32/16384 and 4/32/4096 (256-token splits, half the rule's
-  count: 43.4 and 48.5 %), 1/32/1024, 1/32/4096 and 4/32/1024 (64-token splits, the
+  count: 43.5 and 48.5 %), 1/32/1024, 1/32/4096 and 4/32/1024 (64-token splits, the
   rule's count: 5.3, 16.1 and 19.0 %).
-- **H=64, B ≥ 64, L ≥ 4k: 97–120 %** (0.6019 ms at 128/64/16384, one split a row,
-  4.01 TB/s; vLLM's kernels 5.0269 ms), 14–15 % for vLLM's kernels. The default path
-  runs the seesaw at 11 of the 17 H=64 shapes, and the 16-bit 16-head kernel on two
-  32-head tiles a row at the 6 whose step holds at most 16384 tokens: at half the
-  rule's count at 1/64/16384, 4/64/4096 and 16/64/1024 (256-token splits: 35.6, 37.1
-  and 37.0 %), at the rule's at 1/64/1024, 1/64/4096 and 4/64/1024 (64-token splits:
-  4.1, 12.9 and 13.6 %; at 1/64/1024 the current code runs the tl kernel). On the
-  seesaw with shorter splits at B=16 and 64: 102.0 % at 16/64/16384 (2048 tokens a
-  split), 66.3 % at 16/64/4096 and 60.2 % at 64/64/1024 (512 tokens, the split count
+- **H=64, B ≥ 64, L ≥ 4k: 100–121 %** (0.6032 ms at 128/64/16384, one split a row,
+  4.01 TB/s; vLLM's kernels 5.0366 ms), 14–15 % for vLLM's kernels. The default path
+  runs the seesaw at 11 of the 17 H=64 shapes, the 16-bit 16-head kernel on two 32-head
+  tiles a row at 5 of the 6 whose step holds at most 16384 tokens: at half the rule's
+  count at 1/64/16384, 4/64/4096 and 16/64/1024 (256-token splits: 35.7, 37.0 and
+  36.9 %), at the rule's at 1/64/4096 and 4/64/1024 (64-token splits: 12.8 and
+  13.7 %); and the tl kernel at 1/64/1024 (16 splits of 64 tokens: 4.8 %). On the
+  seesaw with shorter splits at B=16 and 64: 104.0 % at 16/64/16384 (2048 tokens a
+  split), 66.7 % at 16/64/4096 and 60.5 % at 64/64/1024 (512 tokens, the split count
   vLLM's rule also picks; at 64/64/1024 a cluster merges the row's two).
 - **Issue #21's target for H=32 and 64, ≥ 60 % of the floor from B=16 up, holds at 16
-  of the 18 shapes.** Under it: 16/32/1024 (47.9 %, the 16-bit 16-head kernel on two
-  16-head tiles with splits of 256 tokens) and 16/64/1024 (37.0 %, the same kernel on
+  of the 18 shapes.** Under it: 16/32/1024 (48.0 %, the 16-bit 16-head kernel on two
+  16-head tiles with splits of 256 tokens) and 16/64/1024 (36.9 %, the same kernel on
   two 32-head tiles with splits of 256 tokens, half the rule's 8). What bounds those two
   rows is in [`docs/performance.md`, "Current
   results"](../docs/performance.md#current-results).
-- **H=128 (compute-bound): at most 87 % of the floor, 9 % for vLLM's kernels.** At the
-  six H=128 shapes with B·L ≥ 256k tokens the default path runs the seesaw at 77–87 % of
-  the floor (514–585 TFLOP/s, against a 666–674 TFLOP/s matmul): 1.0634 ms at
-  128/128/16384 (549 TFLOP/s; vLLM's kernels 9.7430 ms), 0.4994 ms at 64/128/16384
-  (585 TFLOP/s; vLLM's kernels 4.7290 ms), both with one split a row, stage 1 alone.
-  vLLM's kernels reach 9 % there (58.3–61.8 TFLOP/s). In the seesaw schedule two
+- **H=128 (compute-bound): at most 85 % of the floor, 9 % for vLLM's kernels.** At the
+  six H=128 shapes with B·L ≥ 256k tokens the default path runs the seesaw at 76–85 % of
+  the floor (523–584 TFLOP/s, against a 685–691 TFLOP/s matmul): 1.0006 ms at
+  128/128/16384 (584 TFLOP/s; vLLM's kernels 9.8289 ms), 0.5208 ms at 64/128/16384
+  (561 TFLOP/s; vLLM's kernels 4.7697 ms), both with one split a row, stage 1 alone.
+  vLLM's kernels reach 8–9 % there (57.9–61.2 TFLOP/s). In the seesaw schedule two
   warp-specialised warpgroups each compute the whole of alternate 64-token blocks, so
   one's softmax runs under the other's MMAs; what it still leaves out of FlashMLA's
   kernel is in [`docs/performance.md`, "Gluon stage 1
   (sm_90)"](../docs/performance.md#gluon-stage-1-sm_90). vLLM's kernel groups 16 heads
   per program (`BLOCK_H = 16`), so at H=128 eight programs each load the same KV tiles.
 - **Small shapes (B ≤ 4, L ≤ 4k): a fixed cost, not the work.** The floor there is
-  0.4–6.8 µs. The default path takes 6.7–17.8 µs of kernel time, `xla` 13.6–67.6 µs,
-  `dense` 12.9–49.1 µs, vLLM's kernels 50.7–78.0 µs. Its stage 1 runs 8–64 splits a row
-  there, of 64–256 tokens: a Gluon kernel at 13 of the 16. The 16-bit 16-head kernel at
-  12: on one 16-head tile a row at 4/16/4096 (9.8 µs, 32 splits of 128 tokens, half the
+  0.4–6.6 µs. The default path takes 6.7–17.9 µs of kernel time, `xla` 13.6–67.6 µs,
+  `dense` 12.9–49.1 µs, vLLM's kernels 50.8–78.6 µs. Its stage 1 runs 8–64 splits a row
+  there, of 64–256 tokens: a Gluon kernel at 11 of the 16. The 16-bit 16-head kernel at
+  10: on one 16-head tile a row at 4/16/4096 (9.8 µs, 32 splits of 128 tokens, half the
   rule's 64), on two at the four with H=32 (1/32/1024: 6.7 µs, 16 splits of 64 tokens),
-  on two 32-head tiles at the four with H=64 and on four at 1/128/1024, 1/128/4096 and
-  4/128/1024 (1/128/4096: 11.8 µs, 32 splits of 128 tokens; 1/128/1024: 9.0 µs, 16
-  splits of 64 tokens, where the current code runs the tl kernel, 7.8 µs in the sweep
-  before, as at 1/64/1024). The seesaw at 4/128/4096 (256 tokens a split); the tl kernel
-  on 16-head tiles at the other 3, all with H=16.
+  on two 32-head tiles at 1/64/4096, 4/64/1024 and 4/64/4096 and on four at 1/128/4096
+  and 4/128/1024 (1/128/4096: 11.9 µs, 32 splits of 128 tokens). The seesaw at
+  4/128/4096 (256 tokens a split); the tl kernel on 16-head tiles at the other 5, all
+  with 64 tokens a split: 1/16/1024, 1/16/4096 and 4/16/1024, and 1/64/1024 and
+  1/128/1024, where the 32-head tiles give way to it (1/128/1024: 7.8 µs, 16 splits).
 - The XLA paths (`xla`, `dense`) gather the rows into a dense copy before their einsums;
   at H=16, B ≥ 64, L ≥ 4k they reach 17–21 % of the floor.
 """,
@@ -692,8 +662,7 @@ for p in OURS:
     print(f"    {p}: a Gluon stage 1 at {sum(gluon_stage1(s, p) for s in small)} of "
           f"{len(small)} (" + ", ".join(f"{name(s)} {stage1_tiles(s, p)} {split_tokens(s, p)}"
                                         for s in small if gluon_stage1(s, p))
-          + " tokens a split); the tl kernel at HEAD at "
-          + ", ".join(name(s) for s in small if final_tl(s, p)))
+          + " tokens a split)")
 print()
 display(heatmap_figure(results, paths, "device_pct_of_floor",
                        "% of the roofline floor, kernel time (100 = at the floor)",
@@ -710,30 +679,30 @@ ours is faster; for the XLA paths, a part of the df8ad0c sweep); vLLM's includes
 small torch fills around its kernels.
 
 - **Occupancy splits (the default) are faster than vLLM's kernels at all 68 shapes,
-  2.35–9.47×:** 4.17–9.47× at the 25 shapes where stage 1 is the Gluon seesaw,
-  2.35–7.75× at the 40 where it is the 16-bit 16-head Gluon kernel, 5.96–7.20× at the 3
-  where it is the tl kernel (2.35–9.47× at the 18 where stage 1 runs alone: one split a
-  row, or two merged in a cluster). By head count: 2.35–7.20× at H=16, 3.01–7.75× at
-  H=32, 3.57–8.35× at H=64, 4.17–9.47× at H=128.
-- **The largest: 64/128/16384, 0.4994 against vLLM's 4.7290 ms (9.47×);**
-  128/128/16384 is 1.0634 against 9.7430 ms (9.16×), both with one split a row, and
-  16/128/16384 0.1346 against 1.1932 ms (8.87×).
-- **The closest: 128/16/1024, 0.0409 against 0.0959 ms (2.35×),** then 64/16/4096
-  (0.0776 against 0.1820 ms, 2.35×) and 16/16/16384 (0.0778 against 0.1896 ms, 2.44×):
-  H=16 shapes on the 16-bit 16-head Gluon kernel, 41–78 µs of kernel time, memory-bound
-  shapes where vLLM's kernels reach about half the floor (47–50 %).
-- At the small shapes (B ≤ 4, L ≤ 4k) the default path is 3.60–7.75× faster in kernel
-  time (1/32/1024: 6.7 against 51.5 µs) and 1.42–3.29× in wall time, where the host
+  2.42–9.82×:** 4.10–9.82× at the 25 shapes where stage 1 is the Gluon seesaw,
+  2.42–7.74× at the 38 where it is the 16-bit 16-head Gluon kernel, 5.97–7.14× at the 5
+  where it is the tl kernel (2.42–9.82× at the 18 where stage 1 runs alone: one split a
+  row, or two merged in a cluster). By head count: 2.42–7.14× at H=16, 3.05–7.74× at
+  H=32, 3.59–8.42× at H=64, 4.10–9.82× at H=128.
+- **The largest: 128/128/16384, 1.0006 against vLLM's 9.8289 ms (9.82×);**
+  64/128/16384 is 0.5208 against 4.7697 ms (9.16×) and 64/128/4096 0.1340 against
+  1.2155 ms (9.07×), all three with one split a row.
+- **The closest: 128/16/1024, 0.0401 against 0.0969 ms (2.42×),** then 64/16/4096
+  (0.0762 against 0.1845 ms, 2.42×) and 16/16/16384 (0.0763 against 0.1919 ms, 2.51×):
+  H=16 shapes on the 16-bit 16-head Gluon kernel, 40–76 µs of kernel time, memory-bound
+  shapes where vLLM's kernels reach about half the floor (47–49 %).
+- At the small shapes (B ≤ 4, L ≤ 4k) the default path is 3.61–7.74× faster in kernel
+  time (1/32/1024: 6.7 against 51.6 µs) and 1.42–2.53× in wall time, where the host
   sets our time but not that of vLLM's CUDA graph. Over all 68 shapes the wall-time range
-  is 1.42–9.38×; its closest, 4/16/1024, runs 7.6 µs of kernels in 36.9 µs of wall
+  is 1.42–9.53×; its closest, 4/16/1024, runs 7.6 µs of kernels in 36.8 µs of wall
   time.
 - Our kernels on vLLM's split rule (`triton`) were not timed in this sweep; their speed-up
   over vLLM's kernels, on the kernels of c11b1c4, is in
   `docs/benchmarks/c11b1c4/results.json`.
-- At H=128 with B ≥ 16, vLLM's kernels are at 8.5–9.2 % of the floor; even plain JAX
+- At H=128 with B ≥ 16, vLLM's kernels are at 8.1–8.9 % of the floor; even plain JAX
   gather + einsum is 1.70–2.19× faster there, and it beats vLLM's kernels at 46 of the
   68 shapes (its times from the df8ad0c sweep, against that sweep's run of vLLM's
-  kernels, whose kernel times are within 1.7 % of this one's).
+  kernels, whose kernel times are within 1.8 % of this one's).
 """,
     ),
     (
@@ -905,19 +874,20 @@ else:
 
 The wall clock is what a caller that dispatches ten chained runs per sync sees; the kernel
 time is what the GPU spends in the path's kernels. Where the kernels take 40 µs a call or
-more, the two agree: the default path's wall time is 0.95–1.16× its kernel time there (32
-shapes; the 0.95 at 128/128/4096, below), 0.95–1.07× at the 15 shapes of 100 µs or
-more, and vLLM's CUDA graph reads 0.99–1.03× at all 68. Below that the host's dispatch
-sets the JAX paths' wall time: the default path reads 16.54–38.82 µs at its 32 shapes
-under 40 µs of wall time, whose kernels take 6.7–32.6 µs (up to 4.84× apart, at
-4/16/1024); the wall time of `dense` never reads below 28.5 µs, that of `xla` never
-below 34.3 µs. Those wall times move from run to run (see the top of the notebook), and
-their three repeats within this sweep spread by up to 49 % on the default path.
+more, the two agree: the default path's wall time is 0.96–1.17× its kernel time there (32
+shapes; the 0.96 at 64/128/16384 and 128/64/16384, below), 0.96–1.07× at the 15 shapes
+of 100 µs or more, and vLLM's CUDA graph reads 1.00–1.04× at all 68. Below that the
+host's dispatch sets the JAX paths' wall time: the default path reads 19.36–39.99 µs at
+its 31 shapes under 40 µs of wall time, whose kernels take 6.7–33.9 µs (up to 4.85×
+apart, at 4/16/1024); the wall time of `dense` never reads below 28.5 µs, that of `xla`
+never below 34.3 µs. Those wall times move from run to run (see the top of the
+notebook), and their three repeats within this sweep spread by up to 82 % on the default
+path.
 
 The two instruments come from different runs, so at a shape whose clock varies the kernel
-time can read above the wall time: here by 0.5 % at 128/64/4096 (0.1666 ms of kernels
-against 0.1658 ms of wall time), 2.0 % at 64/128/4096 (0.1416 against 0.1389 ms) and
-5.5 % at 128/128/4096 (0.2839 against 0.2691 ms); all three with one split a row, stage
+time can read above the wall time: here by 4.0 % at 64/128/16384 (0.5208 ms of kernels
+against 0.5006 ms of wall time), 4.0 % at 128/64/16384 (0.6032 against 0.5799 ms) and
+2.4 % at 128/128/4096 (0.2790 against 0.2725 ms); all three with one split a row, stage
 1 alone.
 """,
     ),
