@@ -35,6 +35,18 @@ options (``num_warps``, ``num_stages``...), the target (``cc``, ptxas version) a
 the environment variables Triton says change a build. A change in any of them is a
 new build; nothing stale is reused.
 
+Finding a build through Triton's key costs about 0.3 s a process (the key hashes
+all of libtriton), so an index beside the builds (``mla_jax_index/`` in the same
+folder) names each build's sub-folder, one small file a build. Its key holds the same
+things, cheaper: the Triton version, its Python files, libtriton's size and
+modification time, the kernel's source key as Triton computes it (its source and
+that of every ``@jit`` function it calls), the signature, constexprs and options,
+the backend's hash for the target (which holds ptxas's version) and the environment
+variables Triton says change a build. A build the index names is read from its
+files without ``triton.compile``; one it does not (or whose files are gone) goes
+through ``triton.compile`` as before and is indexed. Constexprs other than
+``bool``, ``int``, ``float``, ``str`` and ``None`` skip the index.
+
 How to clear it: delete the folder (``rm -rf ~/.triton/cache``, or the one
 ``TRITON_CACHE_DIR`` names); one build is the sub-folder holding its
 ``<kernel name>.json`` (``Build.folder``). ``TRITON_ALWAYS_COMPILE=1`` compiles
@@ -48,11 +60,16 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
+import json
 import operator
 import os
+import tempfile
 import threading
+import types
 import zlib
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import jax
@@ -231,6 +248,74 @@ def _source(spec: KernelSpec) -> ASTSource:
 
 
 _CACHE_DIR_LOCK = threading.Lock()
+_INDEXABLE = (bool, int, float, str, type(None))
+
+
+def _cache_dir() -> str:
+    """Triton's cache folder, or its default one where the setting is empty."""
+    return knobs.cache.dir or knobs.cache.get_triton_dir("cache")
+
+
+@functools.lru_cache(maxsize=8)
+def _environment_key(compute_capability: int) -> str:
+    """What decides every build for ``compute_capability`` besides its spec (see the
+    module docstring), once a process."""
+    from triton.compiler.compiler import get_cache_invalidating_env_vars, make_backend
+
+    digest = hashlib.sha256(triton.__version__.encode())
+    root = Path(triton.__file__).parent
+    for path in sorted(root.rglob("*.py")):
+        digest.update(str(path.relative_to(root)).encode())
+        digest.update(path.read_bytes())
+    for lib in sorted((Path(triton.__file__).parent / "_C").glob("libtriton*")):
+        stat = lib.stat()
+        digest.update(f"{lib.name} {stat.st_size} {stat.st_mtime_ns}".encode())
+    digest.update(make_backend(GPUTarget("cuda", compute_capability, 32)).hash().encode())
+    digest.update(repr(sorted(get_cache_invalidating_env_vars().items())).encode())
+    return digest.hexdigest()
+
+
+def _index_file(spec: KernelSpec, compute_capability: int) -> Path | None:
+    """The index entry of ``spec``'s build, or None where the index does not apply."""
+    if knobs.compilation.always_compile or not all(
+        isinstance(v, _INDEXABLE) for _, _, v in spec.constexprs
+    ):
+        return None
+    key = repr(
+        (
+            _environment_key(compute_capability),
+            spec.kernel.cache_key,  # its source and every @jit function's it calls
+            POINTER_ALIGNMENT,
+            spec.signature,
+            spec.constexprs,
+            spec.num_warps,
+            spec.num_stages,
+            compute_capability,
+        )
+    )
+    name = hashlib.sha256(key.encode()).hexdigest()
+    return Path(_cache_dir()) / "mla_jax_index" / f"{name}.json"
+
+
+def _indexed(index: Path) -> tuple[Any, str, str] | None:
+    """The metadata, PTX and folder of the build ``index`` names, if all are there."""
+    try:
+        entry = json.loads(index.read_text())
+        folder = Path(entry["folder"])
+        metadata = json.loads((folder / f"{entry['name']}.json").read_text())
+        ptx = (folder / f"{entry['name']}.ptx").read_text()
+    except (OSError, ValueError, KeyError):
+        return None
+    return types.SimpleNamespace(**metadata), ptx, str(folder)
+
+
+def _write_index(index: Path, name: str, folder: str) -> None:
+    """Writes the entry whole or not at all (a concurrent reader sees either)."""
+    index.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=index.parent, suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        json.dump({"name": name, "folder": folder}, f)
+    os.replace(tmp, index)
 
 
 def compile_kernel(spec: KernelSpec, compute_capability: int) -> Any:
@@ -272,24 +357,34 @@ def check_resources(metadata: Any, compute_capability: int, name: str) -> None:
 
 @functools.lru_cache(maxsize=256)
 def _build(spec: KernelSpec, compute_capability: int) -> Build:
-    """The checked build of ``spec``, once per process (lowering runs per trace)."""
-    compiled = compile_kernel(spec, compute_capability)
-    meta = compiled.metadata
-    check_resources(meta, compute_capability, spec.kernel.__name__)
-    if "ptx" not in compiled.asm:
-        raise RuntimeError(
-            f"Triton's cache holds no PTX for {spec.kernel.__name__} (TRITON_STORE_BINARY_ONLY"
-            " is set?); jaxlib's call needs it"
+    """The checked build of ``spec``, once per process (lowering runs per trace):
+    from the index when it names one, else from ``triton.compile``, then indexed."""
+    index = _index_file(spec, compute_capability)
+    found = _indexed(index) if index is not None else None
+    if found is not None:
+        meta, ptx, folder = found
+    else:
+        compiled = compile_kernel(spec, compute_capability)
+        meta = compiled.metadata
+        if "ptx" not in compiled.asm:
+            raise RuntimeError(
+                f"Triton's cache holds no PTX for {spec.kernel.__name__} "
+                "(TRITON_STORE_BINARY_ONLY is set?); jaxlib's call needs it"
+            )
+        ptx = compiled.asm["ptx"]
+        folder = os.path.dirname(
+            next(p for f, p in compiled.metadata_group.items() if f.endswith(".json"))
         )
+    check_resources(meta, compute_capability, spec.kernel.__name__)
+    if index is not None and found is None:
+        _write_index(index, meta.name, folder)
     return Build(
         name=meta.name,
         num_warps=meta.num_warps,
         num_ctas=meta.num_ctas,
         shared_bytes=meta.shared,
-        ptx=compiled.asm["ptx"],
-        folder=os.path.dirname(
-            next(p for f, p in compiled.metadata_group.items() if f.endswith(".json"))
-        ),
+        ptx=ptx,
+        folder=folder,
         global_scratch_size=getattr(meta, "global_scratch_size", 0) or 0,
         global_scratch_align=getattr(meta, "global_scratch_align", 1) or 1,
     )

@@ -1,14 +1,18 @@
 """The kernel launch route (``mla_jax._launch``), lowered for CUDA on a machine
 without a GPU: jaxlib's ``triton_kernel_call`` with the buffer aliased, Triton's disk
-cache reused by a new process, Gluon kernels, and the errors it raises early.
+cache reused by a new process through the index beside it, Gluon kernels, and the
+errors it raises early.
 
 No timing: whether a build came from the cache is what Triton's compilation
-listener (``triton.knobs.compilation.listener``) reports for each ``triton.compile``.
+listener (``triton.knobs.compilation.listener``) reports for each ``triton.compile``,
+and a build the index names calls none.
 """
 
+import dataclasses
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import types
@@ -178,6 +182,12 @@ def _lower_in_child(env) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def _index(cache: Path) -> dict[str, str]:
+    """The index's entries: kernel name -> build folder."""
+    entries = [json.loads(p.read_text()) for p in (cache / "mla_jax_index").glob("*.json")]
+    return {e["name"]: e["folder"] for e in entries}
+
+
 def test_a_new_process_takes_both_kernels_from_the_disk_cache(tmp_path):
     env = os.environ | {"TRITON_CACHE_DIR": str(tmp_path)}
     env.pop("TRITON_ALWAYS_COMPILE", None)
@@ -186,11 +196,49 @@ def test_a_new_process_takes_both_kernels_from_the_disk_cache(tmp_path):
     assert first["events"] == [["mla_decode_stage1", False], ["mla_decode_stage2", False]]
     builds = sorted(p.name for p in tmp_path.glob("*/mla_decode_stage*.json"))
     assert builds == ["mla_decode_stage1.json", "mla_decode_stage2.json"]
+    index = _index(tmp_path)
+    assert {n: Path(f, f"{n}.json").exists() for n, f in index.items()} == {
+        "mla_decode_stage1": True,
+        "mla_decode_stage2": True,
+    }
     second = _lower_in_child(env)
-    # Triton found both builds (no compilation), and the program is the same.
-    assert second["events"] == [["mla_decode_stage1", True], ["mla_decode_stage2", True]]
+    # The index named both builds: no triton.compile at all, and the same program.
+    assert second["events"] == []
     assert second["module"] == first["module"]
     assert sorted(p.name for p in tmp_path.glob("*/mla_decode_stage*.json")) == builds
+    assert _index(tmp_path) == index
+
+
+def test_a_build_the_index_names_but_lost_is_built_again(tmp_path):
+    env = os.environ | {"TRITON_CACHE_DIR": str(tmp_path)}
+    env.pop("TRITON_ALWAYS_COMPILE", None)
+    first = _lower_in_child(env)
+    shutil.rmtree(_index(tmp_path)["mla_decode_stage2"])
+    second = _lower_in_child(env)
+    assert second["events"] == [["mla_decode_stage2", False]]
+    assert second["module"] == first["module"]
+    assert Path(_index(tmp_path)["mla_decode_stage2"], "mla_decode_stage2.json").exists()
+    # TRITON_ALWAYS_COMPILE asks Triton for every build, index or not.
+    third = _lower_in_child(env | {"TRITON_ALWAYS_COMPILE": "1"})
+    assert third["events"] == [["mla_decode_stage1", False], ["mla_decode_stage2", False]]
+
+
+def test_the_index_key_follows_the_build():
+    spec = _launch.kernel_spec(
+        add_scalar, ["*fp32", "fp32", "*fp32"], dict(N=256, BLOCK=128), num_warps=4, num_stages=3
+    )
+    key = _launch._index_file(spec, 90)
+    changed = [
+        dataclasses.replace(spec, constexprs=(("N", "int", 256), ("BLOCK", "int", 64))),
+        dataclasses.replace(spec, num_warps=8),
+        dataclasses.replace(spec, signature=(("x_ptr", "*fp16"), *spec.signature[1:])),
+    ]
+    keys = {key, _launch._index_file(spec, 80), *(_launch._index_file(s, 90) for s in changed)}
+    assert None not in keys and len(keys) == 5
+    assert _launch._index_file(spec, 90) == key  # the same build, the same entry
+    # A constexpr the key cannot spell reliably skips the index.
+    odd = dataclasses.replace(spec, constexprs=(("N", "int", 256), ("BLOCK", "object", object())))
+    assert _launch._index_file(odd, 90) is None
 
 
 def add(x, c=1.5, **kw):
