@@ -2,8 +2,9 @@
 # Prepared, not run (about 6 minutes): the cubin prototype on the H200. Logs to $OUT.
 # 1. check.py: every stage 1 through both routes, against each other and float64.
 # 2. the first call in new processes, both routes, three processes a shape, a new
-#    Triton cache folder a shape and route.
-# 3. the bench at six shapes by both routes, each in its own process, vLLM beside.
+#    Triton cache folder a shape and route; then at 4/128/4096 with JAX's persistent
+#    compilation cache as well.
+# 3. the bench at 12 shapes by both routes, each in its own process, vLLM beside.
 export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false PYTHONPATH="$PWD:$PWD/scripts" MLA_JAX_VLLM_KERNEL="$PWD/.vllm/triton_decode_attention.py"
 rev=$(cat build/REV); D=docs/gpu/cubin-ffi
 LIB=/tmp/libcubin_launch.so
@@ -21,6 +22,14 @@ cat $OUT/check.log
         if [ $route = jaxlib ]; then cmd="scripts/first_call.py"; else cmd="$D/first_call_cubin.py $LIB"; fi
         echo -n "$route: "; TRITON_CACHE_DIR=$dir timeout 60 python $cmd --batch $1 --heads $2 --max-len $3 2>&1 | grep "first mla_decode"
       done
+    done
+  done
+  # With JAX's persistent compilation cache too (XLA's compile from disk), 4/128/4096.
+  for route in jaxlib cubin; do
+    dir=/tmp/tc-jc-$route; rm -rf $dir $dir-jax
+    for i in 1 2 3; do
+      if [ $route = jaxlib ]; then cmd="scripts/first_call.py"; else cmd="$D/first_call_cubin.py $LIB"; fi
+      echo -n "$route + JAX cache: "; TRITON_CACHE_DIR=$dir timeout 60 python $cmd --jax-cache $dir-jax 2>&1 | grep "first mla_decode"
     done
   done
 } > $OUT/first-call.log 2>&1
