@@ -267,7 +267,7 @@ def _environment_key(compute_capability: int) -> str:
     for path in sorted(root.rglob("*.py")):
         digest.update(str(path.relative_to(root)).encode())
         digest.update(path.read_bytes())
-    for lib in sorted((Path(triton.__file__).parent / "_C").glob("libtriton*")):
+    for lib in sorted((root / "_C").glob("libtriton*")):
         stat = lib.stat()
         digest.update(f"{lib.name} {stat.st_size} {stat.st_mtime_ns}".encode())
     digest.update(make_backend(GPUTarget("cuda", compute_capability, 32)).hash().encode())
@@ -329,7 +329,7 @@ def compile_kernel(spec: KernelSpec, compute_capability: int) -> Any:
     # TRITON_CACHE_DIR="" (``import jax_triton`` sets it) leaves Triton nowhere to
     # write: use its default folder for this compile and put the setting back.
     with _CACHE_DIR_LOCK, knobs.cache.scope():
-        knobs.cache.dir = knobs.cache.get_triton_dir("cache")
+        knobs.cache.dir = _cache_dir()
         return triton.compile(_source(spec), target=target, options=options)
 
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Prepared, not run (about 6 minutes): the cubin prototype on the H200. Logs to $OUT.
+# Prepared, not run (about 7 minutes): the cubin prototype on the H200. Logs to $OUT.
 # 1. check.py: every stage 1 through both routes, against each other and float64.
 # 2. the first call in new processes, both routes, three processes a shape, a new
 #    Triton cache folder a shape and route; then at 4/128/4096 with JAX's persistent
@@ -12,6 +12,7 @@ if command -v g++ >/dev/null; then python $D/cubin_ffi.py $LIB > $OUT/build.log 
 else cp build/cubin-ffi/libcubin_launch.so $LIB; echo "no g++: the library built on the CPU machine" > $OUT/build.log; fi
 (echo "rev $rev"; TRITON_CACHE_DIR=/tmp/tc timeout 200 python $D/check.py $LIB 2>&1 | grep -v "^WARNING"; echo "rc=$?") > $OUT/check.log
 cat $OUT/check.log
+cmd_for() { if [ $1 = jaxlib ]; then echo scripts/first_call.py; else echo "$D/first_call_cubin.py $LIB"; fi; }
 {
   echo "rev $rev"
   for shape in "4 128 4096" "16 64 1024" "64 16 4096" "1 16 1024"; do
@@ -19,8 +20,7 @@ cat $OUT/check.log
     for route in jaxlib cubin; do
       dir=/tmp/tc-$route-$1-$2-$3; rm -rf $dir
       for i in 1 2 3; do
-        if [ $route = jaxlib ]; then cmd="scripts/first_call.py"; else cmd="$D/first_call_cubin.py $LIB"; fi
-        echo -n "$route: "; TRITON_CACHE_DIR=$dir timeout 60 python $cmd --batch $1 --heads $2 --max-len $3 2>&1 | grep "first mla_decode"
+        echo -n "$route: "; TRITON_CACHE_DIR=$dir timeout 60 python $(cmd_for $route) --batch $1 --heads $2 --max-len $3 2>&1 | grep "first mla_decode"
       done
     done
   done
@@ -28,8 +28,7 @@ cat $OUT/check.log
   for route in jaxlib cubin; do
     dir=/tmp/tc-jc-$route; rm -rf $dir $dir-jax
     for i in 1 2 3; do
-      if [ $route = jaxlib ]; then cmd="scripts/first_call.py"; else cmd="$D/first_call_cubin.py $LIB"; fi
-      echo -n "$route + JAX cache: "; TRITON_CACHE_DIR=$dir timeout 60 python $cmd --jax-cache $dir-jax 2>&1 | grep "first mla_decode"
+      echo -n "$route + JAX cache: "; TRITON_CACHE_DIR=$dir timeout 60 python $(cmd_for $route) --jax-cache $dir-jax 2>&1 | grep "first mla_decode"
     done
   done
 } > $OUT/first-call.log 2>&1
