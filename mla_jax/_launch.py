@@ -1,17 +1,28 @@
 """Launching Triton and Gluon kernels from JAX, through Triton's on-disk cache.
 
 ``launch`` binds a primitive whose CUDA lowering compiles the kernel with Triton's
-own ``triton.compile`` for an explicit ``GPUTarget("cuda", cc, 32)`` and emits
-jaxlib's ``triton_kernel_call`` custom call (the one jax-triton emits: a serialized
-``TritonKernelCall`` with the kernel's PTX, zlib-compressed into ``backend_config``,
-custom-call API version 2). jaxlib launches it with the array operands in order,
-each row-major, then the results, then two null pointers, which Triton's kernels
-take as their global and profiling scratch memory. A kernel that needs global
-scratch (device-side TMA descriptors) gets it as one more result of the custom call,
-a byte array of ``global_scratch_size`` a program, unseen by the caller: its pointer
-follows the kernel's own arguments, where the kernel reads its global scratch (the
-first null then fills the profiling slot, the second goes unread). Profiling scratch
-(Proton instrumentation) is refused.
+own ``triton.compile`` for an explicit ``GPUTarget("cuda", cc, 32)`` and emits one
+custom call that launches it with the array operands in order, each row-major, then
+the results, then two null pointers, which Triton's kernels take as their global and
+profiling scratch memory. A kernel that needs global scratch (device-side TMA
+descriptors) gets it as one more result of the custom call, a byte array of
+``global_scratch_size`` a program, unseen by the caller: its pointer follows the
+kernel's own arguments, where the kernel reads its global scratch (the first null
+then fills the profiling slot, the second goes unread). Profiling scratch (Proton
+instrumentation) is refused.
+
+The custom call is one of two, by what the machine has:
+
+- ``mla_jax_cubin_launch`` (``FFI_TARGET``): an XLA FFI handler,
+  ``_cubin_launch.cc``, that loads the build's cubin (which the call carries, base64)
+  once a process and launches it with ``cuLaunchKernelEx``. The handler is built
+  with the machine's C++ compiler (``$CXX``, else ``g++``, ``c++`` or ``clang++``) the
+  first time a process lowers a kernel, into Triton's cache folder
+  (``mla_jax_ffi/``), and reused by every later process.
+- ``triton_kernel_call`` (``JAXLIB_TARGET``), jaxlib's, the one jax-triton emits, where
+  no C++ compiler is found (with a warning): a serialized ``TritonKernelCall`` with the
+  kernel's PTX. jaxlib runs ptxas on it in every new process (about 1 s for the
+  largest Gluon kernel on the H200), which the cubin route does not.
 
 Why not jax-triton: it compiles in memory only, so every new process paid the
 whole Triton pipeline (5-7 s for the two decode kernels on the H200) while lowering,
@@ -50,7 +61,8 @@ through ``triton.compile`` as before and is indexed. Constexprs other than
 How to clear it: delete the folder (``rm -rf ~/.triton/cache``, or the one
 ``TRITON_CACHE_DIR`` names); one build is the sub-folder holding its
 ``<kernel name>.json`` (``Build.folder``). ``TRITON_ALWAYS_COMPILE=1`` compiles
-anew whatever is there.
+anew whatever is there. A lowered module carries the cubin itself, so an executable
+(in JAX's persistent compilation cache, or exported) runs without the folder.
 
 Within a process, builds are also memoised (``_build``, keyed by the kernel, its
 constexprs, signature, options and capability), since lowering runs at every trace.
@@ -58,15 +70,20 @@ constexprs, signature, options and capability), since lowering runs at every tra
 
 from __future__ import annotations
 
+import base64
+import ctypes
 import dataclasses
 import functools
 import hashlib
 import json
 import operator
 import os
+import shutil
+import subprocess
 import tempfile
 import threading
 import types
+import warnings
 import zlib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -82,8 +99,11 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from triton.runtime.jit import JITFunction
 
-CUSTOM_CALL_TARGET = "triton_kernel_call"
-"""jaxlib's target (``jaxlib/gpu_triton.py`` registers it for CUDA)."""
+from mla_jax.decode import KERNEL_CALL_TARGETS
+
+# The custom call that launches a build's cubin (``_cubin_launch.cc``), and jaxlib's
+# (``jaxlib/gpu_triton.py`` registers it for CUDA), which takes PTX.
+FFI_TARGET, JAXLIB_TARGET = KERNEL_CALL_TARGETS
 
 POINTER_ALIGNMENT = 16
 """Every array operand is promised 16-byte aligned (XLA's buffers are): Triton needs
@@ -128,8 +148,6 @@ _TRITON_TYPES = {
     "float8_e5m2fnuz": "fp8e5b16",
 }
 
-Scalar = bool | int | float
-
 
 @dataclasses.dataclass(frozen=True)
 class KernelSpec:
@@ -154,16 +172,25 @@ class KernelSpec:
 
 @dataclasses.dataclass(frozen=True)
 class Build:
-    """What jaxlib's call needs from one compiled kernel."""
+    """What a launch needs from one compiled kernel."""
 
     name: str
     num_warps: int
     num_ctas: int
     shared_bytes: int
-    ptx: str
+    ptx: str  # what jaxlib's call takes
+    cubin: bytes  # what the FFI handler loads
     folder: str  # the build's sub-folder of Triton's cache dir
     global_scratch_size: int  # bytes a program (0: none)
     global_scratch_align: int
+
+    @functools.cached_property
+    def cubin_base64(self) -> str:
+        return base64.b64encode(self.cubin).decode()
+
+    @functools.cached_property
+    def cubin_hash(self) -> str:
+        return hashlib.sha256(self.cubin).hexdigest()
 
     def scratch_bytes(self, grid: tuple[int, int, int]) -> int:
         """The global scratch of a launch on ``grid``, as Triton's launcher sizes it."""
@@ -176,18 +203,6 @@ def triton_type(dtype: Any) -> str:
     if name not in _TRITON_TYPES:
         raise TypeError(f"no Triton type for arrays of {name}")
     return _TRITON_TYPES[name]
-
-
-def _scalar_type(value: Scalar) -> str:
-    if isinstance(value, bool):
-        return "i1"
-    if isinstance(value, int):
-        if -(2**31) <= value < 2**31:
-            return "i32"
-        if -(2**63) <= value < 2**63:
-            return "i64"
-        raise ValueError(f"integer argument {value} does not fit in 64 bits")
-    return "fp32"  # what Triton's own launcher passes a Python float as
 
 
 def kernel_spec(
@@ -297,16 +312,18 @@ def _index_file(spec: KernelSpec, compute_capability: int) -> Path | None:
     return Path(_cache_dir()) / "mla_jax_index" / f"{name}.json"
 
 
-def _indexed(index: Path) -> tuple[Any, str, str] | None:
-    """The metadata, PTX and folder of the build ``index`` names, if all are there."""
+def _indexed(index: Path) -> tuple[Any, str, bytes, str] | None:
+    """The metadata, PTX, cubin and folder of the build ``index`` names, if all are
+    there."""
     try:
         entry = json.loads(index.read_text())
         folder = Path(entry["folder"])
         metadata = json.loads((folder / f"{entry['name']}.json").read_text())
         ptx = (folder / f"{entry['name']}.ptx").read_text()
+        cubin = (folder / f"{entry['name']}.cubin").read_bytes()
     except (OSError, ValueError, KeyError):
         return None
-    return types.SimpleNamespace(**metadata), ptx, str(folder)
+    return types.SimpleNamespace(**metadata), ptx, cubin, str(folder)
 
 
 def _write_index(index: Path, name: str, folder: str) -> None:
@@ -341,7 +358,7 @@ def check_resources(metadata: Any, compute_capability: int, name: str) -> None:
     if size:
         raise ValueError(
             f"{name} needs {size} bytes of profile scratch memory (Proton instrumentation);"
-            " jaxlib's triton_kernel_call provides none: build it without"
+            " the launch provides none: build it without"
         )
     shared = metadata.shared or 0
     limit = MAX_SHARED_BYTES.get(compute_capability)
@@ -362,16 +379,16 @@ def _build(spec: KernelSpec, compute_capability: int) -> Build:
     index = _index_file(spec, compute_capability)
     found = _indexed(index) if index is not None else None
     if found is not None:
-        meta, ptx, folder = found
+        meta, ptx, cubin, folder = found
     else:
         compiled = compile_kernel(spec, compute_capability)
         meta = compiled.metadata
         if "ptx" not in compiled.asm:
             raise RuntimeError(
                 f"Triton's cache holds no PTX for {spec.kernel.__name__} "
-                "(TRITON_STORE_BINARY_ONLY is set?); jaxlib's call needs it"
+                "(TRITON_STORE_BINARY_ONLY is set?): unset it, the launch needs both"
             )
-        ptx = compiled.asm["ptx"]
+        ptx, cubin = compiled.asm["ptx"], compiled.asm["cubin"]
         folder = os.path.dirname(
             next(p for f, p in compiled.metadata_group.items() if f.endswith(".json"))
         )
@@ -384,6 +401,7 @@ def _build(spec: KernelSpec, compute_capability: int) -> Build:
         num_ctas=meta.num_ctas,
         shared_bytes=meta.shared,
         ptx=ptx,
+        cubin=cubin,
         folder=folder,
         global_scratch_size=getattr(meta, "global_scratch_size", 0) or 0,
         global_scratch_align=getattr(meta, "global_scratch_align", 1) or 1,
@@ -409,6 +427,74 @@ def device_capability() -> int:
     return int(_gpu_triton().get_compute_capability(0))
 
 
+_HANDLER_SOURCE = Path(__file__).with_name("_cubin_launch.cc")
+_HANDLER_FLAGS = ("-std=c++17", "-O2", "-shared", "-fPIC", "-fvisibility=hidden")
+
+
+def find_cxx() -> str | None:
+    """The C++ compiler the handler builds with: ``$CXX``, else the first of ``g++``,
+    ``c++`` and ``clang++`` on the ``PATH``."""
+    if os.environ.get("CXX"):
+        return os.environ["CXX"]
+    return next((p for c in ("g++", "c++", "clang++") if (p := shutil.which(c))), None)
+
+
+def build_handler(cxx: str, folder: Path) -> Path:
+    """The FFI handler (``_cubin_launch.cc``) built with ``cxx`` as a shared library in
+    a sub-folder of ``folder`` keyed by its source, the compiler and the JAX, jaxlib
+    and Triton versions; built only where that library is not there yet."""
+    from importlib.metadata import version
+
+    cuda_include = Path(triton.__file__).parent / "backends" / "nvidia" / "include"
+    source = _HANDLER_SOURCE.read_bytes()
+    versions = (cxx, _HANDLER_FLAGS, jax.__version__, version("jaxlib"), triton.__version__)
+    key = hashlib.sha256(source + repr(versions).encode()).hexdigest()[:32]
+    library = folder / key / "libmla_jax_cubin_launch.so"
+    if library.exists():
+        return library
+    library.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=library.parent, suffix=".so.tmp")
+    os.close(fd)
+    # -Wno-return-type: XLA's FFI headers end some switch-covered functions without one.
+    command = [cxx, *_HANDLER_FLAGS, "-Wno-return-type", f"-I{jax.ffi.include_dir()}",
+               f"-I{cuda_include}", str(_HANDLER_SOURCE), "-o", tmp, "-ldl"]  # fmt: skip
+    try:
+        subprocess.run(command, check=True, capture_output=True, text=True)
+        os.replace(tmp, library)  # whole or not at all: another process may be loading it
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return library
+
+
+@functools.lru_cache(maxsize=1)
+def kernel_call_target() -> str:
+    """The custom call this process's launches lower to: ``FFI_TARGET`` once its
+    handler is built (or found) and registered for CUDA, else ``JAXLIB_TARGET``, with a
+    warning that says why and what it costs."""
+    cxx = find_cxx()
+    if cxx is None:
+        reason = "no C++ compiler was found: install g++, or name one in CXX"
+    else:
+        try:
+            library = build_handler(cxx, Path(_cache_dir()) / "mla_jax_ffi")
+        except subprocess.CalledProcessError as e:
+            reason = f"building its handler with {cxx} failed:\n{e.stderr[-2000:]}"
+        except OSError as e:
+            reason = f"building its handler with {cxx} failed: {e}"
+        else:
+            handler = ctypes.cdll.LoadLibrary(str(library)).MlaJaxCubinLaunch
+            jax.ffi.register_ffi_target(FFI_TARGET, jax.ffi.pycapsule(handler), platform="CUDA")
+            return FFI_TARGET
+    warnings.warn(
+        f"mla_jax launches its kernels through jaxlib's {JAXLIB_TARGET}, which runs ptxas "
+        "on each kernel in every new process (about 1 s for the largest), because " + reason,
+        RuntimeWarning,
+        stacklevel=2,
+    )
+    return JAXLIB_TARGET
+
+
 _call_p = jex_core.Primitive("mla_jax_triton_call")
 _call_p.multiple_results = True
 _call_p.def_impl(functools.partial(xla.apply_primitive, _call_p))
@@ -419,50 +505,65 @@ def _abstract_eval(*_, out_shapes, **__):
     return [jax.core.ShapedArray(s.shape, s.dtype) for s in out_shapes]
 
 
+def _jaxlib_call(
+    build: Build, grid: tuple[int, int, int], cluster: int, params: int, cc: int, name: str
+) -> dict[str, Any]:
+    """jaxlib's ``triton_kernel_call``: its target, and its serialized call."""
+    lib = _gpu_triton()
+    # jaxlib launches a kernel of num_ctas > 1 as clusters of that many CTAs along x,
+    # grid[0] clusters (cuLaunchKernelEx); the build itself is one CTA's program.
+    kernel = lib.TritonKernel(
+        build.name, build.num_warps, build.num_ctas * cluster, build.shared_bytes, build.ptx, "", cc
+    )
+    # jaxlib refuses a launch whose buffer is not aligned as Triton asks (XLA aligns
+    # its buffers to at least 16 bytes, usually more); the scratch result is last.
+    aligns = [POINTER_ALIGNMENT] * params
+    if build.global_scratch_size:
+        aligns[-1] = max(POINTER_ALIGNMENT, build.global_scratch_align)
+    arrays = [lib.create_array_parameter(0, a) for a in aligns]
+    call = lib.TritonKernelCall(kernel, grid[0] // cluster, grid[1], grid[2], arrays)
+    # Version 2 takes the opaque bytes as they are (jax annotates only str).
+    return dict(api_version=2, backend_config=zlib.compress(call.to_proto(name, b"")))
+
+
 def _lowering(
     ctx: mlir.LoweringRuleContext,
     *operands: Any,
     spec: KernelSpec,
     out_shapes: tuple[jax.ShapeDtypeStruct, ...],
     grid: tuple[int, int, int],
-    scalars: tuple[tuple[int, str, Scalar], ...],
     aliases: tuple[tuple[int, int], ...],
     compute_capability: int | None,
     name: str,
     cluster: int,
 ) -> Sequence[Any]:
-    lib = _gpu_triton()
     cc = device_capability() if compute_capability is None else compute_capability
     build = _build(spec, cc)
-    # jaxlib launches a kernel of num_ctas > 1 as clusters of that many CTAs along x,
-    # grid[0] clusters (cuLaunchKernelEx); the build itself is one CTA's program.
-    kernel = lib.TritonKernel(
-        build.name, build.num_warps, build.num_ctas * cluster, build.shared_bytes, build.ptx, "", cc
-    )
-    scalar_at = {i: (t, v) for i, t, v in scalars}
-    params = []
-    for i in range(len(operands) + len(scalars) + len(out_shapes)):
-        if i in scalar_at:
-            dtype, value = scalar_at[i]
-            params.append(lib.create_scalar_parameter(value, dtype))
-        else:
-            params.append(lib.create_array_parameter(0, POINTER_ALIGNMENT))
     scratch = build.scratch_bytes(grid)
     if scratch:
-        # The last result; jaxlib refuses a launch whose buffer is not aligned as
-        # Triton asks (XLA aligns its buffers to at least 16 bytes, usually more).
-        align = max(POINTER_ALIGNMENT, build.global_scratch_align)
-        params.append(lib.create_array_parameter(0, align))
         ctx = ctx.replace(avals_out=[*ctx.avals_out, jax.core.ShapedArray((scratch,), jnp.uint8)])
-    call = lib.TritonKernelCall(kernel, grid[0] // cluster, grid[1], grid[2], params)
-    rule = jax.ffi.ffi_lowering(
-        CUSTOM_CALL_TARGET,
-        api_version=2,
-        # Version 2 takes the opaque bytes as they are (jax annotates only str).
-        backend_config=zlib.compress(call.to_proto(name, b"")),  # type: ignore[arg-type]
-        operand_output_aliases=dict(aliases),
-    )
-    results = rule(ctx, *operands)
+    target = kernel_call_target()
+    if target == FFI_TARGET:
+        rule = jax.ffi.ffi_lowering(FFI_TARGET, operand_output_aliases=dict(aliases))
+        results = rule(
+            ctx,
+            *operands,
+            cubin=build.cubin_base64,
+            cubin_hash=build.cubin_hash,
+            kernel=build.name,
+            grid_x=grid[0],
+            grid_y=grid[1],
+            grid_z=grid[2],
+            num_warps=build.num_warps,
+            shared=build.shared_bytes,
+            cluster=cluster,
+            scratch_align=max(POINTER_ALIGNMENT, build.global_scratch_align) if scratch else 0,
+        )
+    else:
+        params = len(operands) + len(out_shapes) + (1 if scratch else 0)
+        call = _jaxlib_call(build, grid, cluster, params, cc, name)
+        rule = jax.ffi.ffi_lowering(target, operand_output_aliases=dict(aliases), **call)
+        results = rule(ctx, *operands)
     return results[: len(out_shapes)]
 
 
@@ -471,7 +572,7 @@ mlir.register_lowering(_call_p, _lowering, platform="cuda")
 
 def launch(
     kernel: JITFunction,
-    inputs: Sequence[jax.Array | Scalar],
+    inputs: Sequence[jax.Array],
     *,
     out_shapes: Sequence[jax.ShapeDtypeStruct],
     grid: Sequence[int],
@@ -486,15 +587,13 @@ def launch(
     """Calls a ``@triton.jit`` or ``@gluon.jit`` kernel on JAX arrays.
 
     The kernel's parameters that are not in ``constexprs`` receive, in order, the
-    ``inputs`` (arrays as pointers to their row-major data, Python scalars by value)
-    and then a pointer to each output. The kernel is compiled when the call is
-    lowered for CUDA, from Triton's disk cache when it was built before (see the
-    module docstring).
+    ``inputs`` (pointers to their row-major data) and then a pointer to each output.
+    The kernel is compiled when the call is lowered for CUDA, from Triton's disk
+    cache when it was built before (see the module docstring).
 
     Args:
       kernel: the JIT function; a Gluon one compiles as Gluon.
-      inputs: arrays, or ``bool``/``int``/``float`` run-time scalars (``i1``,
-        ``i32``/``i64``, ``fp32``).
+      inputs: the arrays (a run-time scalar is a one-element array).
       out_shapes: the outputs' shapes and dtypes.
       grid: up to three program counts (x, y, z).
       constexprs: values of the compile-time parameters (all ``tl.constexpr`` ones).
@@ -503,7 +602,7 @@ def launch(
         buffer, written in place (donate the input to avoid a copy).
       compute_capability: CUDA capability to build for, e.g. 90; None asks device 0
         at lowering.
-      name: the call's name in the lowered module (default: the kernel's).
+      name: the call's name in jaxlib's call (default: the kernel's).
       cluster: CTAs of one thread-block cluster (sm_90 on): consecutive programs
         along x, ``grid[0]`` a multiple of it, run as one cluster (launched together,
         on one GPC, able to sync with ``barrier.cluster``). 1: no clusters.
@@ -520,30 +619,23 @@ def launch(
             f"cluster {cluster} with grid {tuple(grid)}: a cluster is 1, 2, 4 or 8 CTAs "
             "and grid[0] a multiple of it"
         )
-    arrays: list[jax.Array] = []
-    operand_of: dict[int, int] = {}  # input index -> custom-call operand index
-    scalars: list[tuple[int, str, Scalar]] = []
-    types: list[str] = []
-    for i, x in enumerate(inputs):
-        if isinstance(x, bool | int | float):
-            scalars.append((i, _scalar_type(x), x))
-            types.append(scalars[-1][1])
-        else:
-            operand_of[i] = len(arrays)
-            arrays.append(x)
-            types.append("*" + triton_type(x.dtype))
+    arrays = list(inputs)
+    for i, x in enumerate(arrays):
+        if not hasattr(x, "dtype") or not hasattr(x, "shape"):
+            raise TypeError(f"input {i} is a {type(x).__name__}, not an array")
+    types = ["*" + triton_type(x.dtype) for x in arrays]
     types += ["*" + triton_type(s.dtype) for s in out_shapes]
     spec = kernel_spec(
         kernel, types, dict(constexprs or {}), num_warps=num_warps, num_stages=num_stages
     )
     aliases = []
     for i, o in sorted((input_output_aliases or {}).items()):
-        if i not in operand_of or not 0 <= o < len(out_shapes):
-            raise ValueError(f"alias {i} -> {o}: no such array input or output")
-        x, out = arrays[operand_of[i]], out_shapes[o]
+        if not 0 <= i < len(arrays) or not 0 <= o < len(out_shapes):
+            raise ValueError(f"alias {i} -> {o}: no such input or output")
+        x, out = arrays[i], out_shapes[o]
         if (x.shape, x.dtype) != (out.shape, out.dtype):
             raise ValueError(f"alias {i} -> {o}: input {x.shape} {x.dtype} is not {out}")
-        aliases.append((operand_of[i], o))
+        aliases.append((i, o))
     if len({o for _, o in aliases}) != len(aliases):
         raise ValueError(f"two inputs alias one output: {dict(input_output_aliases or {})}")
     return tuple(
@@ -552,7 +644,6 @@ def launch(
             spec=spec,
             out_shapes=out_shapes,
             grid=grid3,
-            scalars=tuple(scalars),
             aliases=tuple(aliases),
             compute_capability=compute_capability,
             name=name or kernel.__name__,

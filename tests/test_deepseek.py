@@ -208,6 +208,7 @@ def test_decode_loop_lowers_for_sm90(case):
     from jax import export
 
     from mla_jax.deepseek.generate import decode_loop
+    from tests.kernel_calls import DISABLED, kernel_calls
 
     _, _, config, params, _ = case
     if config.model_type != "deepseek_v3":
@@ -232,12 +233,11 @@ def test_decode_loop_lowers_for_sm90(case):
             compute_capability=90,
         )
 
-    disabled = [export.DisabledSafetyCheck.custom_call("triton_kernel_call")]
-    exported = export.export(jax.jit(loop), platforms=["cuda"], disabled_checks=disabled)(
+    exported = export.export(jax.jit(loop), platforms=["cuda"], disabled_checks=DISABLED)(
         jax.eval_shape(lambda: params), logits, state, jax.eval_shape(lambda: jax.random.key(0))
     )
     text = exported.mlir_module()
     # Stage 1 and stage 2 (in the one decode-step function every layer calls), inside
     # one while loop.
-    assert text.count("@triton_kernel_call") >= 2
+    assert len(kernel_calls(text)) >= 2
     assert "stablehlo.while" in text

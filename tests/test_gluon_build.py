@@ -769,7 +769,7 @@ def lowered_kernels(batch, heads, length, cc, dtype, kv_dtype, policy="occupancy
     ``max_seq_len``, pages of 64, a buffer of ``policy`` for 132 SMs), in order."""
     import mla_jax
     from tests.cases import buffer_spec
-    from tests.test_kernel_cache import custom_calls, kernel_call
+    from tests.kernel_calls import kernel_calls
 
     page = 64
 
@@ -796,7 +796,7 @@ def lowered_kernels(batch, heads, length, cc, dtype, kv_dtype, policy="occupancy
         buffer_spec(batch, heads, 128, policy=policy),
     )
     text = jax.jit(step, donate_argnums=4).trace(*args).lower(lowering_platforms=("cuda",))
-    return [kernel_call(line)["kernel_name"] for line in custom_calls(text.as_text())]
+    return [c.kernel_name for c in kernel_calls(text.as_text())]
 
 
 def loads_before_branch(kernel, runtime, launch, constexprs, branch):

@@ -71,7 +71,7 @@ def triton_step(case, length, max_seq_len, k_scale=None, **options):
     """``mla_decode`` on the triton backend, jitted with the buffer donated, and the
     kernels its lowering for ``args`` calls: ``(step, kernels(*args))``. ``max_seq_len``:
     ``"static"`` (``length``) or ``"runtime"`` (left out)."""
-    from tests.test_kernel_cache import custom_calls, kernel_call
+    from tests.kernel_calls import kernel_calls
 
     step = jax.jit(
         lambda q, kv, bt, sl, buf: mla_jax.mla_decode(
@@ -91,11 +91,11 @@ def triton_step(case, length, max_seq_len, k_scale=None, **options):
 
     def kernels(*args):
         text = step.lower(*args).as_text()
-        return [kernel_call(line)["kernel_name"] for line in custom_calls(text)]
+        return [c.kernel_name for c in kernel_calls(text)]
 
     def clusters(*args):
         text = step.lower(*args).as_text()
-        return [kernel_call(line)["num_ctas"] for line in custom_calls(text)]
+        return [c.cluster for c in kernel_calls(text)]
 
     kernels.clusters = clusters
 

@@ -1,7 +1,8 @@
 """The kernel launch route (``mla_jax._launch``), lowered for CUDA on a machine
-without a GPU: jaxlib's ``triton_kernel_call`` with the buffer aliased, Triton's disk
-cache reused by a new process through the index beside it, Gluon kernels, and the
-errors it raises early.
+without a GPU: the FFI handler's call carrying the cubin (or jaxlib's
+``triton_kernel_call`` where no C++ compiler is found) with the buffer aliased,
+Triton's disk cache reused by a new process through the index beside it, Gluon
+kernels, and the errors it raises early.
 
 No timing: whether a build came from the cache is what Triton's compilation
 listener (``triton.knobs.compilation.listener``) reports for each ``triton.compile``,
@@ -9,6 +10,7 @@ and a build the index names calls none.
 """
 
 import dataclasses
+import hashlib
 import json
 import os
 import re
@@ -29,17 +31,17 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
 
 from mla_jax import _launch
-from tests.test_lowering import _proto_fields, _proto_items, backend_config
+from tests.kernel_calls import kernel_calls
 
 ROOT = Path(__file__).parents[1]
 S = jax.ShapeDtypeStruct
 
 
 @triton.jit
-def add_scalar(x_ptr, c, y_ptr, N: tl.constexpr, BLOCK: tl.constexpr):
+def add_c(x_ptr, c_ptr, y_ptr, N: tl.constexpr, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < N
-    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=mask) + c, mask=mask)
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=mask) + tl.load(c_ptr), mask=mask)
 
 
 @triton.jit
@@ -94,28 +96,6 @@ def lower(fn, *args) -> str:
     return jax.jit(fn).trace(*args).lower(lowering_platforms=("cuda",)).as_text()
 
 
-def custom_calls(text: str) -> list[str]:
-    return [ln for ln in text.splitlines() if "stablehlo.custom_call @triton_kernel_call" in ln]
-
-
-def kernel_call(line: str) -> dict:
-    """jaxlib's ``TritonAnyKernelCall`` (jaxlib/gpu/triton.proto) in a custom call:
-    its name, the launch grid and the kernel's fields."""
-    outer = _proto_fields(backend_config(line))
-    call = _proto_fields(outer[1])
-    kernel = _proto_fields(call[1])
-    return {
-        "name": outer[4].decode(),
-        "grid": tuple(call.get(f, 0) for f in (2, 3, 4)),
-        "kernel_name": kernel[1].decode(),
-        "num_warps": kernel[2],
-        "num_ctas": kernel.get(10, 1),  # a cluster's CTAs (optional: absent is 1)
-        "ptx": kernel.get(4, b""),
-        "ttir": kernel.get(5, b""),
-        "cc": kernel[6],
-    }
-
-
 def decode_step(q, kv, bt, sl, buf):
     import mla_jax
 
@@ -137,21 +117,82 @@ def decode_args():
     )
 
 
-def test_decode_lowers_to_two_triton_kernel_calls_with_the_buffer_aliased():
+def lower_decode() -> str:
     text = jax.jit(decode_step, donate_argnums=4).trace(*decode_args())
-    text = text.lower(lowering_platforms=("cuda",)).as_text()
-    stage1, stage2 = custom_calls(text)
-    for line in (stage1, stage2):
-        assert "api_version = 2" in line
-    # Stage 1: eight operands, the eighth (index 7) the logits buffer, its only result.
-    assert len(re.search(r"@triton_kernel_call\(([^)]*)\)", stage1).group(1).split(", ")) == 8
-    assert re.findall(r"operand_index = (\d+)", stage1) == ["7"]
-    assert "output_operand_aliases" not in stage2
-    calls = [kernel_call(stage1), kernel_call(stage2)]
-    assert [c["name"] for c in calls] == ["mla_decode_stage1", "mla_decode_stage2"]
-    assert [c["kernel_name"] for c in calls] == ["mla_decode_stage1", "mla_decode_stage2"]
+    return text.lower(lowering_platforms=("cuda",)).as_text()
+
+
+def check_decode_calls(calls) -> None:
+    """Stage 1: eight operands, the eighth (index 7) the logits buffer, its only
+    result; stage 2's outputs fresh."""
+    stage1, stage2 = calls
+    assert len(stage1.operands) == 8 and stage1.aliases == [7]
+    assert len(stage2.operands) == 3 and "output_operand_aliases" not in stage2.line
+    assert [c.kernel_name for c in calls] == ["mla_decode_stage1", "mla_decode_stage2"]
+
+
+@pytest.mark.skipif(_launch.find_cxx() is None, reason="the FFI handler needs a C++ compiler")
+def test_decode_lowers_to_two_ffi_calls_carrying_their_cubins():
+    calls = kernel_calls(lower_decode())
+    assert [c.target for c in calls] == [_launch.FFI_TARGET] * 2
+    check_decode_calls(calls)
     for c in calls:
-        assert c["cc"] == 90 and b".target sm_90a" in c["ptx"] and c["ttir"] == b""
+        assert "mhlo.backend_config = {" in c.line  # XLA's typed FFI: attributes
+        # The cubin, for sm_90a, of the build in Triton's folder, named by its hash.
+        assert c.binary.startswith(b"\x7fELF")
+        assert c.attributes["cubin_hash"] == hashlib.sha256(c.binary).hexdigest()
+        assert c.attributes["scratch_align"] == 0 and c.cluster == 1
+    assert calls[0].grid == (1, 2, 2) and calls[0].num_warps == 4
+    assert calls[0].attributes["shared"] > 48 * 1024  # opted in by the handler
+
+
+def test_decode_lowers_to_two_jaxlib_calls_carrying_their_ptx(jaxlib_route):
+    calls = kernel_calls(lower_decode())
+    assert [c.target for c in calls] == [_launch.JAXLIB_TARGET] * 2
+    check_decode_calls(calls)
+    assert [c.attributes["name"] for c in calls] == ["mla_decode_stage1", "mla_decode_stage2"]
+    for c in calls:
+        assert "api_version = 2" in c.line
+        assert c.attributes["cc"] == 90 and b".target sm_90a" in c.binary
+        assert c.attributes["ttir"] == b""
+    assert calls[0].grid == (1, 2, 2)
+
+
+def test_the_handler_is_built_once_a_machine(tmp_path, monkeypatch):
+    """Built into a sub-folder keyed by its source and versions, then found there (a
+    second build of the same key does not run the compiler); no compiler, or one that
+    fails, leaves jaxlib's call with a warning that says why."""
+    cxx = _launch.find_cxx()
+    if cxx is None:
+        pytest.skip("the FFI handler needs a C++ compiler")
+    library = _launch.build_handler(cxx, tmp_path)
+    assert library.is_relative_to(tmp_path) and library.stat().st_size > 0
+    assert [p.name for p in library.parent.iterdir()] == [library.name]  # no temporaries
+    monkeypatch.setattr(_launch.subprocess, "run", lambda *_, **__: pytest.fail("rebuilt"))
+    assert _launch.build_handler(cxx, tmp_path) == library
+    monkeypatch.undo()
+    for env, reason in [
+        (dict(CXX=str(tmp_path / "no-such-compiler")), "failed"),
+        (dict(CXX="false"), "failed"),
+    ]:
+        monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "cache"))
+        for k, v in env.items():
+            monkeypatch.setenv(k, v)
+        _launch.kernel_call_target.cache_clear()
+        try:
+            with pytest.warns(RuntimeWarning, match=f"jaxlib's triton_kernel_call.*{reason}"):
+                assert _launch.kernel_call_target() == _launch.JAXLIB_TARGET
+        finally:
+            _launch.kernel_call_target.cache_clear()
+    monkeypatch.setenv("CXX", "")
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert _launch.find_cxx() is None
+    _launch.kernel_call_target.cache_clear()
+    try:
+        with pytest.warns(RuntimeWarning, match="no C\\+\\+ compiler was found: install g\\+\\+"):
+            assert _launch.kernel_call_target() == _launch.JAXLIB_TARGET
+    finally:
+        _launch.kernel_call_target.cache_clear()
 
 
 _CHILD = """
@@ -201,9 +242,13 @@ def test_a_new_process_takes_both_kernels_from_the_disk_cache(tmp_path):
         "mla_decode_stage1": True,
         "mla_decode_stage2": True,
     }
+    handler = [p.stat().st_mtime_ns for p in tmp_path.glob("mla_jax_ffi/*/*.so")]
+    assert len(handler) == (0 if _launch.find_cxx() is None else 1)
     second = _lower_in_child(env)
-    # The index named both builds: no triton.compile at all, and the same program.
+    # The index named both builds: no triton.compile at all, and the same program,
+    # whose handler the first process built.
     assert second["events"] == []
+    assert [p.stat().st_mtime_ns for p in tmp_path.glob("mla_jax_ffi/*/*.so")] == handler
     assert second["module"] == first["module"]
     assert sorted(p.name for p in tmp_path.glob("*/mla_decode_stage*.json")) == builds
     assert _index(tmp_path) == index
@@ -225,7 +270,7 @@ def test_a_build_the_index_names_but_lost_is_built_again(tmp_path):
 
 def test_the_index_key_follows_the_build():
     spec = _launch.kernel_spec(
-        add_scalar, ["*fp32", "fp32", "*fp32"], dict(N=256, BLOCK=128), num_warps=4, num_stages=3
+        add_c, ["*fp32", "*fp32", "*fp32"], dict(N=256, BLOCK=128), num_warps=4, num_stages=3
     )
     key = _launch._index_file(spec, 90)
     changed = [
@@ -241,9 +286,9 @@ def test_the_index_key_follows_the_build():
     assert _launch._index_file(odd, 90) is None
 
 
-def add(x, c=1.5, **kw):
+def add(x, c, **kw):
     return _launch.launch(
-        add_scalar,
+        add_c,
         [x, c],
         out_shapes=[S(x.shape, x.dtype)],
         grid=(2,),
@@ -253,24 +298,25 @@ def add(x, c=1.5, **kw):
     )[0]
 
 
-def test_one_build_per_process_and_scalars_pass_by_value(monkeypatch):
+def test_one_build_per_process(monkeypatch, tmp_path):
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))  # nothing built before
     events = []
     monkeypatch.setattr(knobs.compilation, "listener", lambda src, **_: events.append(src.name))
     _launch._build.cache_clear()
-    x = S((256,), jnp.float32)
-    for c in (1.5, 2.5):  # the scalar is a run-time value: one build
-        (line,) = custom_calls(lower(lambda x, c=c: add(x, c), x))
-        assert kernel_call(line)["grid"] == (2, 1, 1)
-    assert events == ["add_scalar"]
-    lower(lambda x: add(x, 7), x)  # an int scalar is another signature (i32)
-    assert events == ["add_scalar", "add_scalar"]
+    x, c = S((256,), jnp.float32), S((1,), jnp.float32)
+    for _ in range(2):  # lowered twice: one build
+        (call,) = kernel_calls(lower(add, x, c))
+        assert call.grid == (2, 1, 1)
+    assert events == ["add_c"]
+    lower(add, x, S((1,), jnp.float16))  # another signature (*fp16): another build
+    assert events == ["add_c", "add_c"]
     spec = _launch.kernel_spec(
-        add_scalar, ["*fp32", "fp32", "*fp32"], dict(N=256, BLOCK=128), num_warps=4, num_stages=3
+        add_c, ["*fp32", "*fp32", "*fp32"], dict(N=256, BLOCK=128), num_warps=4, num_stages=3
     )
     build = _launch._build(spec, 90)  # the first one, memoised
-    assert events == ["add_scalar", "add_scalar"] and build.name == "add_scalar"
+    assert events == ["add_c", "add_c"] and build.name == "add_c"
     files = set(os.listdir(build.folder))
-    assert {"add_scalar.json", "add_scalar.ptx", "add_scalar.cubin"} <= files
+    assert {"add_c.json", "add_c.ptx", "add_c.cubin"} <= files
 
 
 def test_the_cache_works_when_jax_triton_emptied_its_setting(tmp_path, monkeypatch):
@@ -280,10 +326,10 @@ def test_the_cache_works_when_jax_triton_emptied_its_setting(tmp_path, monkeypat
     monkeypatch.setenv("TRITON_HOME", str(tmp_path))
     assert not knobs.cache.dir
     spec = _launch.kernel_spec(
-        add_scalar, ["*fp32", "fp32", "*fp32"], dict(N=64, BLOCK=64), num_warps=2, num_stages=1
+        add_c, ["*fp32", "*fp32", "*fp32"], dict(N=64, BLOCK=64), num_warps=2, num_stages=1
     )
     compiled = _launch.compile_kernel(spec, 90)
-    assert Path(compiled.metadata_group["add_scalar.json"]).is_relative_to(tmp_path)
+    assert Path(compiled.metadata_group["add_c.json"]).is_relative_to(tmp_path)
     assert os.environ["TRITON_CACHE_DIR"] == "" and not knobs.cache.dir
 
 
@@ -315,9 +361,8 @@ def test_gluon_kernels_compile_as_gluon():
             compute_capability=90,
         )[0]
 
-    (line,) = custom_calls(lower(f, S((256,), jnp.float32)))
-    assert kernel_call(line)["kernel_name"] == "copy"
-    assert re.findall(r"operand_index = (\d+)", line) == ["0"]
+    (call,) = kernel_calls(lower(f, S((256,), jnp.float32)))
+    assert call.kernel_name == "copy" and call.aliases == [0]
 
 
 @pytest.mark.parametrize(
@@ -327,11 +372,12 @@ def test_gluon_kernels_compile_as_gluon():
         (dict(constexprs=dict(N=256, BLOCK=128, M=1)), r"has no parameters \['M'\]"),
         (dict(inputs="one"), r"takes 3 run-time arguments"),
         (dict(input_output_aliases={0: 0}, out=S((128,), jnp.float32)), r"alias 0 -> 0: input"),
-        (dict(input_output_aliases={1: 0}), r"alias 1 -> 0: no such array input"),
+        (dict(input_output_aliases={2: 0}), r"alias 2 -> 0: no such input"),
+        (dict(inputs="scalar"), r"input 1 is a float, not an array"),
         (dict(grid=(1, 70000)), r"grid \(1, 70000\)"),
         (dict(cluster=3), r"cluster 3 with grid \(2,\)"),
         (dict(cluster=4), r"cluster 4 with grid \(2,\): .* a multiple of it"),
-        (dict(kernel=triton.autotune([triton.Config({})], key=[])(add_scalar)), "autotuners"),
+        (dict(kernel=triton.autotune([triton.Config({})], key=[])(add_c)), "autotuners"),
     ],
 )
 def test_bad_launches_fail_before_compiling(change, message):
@@ -342,23 +388,39 @@ def test_bad_launches_fail_before_compiling(change, message):
         constexprs=dict(N=256, BLOCK=128),
         compute_capability=90,
     )
-    kernel = change.pop("kernel", add_scalar)
-    inputs = [x] if change.pop("inputs", None) else [x, 1.0]
+    kernel = change.pop("kernel", add_c)
+    which = change.pop("inputs", None)
     kwargs.update(change)
+    args = [x] if which == "one" else [x, S((1,), jnp.float32)]
+
+    def f(*a):
+        return _launch.launch(kernel, [a[0], 1.0] if which == "scalar" else list(a), **kwargs)
+
     with pytest.raises((ValueError, TypeError), match=message):
-        lower(lambda x: _launch.launch(kernel, [x, *inputs[1:]], **kwargs), x)
+        lower(f, *args)
 
 
-def test_a_cluster_launch_is_one_kernel_of_that_many_ctas_over_the_clusters():
-    """``cluster=2`` on a grid of 4 programs: jaxlib's call holds ``num_ctas=2`` and a
-    grid of 2 clusters along x (it launches ``grid_0 * num_ctas`` CTAs in clusters of
-    ``num_ctas``); the build is the one-CTA program. Without it, ``num_ctas`` is 1."""
+@pytest.fixture(params=[_launch.FFI_TARGET, _launch.JAXLIB_TARGET])
+def route(request) -> str:
+    """Each custom call a launch can lower to."""
+    if request.param == _launch.JAXLIB_TARGET:
+        request.getfixturevalue("jaxlib_route")
+    elif _launch.find_cxx() is None:
+        pytest.skip("the FFI handler needs a C++ compiler")
+    return request.param
+
+
+def test_a_cluster_launch_is_one_kernel_of_that_many_ctas_over_the_clusters(route):
+    """``cluster=2`` on a grid of 4 programs: the FFI call holds the grid and the
+    cluster size; jaxlib's holds ``num_ctas=2`` and a grid of 2 clusters along x (it
+    launches ``grid_0 * num_ctas`` CTAs in clusters of ``num_ctas``). Either way the
+    build is the one-CTA program."""
     x = S((512,), jnp.float32)
 
     def f(x, cluster):
         return _launch.launch(
-            add_scalar,
-            [x, 1.0],
+            add_c,
+            [x, x[:1]],
             out_shapes=[x],
             grid=(4,),
             constexprs=dict(N=512, BLOCK=128),
@@ -366,16 +428,19 @@ def test_a_cluster_launch_is_one_kernel_of_that_many_ctas_over_the_clusters():
             cluster=cluster,
         )[0]
 
-    (line,) = custom_calls(lower(lambda x: f(x, 2), x))
-    call = kernel_call(line)
-    assert (call["num_ctas"], call["grid"]) == (2, (2, 1, 1))
-    assert ".reqnctapercluster" not in call["ptx"].decode()
-    (line,) = custom_calls(lower(lambda x: f(x, 1), x))
-    assert (kernel_call(line)["num_ctas"], kernel_call(line)["grid"]) == (1, (4, 1, 1))
+    (call,) = kernel_calls(lower(lambda x: f(x, 2), x))
+    assert call.target == route and (call.cluster, call.grid) == (2, (4, 1, 1))
+    if route == _launch.JAXLIB_TARGET:
+        assert (call.attributes["num_ctas"], call.attributes["clusters"]) == (2, (2, 1, 1))
+        assert b".reqnctapercluster" not in call.binary
+    else:
+        assert call.attributes["cluster"] == 2 and call.attributes["grid_x"] == 4
+    (call,) = kernel_calls(lower(lambda x: f(x, 1), x))
+    assert (call.cluster, call.grid) == (1, (4, 1, 1))
 
 
 @pytest.mark.parametrize("kernel, per_program", [(tma_add_one, 256), (gluon_tma_add_one, 128)])
-def test_global_scratch_is_one_more_result_the_caller_never_sees(kernel, per_program):
+def test_global_scratch_is_one_more_result_the_caller_never_sees(kernel, per_program, route):
     """A kernel that makes TMA descriptors on the device needs global scratch (128
     bytes a descriptor): the call gets it as a last result of ``global_scratch_size``
     bytes a program, whose pointer follows the kernel's arguments (where Triton's
@@ -390,16 +455,15 @@ def test_global_scratch_is_one_more_result_the_caller_never_sees(kernel, per_pro
 
     x = S((256, 64), jnp.float32)
     text = lower(lambda x: tma_add_one_call(x, kernel), x)
-    (line,) = custom_calls(text)
+    (call,) = kernel_calls(text)
     scratch = f"tensor<{4 * per_program}xui8>"  # four programs
-    assert re.search(rf"-> \(tensor<256x64xf32>, {scratch}\)", line), line
+    assert re.search(rf"-> \(tensor<256x64xf32>, {scratch}\)", call.line), call.line
     assert re.search(r"return %\S+#0 : tensor<256x64xf32>", text)
-    # TritonAnyKernelCall.kernel_call (1) -> TritonKernelCall.parameters (5, repeated)
-    call = _proto_fields(backend_config(line))[1]
-    parameters = [v for f, v in _proto_items(call) if f == 5]
-    arrays = [_proto_fields(_proto_fields(p)[1]) for p in parameters]
-    # x, y, then the scratch: divisibility 16 for the arrays, 128 for the scratch.
-    assert [a.get(2) for a in arrays] == [16, 16, 128]
+    if route == _launch.JAXLIB_TARGET:
+        # x, y, then the scratch: divisibility 16 for the arrays, 128 for the scratch.
+        assert call.attributes["alignments"] == [16, 16, 128]
+    else:  # the handler checks the last result 128-byte aligned, the others 16
+        assert call.attributes["scratch_align"] == 128
     assert jax.eval_shape(lambda x: tma_add_one_call(x, kernel), x) == x
 
 

@@ -6,7 +6,6 @@ logits buffer from its operand to its result and marks it donated.
 """
 
 import re
-import zlib
 
 import jax
 import jax.numpy as jnp
@@ -15,8 +14,7 @@ from jax import export
 
 import mla_jax
 from tests.cases import buffer_spec
-
-DISABLED = [export.DisabledSafetyCheck.custom_call("triton_kernel_call")]
+from tests.kernel_calls import DISABLED, kernel_calls
 
 
 def lowered_text(
@@ -57,77 +55,9 @@ def lowered_text(
     return exported.mlir_module()
 
 
-def backend_config(line: str) -> bytes:
-    """The serialized (zlib) jaxlib Triton kernel call in a custom call's backend_config."""
-    config = re.search(r'backend_config = "((?:[^"\\]|\\.)*)"', line).group(1)
-    # MLIR escapes a backslash as \\ and every other unprintable byte or quote as \XX.
-    raw = re.sub(
-        rb"\\(\\|[0-9A-Fa-f]{2})",
-        lambda m: b"\\" if m.group(1) == b"\\" else bytes([int(m.group(1), 16)]),
-        config.encode("latin-1"),
-    )
-    return zlib.decompress(raw)
-
-
-def kernel_calls(text):
-    """(operands, aliases, kernel name) of each triton custom call in the module."""
-    calls = []
-    for line in text.splitlines():
-        if "@triton_kernel_call" not in line:
-            continue
-        operands = re.search(r"@triton_kernel_call\(([^)]*)\)", line).group(1)
-        name = re.search(rb"mla_decode_stage\d", backend_config(line)).group(0).decode()
-        aliases = re.findall(r"operand_index = (\d+)", line)
-        calls.append((operands.split(", "), [int(a) for a in aliases], name))
-    return calls
-
-
-def _proto_items(data: bytes) -> list[tuple[int, int | bytes]]:
-    """The fields of a serialized protobuf message in order, as ``(number, value)``:
-    varints as ints, others as bytes (a repeated field appears once per value)."""
-
-    def varint(i):
-        value = shift = 0
-        while True:
-            byte = data[i]
-            value, shift, i = value | (byte & 0x7F) << shift, shift + 7, i + 1
-            if byte < 0x80:
-                return value, i
-
-    items, i = [], 0
-    while i < len(data):
-        key, i = varint(i)
-        wire = key & 7
-        if wire == 0:
-            value, i = varint(i)
-        elif wire == 2:
-            size, i = varint(i)
-            value, i = data[i : i + size], i + size
-        else:  # fixed 64 / 32 bits
-            size = {1: 8, 5: 4}[wire]
-            value, i = data[i : i + size], i + size
-        items.append((key >> 3, value))
-    return items
-
-
-def _proto_fields(data: bytes) -> dict[int, int | bytes]:
-    """The fields of a serialized protobuf message (a repeated one: its last value)."""
-    return dict(_proto_items(data))
-
-
-def kernel_grids(text):
-    """The launch grid of each triton custom call in the module, in order.
-
-    jaxlib's ``TritonAnyKernelCall`` (jaxlib/gpu/triton.proto) holds the call as field
-    1, a ``TritonKernelCall`` whose fields 2, 3 and 4 are ``grid_0``, ``grid_1``,
-    ``grid_2``: what the lowered program launches, read from the exported module.
-    """
-    grids = []
-    for line in text.splitlines():
-        if "@triton_kernel_call" in line:
-            call = _proto_fields(_proto_fields(backend_config(line))[1])
-            grids.append(tuple(call.get(f, 0) for f in (2, 3, 4)))
-    return grids
+def stages(text):
+    """Which stage each kernel launch in the module is (``mla_decode_stage1``...)."""
+    return [re.match(r"mla_decode_stage\d", c.kernel_name).group(0) for c in kernel_calls(text)]
 
 
 @pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
@@ -136,13 +66,12 @@ def kernel_grids(text):
 def test_both_kernels_compile_for_sm90_and_buffer_is_aliased(dtype, heads, batch):
     text = lowered_text(dtype, heads=heads, max_seq_len=4096, batch=batch, rows=batch + 4)
     calls = kernel_calls(text)
-    assert [name for *_, name in calls] == ["mla_decode_stage1", "mla_decode_stage2"]
-    operands, aliases, _ = calls[0]
+    assert stages(text) == ["mla_decode_stage1", "mla_decode_stage2"]
     # Stage 1's operand 7 is the logits buffer (the main function's last argument),
     # aliased to its only result.
-    assert len(operands) == 8 and operands[7] == "%arg4"
-    assert aliases == [7]
-    assert calls[1][1] == []  # stage 2's outputs are fresh
+    assert len(calls[0].operands) == 8 and calls[0].operands[7] == "%arg4"
+    assert calls[0].aliases == [7]
+    assert calls[1].aliases == []  # stage 2's outputs are fresh
     main = next(ln for ln in text.splitlines() if "func.func public @main" in ln)
     assert re.search(
         rf"%arg4: tensor<{batch + 4}x\d+x16x513xf32> \{{[^}}]*tf.aliasing_output = 2", main
@@ -165,10 +94,9 @@ def test_one_split_is_stage_1_alone_writing_the_output(heads):
         policy="occupancy",
         batch_invariant=batch_invariant,
     )
-    ((operands, aliases, name),) = kernel_calls(text)
-    assert name == "mla_decode_stage1"
-    assert len(operands) == 8 and operands[7] == "%arg4" and aliases == [7]
-    call = next(ln for ln in text.splitlines() if "@triton_kernel_call" in ln)
+    (call,) = kernel_calls(text)
+    assert stages(text) == ["mla_decode_stage1"]
+    assert len(call.operands) == 8 and call.operands[7] == "%arg4" and call.aliases == [7]
     # The seesaw's (H=128) last result is the global scratch of its TMA descriptors,
     # two of 128 bytes a program over 2 head tiles x 128 rows.
     scratch = ", tensor<65536xui8>" if heads == 128 else ""
@@ -176,62 +104,57 @@ def test_one_split_is_stage_1_alone_writing_the_output(heads):
         rf"-> \(tensor<{batch}x{heads}x16x513xf32>, tensor<{batch}x{heads}x512xf16>, "
         rf"tensor<{batch}x{heads}xf32>{scratch}\)"
     )
-    assert re.search(results, call), call
+    assert re.search(results, call.line), call.line
     main = next(ln for ln in text.splitlines() if "func.func public @main" in ln)
     assert re.search(rf"tensor<{batch}x{heads}x16x513xf32> \{{[^}}]*tf.aliasing_output = 2", main)
 
 
 def test_seesaw_rows_of_two_splits_are_clusters_that_write_the_output():
     """At H=128 (the seesaw) a row of 2 splits (vLLM's rule at L=1024) lowers one
-    kernel: stage 1 launched as clusters of 2 CTAs (jaxlib's ``num_ctas``) over a grid
-    of 2 head tiles x 4 rows of clusters; it writes out and lse (the buffer, aliased as
+    kernel: stage 1 launched as clusters of 2 CTAs along x, 2 head tiles of a cluster
+    each (4 programs) x 4 rows; it writes out and lse (the buffer, aliased as
     with two stages, carries the partials the pair exchanges). At 4 splits stage 2
     still merges."""
-    from tests.test_kernel_cache import custom_calls, kernel_call
-
     text = lowered_text(jnp.bfloat16, heads=128, max_seq_len=1024)
-    ((operands, aliases, name),) = kernel_calls(text)
-    assert name == "mla_decode_stage1"
-    assert len(operands) == 8 and operands[7] == "%arg4" and aliases == [7]
-    (line,) = custom_calls(text)
-    call = kernel_call(line)
-    assert (call["num_ctas"], call["grid"]) == (2, (2, 4, 1))
+    (call,) = kernel_calls(text)
+    assert stages(text) == ["mla_decode_stage1"]
+    assert len(call.operands) == 8 and call.operands[7] == "%arg4" and call.aliases == [7]
+    assert (call.cluster, call.grid) == (2, (4, 4, 1))
     results = r"-> \(tensor<8x128x16x513xf32>, tensor<4x128x512xbf16>, tensor<4x128xf32>"
-    assert re.search(results, line)
+    assert re.search(results, call.line)
     four = lowered_text(jnp.bfloat16, heads=128, max_seq_len=2048)
-    assert [name for *_, name in kernel_calls(four)] == ["mla_decode_stage1", "mla_decode_stage2"]
+    assert stages(four) == ["mla_decode_stage1", "mla_decode_stage2"]
 
 
 @pytest.mark.parametrize(
     "heads, stage1_name, lse_stores",
     [(16, "mla_decode_stage1", 1), (128, "mla_decode_stage1_gluon_seesaw", 2)],
 )
-def test_stage_1_and_stage_2_agree_on_the_partials_dtype(heads, stage1_name, lse_stores):
+def test_stage_1_and_stage_2_agree_on_the_partials_dtype(
+    heads, stage1_name, lse_stores, jaxlib_route
+):
     """With 4 splits (vLLM's rule at L=2048) stage 1 writes partials for stage 2, the
     tl kernel at H=16 and the seesaw at H=128: for a bf16 q in bf16
     (``kernels.bf16_partials``), so stage 1 has half a float32 build's global stores
     of partials (those of a fp16 q; besides them, ``lse_stores`` of the lse a
     thread) and stage 2 widens what it reads (``cvt.f32.bf16``); for an fp16 q,
     float32, widened by neither."""
-    from tests.test_kernel_cache import custom_calls, kernel_call
-
     stores, widens = {}, {}
     for dtype in (jnp.bfloat16, jnp.float16):
         text = lowered_text(dtype, heads=heads, max_seq_len=2048)
-        stage1, stage2 = (kernel_call(line) for line in custom_calls(text))
-        assert (stage1["kernel_name"], stage2["kernel_name"]) == (stage1_name, "mla_decode_stage2")
-        stores[dtype] = len(re.findall(r"\bst\.global\.", stage1["ptx"].decode()))
-        widens[dtype] = "cvt.f32.bf16" in stage2["ptx"].decode()
+        stage1, stage2 = kernel_calls(text)
+        assert (stage1.kernel_name, stage2.kernel_name) == (stage1_name, "mla_decode_stage2")
+        stores[dtype] = len(re.findall(r"\bst\.global\.", stage1.binary.decode()))
+        widens[dtype] = "cvt.f32.bf16" in stage2.binary.decode()
     assert stores[jnp.float16] - lse_stores == 2 * (stores[jnp.bfloat16] - lse_stores), stores
     assert widens == {jnp.bfloat16: True, jnp.float16: False}
 
 
 def test_runtime_split_count_and_query_pair_lower():
     text = lowered_text(jnp.bfloat16, heads=16, max_seq_len=None, pair=True)
-    calls = kernel_calls(text)
-    assert [name for *_, name in calls] == ["mla_decode_stage1", "mla_decode_stage2"]
+    assert stages(text) == ["mla_decode_stage1", "mla_decode_stage2"]
     # q_nope and q_pe go to the kernel as two operands: no concatenation.
-    assert calls[0][0][:2] == ["%arg0", "%arg1"]
+    assert kernel_calls(text)[0].operands[:2] == ["%arg0", "%arg1"]
     assert "stablehlo.concatenate" not in text
 
 
@@ -282,8 +205,8 @@ def test_runtime_split_grid_is_the_batch_bound(policy, batch, heads, want):
         spec((batch,), jnp.int32),
         buf,
     ).mlir_module()
-    assert [name for *_, name in kernel_calls(text)] == ["mla_decode_stage1", "mla_decode_stage2"]
-    stage1_grid = kernel_grids(text)[0]
+    assert stages(text) == ["mla_decode_stage1", "mla_decode_stage2"]
+    stage1_grid = kernel_calls(text)[0].grid
     assert stage1_grid[1:] == (batch, want), stage1_grid
 
 
@@ -329,10 +252,10 @@ def test_stage1_grid_of_the_16_bit_16_head_kernel_in_wide_heads(batch, heads, le
         spec((batch,), jnp.int32),
         buffer_spec(batch, heads, 256, policy="occupancy"),
     ).mlir_module()
-    assert [name for *_, name in kernel_calls(text)] == ["mla_decode_stage1", "mla_decode_stage2"]
-    stage1 = next(line for line in text.splitlines() if "@triton_kernel_call" in line)
-    assert b"mla_decode_stage1_gluon_h16" in backend_config(stage1)
-    assert kernel_grids(text)[0] == grid
+    assert stages(text) == ["mla_decode_stage1", "mla_decode_stage2"]
+    stage1 = kernel_calls(text)[0]
+    assert stage1.kernel_name == "mla_decode_stage1_gluon_h16"
+    assert stage1.grid == grid
 
 
 @pytest.mark.parametrize(
@@ -352,7 +275,7 @@ def test_stage1_grid_of_the_16_bit_16_head_kernel_in_wide_heads(batch, heads, le
     ],
 )
 def test_head_tile_is_chosen_at_trace_time(
-    batch, heads, length, max_seq_len, batch_invariant, tile, splits, page
+    batch, heads, length, max_seq_len, batch_invariant, tile, splits, page, jaxlib_route
 ):
     """A static ``max_seq_len`` whose batch holds at most ``SMALL_BATCH_TOKENS`` tokens
     lowers the tl stage 1 with 16-head tiles (``_tiling.head_tile``), 4 warps and
@@ -360,7 +283,6 @@ def test_head_tile_is_chosen_at_trace_time(
     usual way; otherwise the default tile (64 heads above H=32: 8 warps, warpgroup
     MMA)."""
     from mla_jax.splits import reserved_splits
-    from tests.test_kernel_cache import custom_calls, kernel_call
 
     reserved = reserved_splits("occupancy", num_heads=heads, max_model_len=length, sm_count=132)
 
@@ -387,15 +309,15 @@ def test_head_tile_is_chosen_at_trace_time(
         buffer_spec(batch, heads, reserved, policy="occupancy"),
     )
     text = jax.jit(step, donate_argnums=4).trace(*args).lower(lowering_platforms=("cuda",))
-    calls = [kernel_call(line) for line in custom_calls(text.as_text())]
+    calls = kernel_calls(text.as_text())
     # One split: stage 1 writes the output, no stage 2.
-    stages = ["mla_decode_stage1", "mla_decode_stage2"][: 1 if splits == 1 else 2]
-    assert [c["kernel_name"] for c in calls] == stages
+    names = ["mla_decode_stage1", "mla_decode_stage2"][: 1 if splits == 1 else 2]
+    assert [c.kernel_name for c in calls] == names
     stage1 = calls[0]
-    assert stage1["grid"] == (-(-heads // tile), batch, splits)
+    assert stage1.grid == (-(-heads // tile), batch, splits)
     assert splits <= reserved
-    assert stage1["num_warps"] == (4 if tile == 16 else 8)
-    ptx = stage1["ptx"].decode()
+    assert stage1.num_warps == (4 if tile == 16 else 8)
+    ptx = stage1.binary.decode()
     assert ("wgmma" in ptx) == (tile == 64) and ("mma.sync" in ptx) == (tile == 16)
 
 

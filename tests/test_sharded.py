@@ -418,7 +418,7 @@ def _check_cuda_lowering():
 
     import mla_jax
     from mla_jax.sharded import partition_specs, sharded_mla_decode
-    from tests.test_lowering import DISABLED, kernel_calls
+    from tests.kernel_calls import DISABLED, kernel_calls
 
     mesh = Mesh(np.array(jax.devices()), ("x",))
     batch, heads, lora, rope, page, pages = 16, 128, 512, 64, 64, 8
@@ -473,15 +473,13 @@ def _check_cuda_lowering():
         text = exported.mlir_module()
         lines = text.splitlines()
         calls = []
-        for (operands, aliases, name), line in zip(
-            kernel_calls(text), [ln for ln in lines if "@triton_kernel_call" in ln]
-        ):
-            types = re.search(r"\} : \((.*)\) -> (.*) loc", line)
+        for call in kernel_calls(text):
+            types = re.search(r"\} : \((.*)\) -> (.*) loc", call.line)
             calls.append(
                 dict(
-                    name=name,
-                    operands=operands,
-                    aliases=aliases,
+                    name=re.match(r"mla_decode_stage\d", call.kernel_name).group(0),
+                    operands=call.operands,
+                    aliases=call.aliases,
                     operand_types=re.findall(r"tensor<([^>]*)>", types.group(1)),
                     result_types=re.findall(r"tensor<([^>]*)>", types.group(2)),
                 )
@@ -508,7 +506,7 @@ def _check_cuda_lowering():
             decode_args=re.findall(r"(%arg\d+): tensor<([^>]*)>", decode),
             manual_computations=text.count("sdy.manual_computation("),
             concatenates=text.count("stablehlo.concatenate"),
-            kernel_calls=text.count("@triton_kernel_call("),
+            kernel_calls=len(kernel_calls(text)),
         )
     return results
 

@@ -62,6 +62,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+import mla_jax
 from mla_jax import kv_splits, mla_decode, num_kv_splits, reserve_logits_buffer
 from mla_jax.cache import new_paged_cache, quantize_fp8
 from mla_jax.tools import bench_report, vllm_kernel
@@ -102,9 +103,6 @@ TARGET_RUN_MS, MIN_CALLS, MAX_CALLS = 2.0, 5, 20
 # 60-100% at 1/128/4096 (K=20) to the CUDA-graph device time (measured with
 # scripts/stage_times.py); with 10 runs a sync, within 6% of it (13% at 1/128/4096).
 RUNS_PER_REPEAT = 10
-# jaxlib's custom call target for a Triton kernel (mla_jax._launch emits it); each
-# mla_decode call on the Triton path is one or two (``kernels_per_call``).
-TRITON_TARGET = "triton_kernel_call"
 # Where XLA's GPU profiler puts kernels in a trace: one plane per GPU, one line per
 # CUDA stream (other lines of the plane are XLA's own annotations).
 GPU_PLANE_PREFIX, STREAM_LINE_PREFIX = "/device:GPU:", "Stream #"
@@ -234,9 +232,16 @@ class ChainCheckError(RuntimeError):
     """A timed chain that would not run every call's work: the bench stops on it."""
 
 
-def compiled_custom_calls(hlo_text: str, target: str = TRITON_TARGET) -> int:
-    """Custom calls to ``target`` in a compiled executable's HLO text (``as_text()``)."""
-    return len(re.findall(rf'custom_call_target="{re.escape(target)}"', hlo_text))
+def _any_of(targets: Sequence[str]) -> str:
+    return "(?:" + "|".join(re.escape(t) for t in targets) + ")"
+
+
+def compiled_custom_calls(
+    hlo_text: str, targets: Sequence[str] = mla_jax.KERNEL_CALL_TARGETS
+) -> int:
+    """Custom calls to any of ``targets`` (by default, each a Triton kernel's launch) in
+    a compiled executable's HLO text (``as_text()``)."""
+    return len(re.findall(rf'custom_call_target="{_any_of(targets)}"', hlo_text))
 
 
 class CustomCalls(NamedTuple):
@@ -268,8 +273,10 @@ def _functions(module_text: str) -> dict[str, tuple[list[str], list[str]]]:
     return funcs
 
 
-def stablehlo_custom_calls(module_text: str, target: str = TRITON_TARGET) -> CustomCalls:
-    """Counts the custom calls to ``target`` in a lowered module (``Lowered.as_text()``)
+def stablehlo_custom_calls(
+    module_text: str, targets: Sequence[str] = mla_jax.KERNEL_CALL_TARGETS
+) -> CustomCalls:
+    """Counts the custom calls to any of ``targets`` in a lowered module (``Lowered.as_text()``)
     and those whose results reach ``@main``'s return.
 
     A walk over the SSA values: every function is instantiated per call site (a
@@ -329,8 +336,8 @@ def stablehlo_custom_calls(module_text: str, target: str = TRITON_TARGET) -> Cus
                 env[ref] = op
             deps.setdefault(op, set()).update(node(n) for n in _NAME.findall(rhs))
             if re.search(
-                rf"custom_call\s+@{re.escape(target)}\b|call_target_name\s*=\s*"
-                rf'"{re.escape(target)}"',
+                rf"custom_call\s+@{_any_of(targets)}\b|call_target_name\s*=\s*"
+                rf'"{_any_of(targets)}"',
                 raw,
             ):
                 calls_found.append(op)
@@ -354,7 +361,8 @@ def check_chain_calls(path: str, found: int, calls: int, per_call: int, where: s
         kernels = "stage 1 and stage 2" if per_call == 2 else "stage 1 alone"
         raise ChainCheckError(
             f"{path}: the timed chain of {calls} mla_decode calls has {found} live "
-            f"{TRITON_TARGET} custom calls {where}, not {per_call * calls} ({kernels} per "
+            f"kernel launches ({' or '.join(mla_jax.KERNEL_CALL_TARGETS)} custom calls) "
+            f"{where}, not {per_call * calls} ({kernels} per "
             "call), so its time would miss work that XLA deleted. Every call's results must "
             "be outputs of the chain (bench.timed_chain)."
         )
@@ -733,7 +741,7 @@ def machine_info(sm_count: int) -> dict:
         "python": platform.python_version(),
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
     }
-    # jaxlib too: the Triton kernels launch through its triton_kernel_call.
+    # jaxlib too: XLA, and the custom calls the Triton kernels launch through.
     for dist in ("jax", "jaxlib", "triton", "torch"):
         try:
             info[dist] = importlib.metadata.version(dist)

@@ -1,6 +1,6 @@
-"""On the GPU: mla_decode through jaxlib's triton_kernel_call (the PTX, ptxas in this
-process) and through the cubin prototype (``cubin_ffi``), at shapes that run each
-stage 1, against each other and against float64. Usage: check.py LIBRARY"""
+"""On the GPU: mla_decode through mla_jax's FFI handler (the cubin) and through
+jaxlib's triton_kernel_call (the PTX, ptxas in this process), at shapes that run each
+stage 1, against each other and against float64. Usage: check.py"""
 
 import sys
 import time
@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-import cubin_ffi
+import route
 
 from mla_jax import mla_decode, reserve_logits_buffer
 from mla_jax.cache import quantize_fp8
@@ -65,17 +65,15 @@ def main() -> None:
         )
         results.append(((B, H, L, msl, kind), kv, k_scale, p, ref_out, ref_lse))
     outputs = {}
-    for route in ("jaxlib", "cubin"):
-        if route == "cubin":
-            cubin_ffi.install(Path(sys.argv[1]))
-            jax.clear_caches()
+    for name in ("ffi", "jaxlib"):
+        route.use(name)
         for case, kv, k_scale, p, *_ in results:
             t = time.perf_counter()
-            outputs[route, case] = run(p, kv, p.scale, case[3], k_scale)
-            print(f"{route:6} {case}: {time.perf_counter() - t:.2f} s (first call)", flush=True)
+            outputs[name, case] = run(p, kv, p.scale, case[3], k_scale)
+            print(f"{name:6} {case}: {time.perf_counter() - t:.2f} s (first call)", flush=True)
     bad = 0
     for case, _, _, p, ref_out, ref_lse in results:
-        (oa, la), (ob, lb) = outputs["jaxlib", case], outputs["cubin", case]
+        (oa, la), (ob, lb) = outputs["jaxlib", case], outputs["ffi", case]
         live = p.seq_lens > 0
         same = np.array_equal(oa, ob) and np.array_equal(la, lb)
         err_a, err_b = rel_err(oa, ref_out, live), rel_err(ob, ref_out, live)
@@ -85,7 +83,7 @@ def main() -> None:
         print(
             f"{'PASS' if ok else 'FAIL'} {case}: routes bitwise {'equal' if same else 'DIFFERENT'}"
             f" (max |d out| {np.abs(oa - ob).max():.2e}); error vs float64: jaxlib"
-            f" {err_a:.2e}, cubin {err_b:.2e}, lse {lse_err:.2e}"
+            f" {err_a:.2e}, ffi {err_b:.2e}, lse {lse_err:.2e}"
         )
     print("ALL PASS" if not bad else f"{bad} FAILED")
 

@@ -1,6 +1,7 @@
-// An XLA FFI handler that launches a kernel from a cubin file (the one Triton's
-// cache folder holds for a build), so that a new process runs no ptxas: jaxlib's
-// triton_kernel_call takes PTX and compiles it in every process.
+// An XLA FFI handler that launches a Triton-built kernel from its cubin, which the
+// call carries (base64), so that a new process runs no ptxas: jaxlib's
+// triton_kernel_call takes PTX and compiles it in every process. mla_jax._launch
+// builds this file with the machine's C++ compiler and registers it.
 //
 // The launch follows jaxlib's convention for Triton kernels: the array operands in
 // order, then the results, then two null pointers (global and profiling scratch; a
@@ -10,8 +11,6 @@
 #include <dlfcn.h>
 
 #include <cstdint>
-#include <fstream>
-#include <iterator>
 #include <map>
 #include <mutex>
 #include <string>
@@ -68,20 +67,57 @@ ffi::Error CudaError(const Driver& d, CUresult r, const char* what) {
   return ffi::Error::Internal(std::string(what) + ": " + (msg ? msg : "unknown CUDA error"));
 }
 
-// One loaded function per (cubin, kernel, context): loading is what a new process
-// pays once, then every launch looks it up.
+// The bytes base64 encodes (RFC 4648, padded); empty where it is not base64.
+std::string DecodeBase64(std::string_view text) {
+  auto value = [](char c) -> int {
+    if (c >= 'A' && c <= 'Z') return c - 'A';
+    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+    if (c >= '0' && c <= '9') return c - '0' + 52;
+    if (c == '+') return 62;
+    if (c == '/') return 63;
+    return -1;
+  };
+  std::string out;
+  out.reserve(text.size() / 4 * 3);
+  uint32_t bits = 0;
+  int count = 0;
+  for (char c : text) {
+    if (c == '=') break;
+    int v = value(c);
+    if (v < 0) return std::string();
+    bits = (bits << 6) | static_cast<uint32_t>(v);
+    if (++count == 4) {
+      out.push_back(static_cast<char>(bits >> 16));
+      out.push_back(static_cast<char>(bits >> 8));
+      out.push_back(static_cast<char>(bits));
+      bits = 0;
+      count = 0;
+    }
+  }
+  if (count == 3) {
+    out.push_back(static_cast<char>(bits >> 10));
+    out.push_back(static_cast<char>(bits >> 2));
+  } else if (count == 2) {
+    out.push_back(static_cast<char>(bits >> 4));
+  }
+  return out;
+}
+
+// One loaded function per (cubin hash, kernel, context): loading is what a new
+// process pays once, then every launch looks it up by the cubin's hash (the call
+// carries it, so no launch hashes the cubin).
 ffi::ErrorOr<CUfunction> GetFunction(const Driver& d, std::string_view cubin,
-                                     std::string_view kernel, int64_t shared) {
+                                     std::string_view cubin_hash, std::string_view kernel,
+                                     int64_t shared) {
   static std::mutex mutex;
   static auto& functions = *new std::map<std::tuple<std::string, std::string, CUcontext>, CUfunction>;
   CUcontext ctx = nullptr;
   if (CUresult r = d.ctx_get_current(&ctx); r != CUDA_SUCCESS) return ffi::Unexpected(CudaError(d, r, "cuCtxGetCurrent"));
-  auto key = std::make_tuple(std::string(cubin), std::string(kernel), ctx);
+  auto key = std::make_tuple(std::string(cubin_hash), std::string(kernel), ctx);
   std::lock_guard<std::mutex> lock(mutex);
   if (auto it = functions.find(key); it != functions.end()) return it->second;
-  std::ifstream file(std::string(cubin), std::ios::binary);
-  if (!file) return ffi::Unexpected(ffi::Error::InvalidArgument("cannot read the cubin " + std::string(cubin)));
-  std::vector<char> image((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  std::string image = DecodeBase64(cubin);
+  if (image.empty()) return ffi::Unexpected(ffi::Error::InvalidArgument("the cubin attribute is not base64"));
   CUmodule module = nullptr;
   if (CUresult r = d.module_load_data(&module, image.data()); r != CUDA_SUCCESS)
     return ffi::Unexpected(CudaError(d, r, "cuModuleLoadData"));
@@ -99,11 +135,12 @@ ffi::ErrorOr<CUfunction> GetFunction(const Driver& d, std::string_view cubin,
 }
 
 ffi::Error Launch(CUstream stream, ffi::RemainingArgs args, ffi::RemainingRets rets,
-                  std::string_view cubin, std::string_view kernel, int64_t grid_x, int64_t grid_y,
-                  int64_t grid_z, int64_t num_warps, int64_t shared, int64_t cluster) {
+                  std::string_view cubin, std::string_view cubin_hash, std::string_view kernel, int64_t grid_x, int64_t grid_y,
+                  int64_t grid_z, int64_t num_warps, int64_t shared, int64_t cluster,
+                  int64_t scratch_align) {
   const Driver& d = GetDriver();
   if (!d.error.empty()) return ffi::Error::Internal(d.error);
-  auto function = GetFunction(d, cubin, kernel, shared);
+  auto function = GetFunction(d, cubin, cubin_hash, kernel, shared);
   if (function.has_error()) return function.error();
   std::vector<void*> pointers;
   for (size_t i = 0; i < args.size(); ++i) {
@@ -115,6 +152,16 @@ ffi::Error Launch(CUstream stream, ffi::RemainingArgs args, ffi::RemainingRets r
     auto buffer = rets.get<ffi::AnyBuffer>(i);
     if (buffer.has_error()) return buffer.error();
     pointers.push_back((*buffer)->untyped_data());
+  }
+  // Triton's build assumes every array 16-byte aligned and a global scratch (the last
+  // result, where scratch_align > 0) aligned as it asks; XLA's buffers are, checked
+  // here as jaxlib's launch checks them.
+  for (size_t i = 0; i < pointers.size(); ++i) {
+    bool is_scratch = scratch_align > 0 && i + 1 == pointers.size();
+    uintptr_t align = is_scratch ? static_cast<uintptr_t>(scratch_align) : 16;
+    if (reinterpret_cast<uintptr_t>(pointers[i]) % align != 0)
+      return ffi::Error::InvalidArgument("buffer " + std::to_string(i) + " of " + std::string(kernel) +
+                                         " is not " + std::to_string(align) + "-byte aligned");
   }
   pointers.push_back(nullptr);  // global scratch (or profiling, see above)
   pointers.push_back(nullptr);  // profiling scratch
@@ -151,13 +198,15 @@ XLA_FFI_DEFINE_HANDLER(kCubinLaunch, Launch,
                            .RemainingArgs()
                            .RemainingRets()
                            .Attr<std::string_view>("cubin")
+                           .Attr<std::string_view>("cubin_hash")
                            .Attr<std::string_view>("kernel")
                            .Attr<int64_t>("grid_x")
                            .Attr<int64_t>("grid_y")
                            .Attr<int64_t>("grid_z")
                            .Attr<int64_t>("num_warps")
                            .Attr<int64_t>("shared")
-                           .Attr<int64_t>("cluster"),
+                           .Attr<int64_t>("cluster")
+                           .Attr<int64_t>("scratch_align"),
                        {ffi::Traits::kCmdBufferCompatible});
 
 extern "C" __attribute__((visibility("default"))) XLA_FFI_Error* MlaJaxCubinLaunch(
