@@ -508,7 +508,8 @@ def _abstract_eval(*_, out_shapes, **__):
 def _jaxlib_call(
     build: Build, grid: tuple[int, int, int], cluster: int, params: int, cc: int, name: str
 ) -> dict[str, Any]:
-    """jaxlib's ``triton_kernel_call``: its target, and its serialized call."""
+    """The ``ffi_lowering`` keywords of jaxlib's ``triton_kernel_call`` of ``build``:
+    its API version and its serialized call."""
     lib = _gpu_triton()
     # jaxlib launches a kernel of num_ctas > 1 as clusters of that many CTAs along x,
     # grid[0] clusters (cuLaunchKernelEx); the build itself is one CTA's program.
