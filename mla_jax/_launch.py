@@ -16,13 +16,14 @@ The custom call is one of two, by what the machine has:
 - ``mla_jax_cubin_launch`` (``FFI_TARGET``): an XLA FFI handler,
   ``_cubin_launch.cc``, that loads the build's cubin (which the call carries, base64)
   once a process and launches it with ``cuLaunchKernelEx``. The handler is built
-  with the machine's C++ compiler (``$CXX``, else ``g++``, ``c++`` or ``clang++``) the
-  first time a process lowers a kernel, into Triton's cache folder
+  with the machine's C++ compiler (``$CXX``, else ``g++``, ``c++`` or ``clang++``) by
+  the first process on the machine that lowers a kernel, into Triton's cache folder
   (``mla_jax_ffi/``), and reused by every later process.
 - ``triton_kernel_call`` (``JAXLIB_TARGET``), jaxlib's, the one jax-triton emits, where
-  no C++ compiler is found (with a warning): a serialized ``TritonKernelCall`` with the
-  kernel's PTX. jaxlib runs ptxas on it in every new process (about 1 s for the
-  largest Gluon kernel on the H200), which the cubin route does not.
+  no C++ compiler is found or the build fails (with a warning): a serialized
+  ``TritonKernelCall`` with the kernel's PTX. jaxlib runs ptxas on it in every new
+  process (about 1 s for the largest Gluon kernel on the H200), which the cubin route
+  does not.
 
 Why not jax-triton: it compiles in memory only, so every new process paid the
 whole Triton pipeline (5-7 s for the two decode kernels on the H200) while lowering,
