@@ -193,6 +193,11 @@ class Build:
     def cubin_hash(self) -> str:
         return hashlib.sha256(self.cubin).hexdigest()
 
+    @property
+    def scratch_align(self) -> int:
+        """The alignment the global scratch needs (at least every array's)."""
+        return max(POINTER_ALIGNMENT, self.global_scratch_align)
+
     def scratch_bytes(self, grid: tuple[int, int, int]) -> int:
         """The global scratch of a launch on ``grid``, as Triton's launcher sizes it."""
         return self.global_scratch_size * grid[0] * grid[1] * grid[2] * self.num_ctas
@@ -521,7 +526,7 @@ def _jaxlib_call(
     # its buffers to at least 16 bytes, usually more); the scratch result is last.
     aligns = [POINTER_ALIGNMENT] * params
     if build.global_scratch_size:
-        aligns[-1] = max(POINTER_ALIGNMENT, build.global_scratch_align)
+        aligns[-1] = build.scratch_align
     arrays = [lib.create_array_parameter(0, a) for a in aligns]
     call = lib.TritonKernelCall(kernel, grid[0] // cluster, grid[1], grid[2], arrays)
     # Version 2 takes the opaque bytes as they are (jax annotates only str).
@@ -559,7 +564,7 @@ def _lowering(
             num_warps=build.num_warps,
             shared=build.shared_bytes,
             cluster=cluster,
-            scratch_align=max(POINTER_ALIGNMENT, build.global_scratch_align) if scratch else 0,
+            scratch_align=build.scratch_align if scratch else 0,
         )
     else:
         params = len(operands) + len(out_shapes) + (1 if scratch else 0)

@@ -30,6 +30,11 @@ class KernelCall(NamedTuple):
     attributes: dict  # the target's own fields
     line: str
 
+    @property
+    def stage(self) -> str:
+        """Which of mla_decode's stages the kernel is: ``mla_decode_stage1`` or ``2``."""
+        return re.match(r"mla_decode_stage\d", self.kernel_name).group(0)
+
 
 def backend_config(line: str) -> bytes:
     """The serialized (zlib) jaxlib Triton kernel call in a custom call's backend_config."""
@@ -127,7 +132,3 @@ def kernel_call(line: str) -> KernelCall:
 def kernel_calls(text: str) -> list[KernelCall]:
     """Every kernel launch in a lowered module's text, in order."""
     return [kernel_call(line) for line in text.splitlines() if CALL.search(line)]
-
-
-def count(text: str) -> int:
-    return len(kernel_calls(text))

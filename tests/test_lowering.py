@@ -57,7 +57,7 @@ def lowered_text(
 
 def stages(text):
     """Which stage each kernel launch in the module is (``mla_decode_stage1``...)."""
-    return [re.match(r"mla_decode_stage\d", c.kernel_name).group(0) for c in kernel_calls(text)]
+    return [c.stage for c in kernel_calls(text)]
 
 
 @pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])

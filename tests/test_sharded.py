@@ -477,7 +477,7 @@ def _check_cuda_lowering():
             types = re.search(r"\} : \((.*)\) -> (.*) loc", call.line)
             calls.append(
                 dict(
-                    name=re.match(r"mla_decode_stage\d", call.kernel_name).group(0),
+                    name=call.stage,
                     operands=call.operands,
                     aliases=call.aliases,
                     operand_types=re.findall(r"tensor<([^>]*)>", types.group(1)),

@@ -288,6 +288,8 @@ def stablehlo_custom_calls(
     ``timed_chain``.
     """
     funcs = _functions(module_text)
+    any_target = _any_of(targets)
+    is_call = re.compile(rf'custom_call\s+@{any_target}\b|call_target_name\s*=\s*"{any_target}"')
     deps: dict[tuple, set] = {}  # node -> the nodes it is computed from
     calls_found: list[tuple] = []
     counter = itertools.count()
@@ -335,11 +337,7 @@ def stablehlo_custom_calls(
             for ref in results:
                 env[ref] = op
             deps.setdefault(op, set()).update(node(n) for n in _NAME.findall(rhs))
-            if re.search(
-                rf"custom_call\s+@{_any_of(targets)}\b|call_target_name\s*=\s*"
-                rf'"{_any_of(targets)}"',
-                raw,
-            ):
+            if is_call.search(raw):
                 calls_found.append(op)
             enclosing.append((indent, op))
         return returned
