@@ -10,8 +10,9 @@ length); the buffer carries the split policy and SM count it was reserved with.
 """
 
 from mla_jax import cache, reference, sharded
+from mla_jax._target import KERNEL_CALL_TARGET
 from mla_jax.buffers import LogitsBuffer, reserve_logits_buffer
-from mla_jax.decode import KERNEL_CALL_TARGETS, Backend, mla_decode
+from mla_jax.decode import Backend, mla_decode
 from mla_jax.merge import merge_attention_states
 from mla_jax.multi_token import mla_decode_tokens
 from mla_jax.splits import DEFAULT_POLICY, Policy, kv_splits, num_kv_splits
@@ -19,7 +20,7 @@ from mla_jax.validate import validate_inputs
 
 __all__ = [
     "DEFAULT_POLICY",
-    "KERNEL_CALL_TARGETS",
+    "KERNEL_CALL_TARGET",
     "Backend",
     "LogitsBuffer",
     "Policy",

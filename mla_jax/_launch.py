@@ -1,44 +1,52 @@
-"""Launching Triton and Gluon kernels from JAX, through Triton's on-disk cache.
+"""Launching Triton and Gluon kernels from JAX: ``jax_triton.triton_call``, lowered to
+jaxlib's ``triton_kernel_call_ffi`` with the kernel's cubin in the call.
 
-``launch`` binds a primitive whose CUDA lowering compiles the kernel with Triton's
-own ``triton.compile`` for an explicit ``GPUTarget("cuda", cc, 32)`` and emits one
-custom call that launches it with the array operands in order, each row-major, then
-the results, then two null pointers, which Triton's kernels take as their global and
-profiling scratch memory. A kernel that needs global scratch (device-side TMA
-descriptors) gets it as one more result of the custom call, a byte array of
-``global_scratch_size`` a program, unseen by the caller: its pointer follows the
-kernel's own arguments, where the kernel reads its global scratch (the first null
-then fills the profiling slot, the second goes unread). Profiling scratch (Proton
-instrumentation) is refused.
+``launch`` is the one place a kernel of this package is called. It checks the call,
+then calls ``jax_triton.triton_call``, which binds jax-triton's primitive: its
+abstract evaluation, its refusal of ``grad`` and ``vmap``, and its lowering rule for
+every ``triton_call`` but ours are jax-triton's own.
 
-The custom call is one of two, by what the machine has:
+Two things jax-triton 0.3.1 does not do, so ``launch`` marks its calls (it asks for
+``KERNEL_CALL_TARGET`` with ``LAUNCH_METADATA``) and this module registers, on CUDA, a
+lowering rule that takes those calls and passes every other ``triton_call`` in the
+process to jax-triton's rule unchanged:
 
-- ``mla_jax_cubin_launch`` (``FFI_TARGET``): an XLA FFI handler,
-  ``_cubin_launch.cc``, that loads the build's cubin (which the call carries, base64)
-  once a process and launches it with ``cuLaunchKernelEx``. The handler is built
-  with the machine's C++ compiler (``$CXX``, else ``g++``, ``c++`` or ``clang++``) by
-  the first process on the machine that lowers a kernel, into Triton's cache folder
-  (``mla_jax_ffi/``), and reused by every later process.
-- ``triton_kernel_call`` (``JAXLIB_TARGET``), jaxlib's, the one jax-triton emits, where
-  no C++ compiler is found or the build fails (with a warning): a serialized
-  ``TritonKernelCall`` with the kernel's PTX. jaxlib runs ptxas on it in every new
-  process (about 1 s for the largest Gluon kernel on the H200), which the cubin route
-  does not.
+- It compiles ``@triton.jit`` kernels in memory only, and no ``@gluon.jit`` kernel:
+  a Gluon kernel needs ``GluonASTSource`` and its own passes. Here a build comes from
+  ``triton.compile`` on the kernel's kind of source, through Triton's disk cache and
+  an index beside it (below), so a new process compiles nothing it built before.
+- It emits jaxlib's legacy ``triton_kernel_call``, which carries PTX that jaxlib
+  compiles with ptxas in every new process (about 1 s for the largest kernel) and
+  which XLA never captures in a command buffer. Here the call is jaxlib's typed FFI
+  ``triton_kernel_call_ffi`` (command-buffer compatible), whose serialized
+  ``TritonKernelCall`` carries the PTX and, as its kernel's ``module_image``, the
+  cubin: jaxlib >= 0.11.2 loads the cubin and runs no ptxas; an older jaxlib ignores
+  the field and compiles the PTX. jaxlib's Python binding cannot set that field, so it
+  is added to the serialized message (plain protobuf) here.
 
-Why not jax-triton: it compiles in memory only, so every new process paid the
-whole Triton pipeline (5-7 s for the two decode kernels on the H200) while lowering,
-before JAX's persistent compilation cache could help; and it launches ``tl`` kernels
-only, where Gluon kernels (``triton.experimental.gluon``) need ``GluonASTSource``.
-Here the source kind follows the kernel: ``@gluon.jit`` functions compile from a
-``GluonASTSource``, ``@triton.jit`` ones from an ``ASTSource``.
+The rule checks what jax-triton binds: the module refuses a jax-triton other than
+``JAX_TRITON_VERSION`` and a lowering rule whose parameters are not the ones it reads,
+naming the version to install. Both go once a jax-triton release compiles Gluon
+kernels with Gluon's passes, emits the FFI call with a cubin and runs on this
+package's jax and triton.
+
+The call holds the array operands in order, each row-major, then the results, then
+two null pointers, which Triton's kernels take as their global and profiling scratch
+memory. A kernel that needs global scratch (device-side TMA descriptors) gets it as
+one more result, a byte array of ``global_scratch_size`` a program, unseen by the
+caller: its pointer follows the kernel's own arguments, where the kernel reads its
+global scratch (the first null then fills the profiling slot, the second goes
+unread). Profiling scratch (Proton instrumentation) is refused.
 
 The compile cache
 -----------------
 Where: Triton's cache folder, ``triton.knobs.cache.dir``: ``$TRITON_CACHE_DIR`` when
 set, else ``$TRITON_HOME/.triton/cache`` (``~/.triton/cache``). One sub-folder per
 kernel build holds its IRs, PTX, cubin and metadata. ``import jax_triton`` sets
-``TRITON_CACHE_DIR=""`` for its process; a build then goes to Triton's default
-folder instead (the setting is swapped in for the compile and put back).
+``TRITON_CACHE_DIR=""``; this module puts back the value the process had before it
+imported jax-triton, and where the setting is empty (jax-triton was imported first)
+a build goes to Triton's default folder (the setting is swapped in for the compile
+and put back).
 
 What keys it: Triton's own cache key, the hash of the Triton version (and the
 source of its compiler), the kernel's source and that of every ``@jit`` function it
@@ -71,40 +79,96 @@ constexprs, signature, options and capability), since lowering runs at every tra
 
 from __future__ import annotations
 
-import base64
-import ctypes
 import dataclasses
 import functools
 import hashlib
+import inspect
 import json
 import operator
 import os
-import shutil
-import subprocess
 import tempfile
 import threading
 import types
-import warnings
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import triton
-from jax.extend import core as jex_core
-from jax.interpreters import mlir, xla
+from jax.extend.mlir import ir
+from jax.interpreters import mlir
 from triton import knobs
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from triton.runtime.jit import JITFunction
 
-from mla_jax.decode import KERNEL_CALL_TARGETS
+from mla_jax._target import KERNEL_CALL_TARGET
 
-# The custom call that launches a build's cubin (``_cubin_launch.cc``), and jaxlib's
-# (``jaxlib/gpu_triton.py`` registers it for CUDA), which takes PTX.
-FFI_TARGET, JAXLIB_TARGET = KERNEL_CALL_TARGETS
+
+def _import_jax_triton() -> types.ModuleType:
+    """``jax_triton``, with ``TRITON_CACHE_DIR`` as it was before the import (which
+    sets it to ""): Triton's disk cache is where builds are kept here."""
+    setting = os.environ.get("TRITON_CACHE_DIR")
+    import jax_triton
+
+    if setting is None:
+        os.environ.pop("TRITON_CACHE_DIR", None)
+    else:
+        os.environ["TRITON_CACHE_DIR"] = setting
+    return jax_triton
+
+
+jt = _import_jax_triton()
+_jt = jt.triton_lib
+
+JAX_TRITON_VERSION = "0.3.1"
+"""The jax-triton release whose lowering rule ``_lowering`` stands beside."""
+
+LAUNCH_METADATA = b"mla_jax"
+"""The ``serialized_metadata`` that marks ``launch``'s calls, whose lowering is
+``_lowering``'s; jaxlib keeps it in the serialized call, unread."""
+
+# The parameters of jax-triton's lowering rule, as 0.3.1 binds them; ``_lowering``
+# reads them by these names, and a release that changes them is refused.
+_JAX_TRITON_RULE_PARAMETERS = (
+    "backend_init_func",
+    "ctx",
+    "array_args",
+    "fn",
+    "scalar_args",
+    "name",
+    "custom_call_target_name",
+    "out_shapes",
+    "grid",
+    "num_warps",
+    "num_stages",
+    "num_ctas",
+    "compute_capability",
+    "enable_fp_fusion",
+    "input_output_aliases",
+    "zeroed_outputs",
+    "debug",
+    "serialized_metadata",
+    "metaparams",
+)
+
+
+def _jax_triton_rule() -> Callable[..., Sequence[Any]]:
+    """jax-triton's CUDA lowering rule, once the installed release is checked to be
+    the one ``_lowering`` is written for."""
+    parameters = tuple(inspect.signature(_jt.triton_kernel_call_lowering).parameters)
+    if jt.__version__ != JAX_TRITON_VERSION or parameters != _JAX_TRITON_RULE_PARAMETERS:
+        found = jt.__version__
+        if jt.__version__ == JAX_TRITON_VERSION:
+            found += " with other lowering parameters"
+        raise ImportError(
+            f"mla_jax's Triton backend needs jax-triton {JAX_TRITON_VERSION}, found {found}"
+            f": pip install jax-triton=={JAX_TRITON_VERSION}"
+        )
+    return functools.partial(_jt.triton_kernel_call_lowering, _jt.get_cuda_backend)
+
 
 POINTER_ALIGNMENT = 16
 """Every array operand is promised 16-byte aligned (XLA's buffers are): Triton needs
@@ -128,26 +192,6 @@ MAX_SHARED_BYTES = {
 MAX_TMEM_COLUMNS = 512  # Blackwell tensor memory; more makes Triton emit a trap
 
 _GRID_LIMITS = (2**31 - 1, 65535, 65535)  # CUDA's grid dimensions x, y, z
-
-_TRITON_TYPES = {
-    "bool": "i1",
-    "int8": "i8",
-    "int16": "i16",
-    "int32": "i32",
-    "int64": "i64",
-    "uint8": "u8",
-    "uint16": "u16",
-    "uint32": "u32",
-    "uint64": "u64",
-    "float16": "fp16",
-    "bfloat16": "bf16",
-    "float32": "fp32",
-    "float64": "fp64",
-    "float8_e4m3fn": "fp8e4nv",
-    "float8_e5m2": "fp8e5",
-    "float8_e4m3fnuz": "fp8e4b8",
-    "float8_e5m2fnuz": "fp8e5b16",
-}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -179,19 +223,11 @@ class Build:
     num_warps: int
     num_ctas: int
     shared_bytes: int
-    ptx: str  # what jaxlib's call takes
-    cubin: bytes  # what the FFI handler loads
+    ptx: str  # what a jaxlib before 0.11.2 compiles
+    cubin: bytes  # what jaxlib loads from 0.11.2 on
     folder: str  # the build's sub-folder of Triton's cache dir
     global_scratch_size: int  # bytes a program (0: none)
     global_scratch_align: int
-
-    @functools.cached_property
-    def cubin_base64(self) -> str:
-        return base64.b64encode(self.cubin).decode()
-
-    @functools.cached_property
-    def cubin_hash(self) -> str:
-        return hashlib.sha256(self.cubin).hexdigest()
 
     @property
     def scratch_align(self) -> int:
@@ -204,11 +240,12 @@ class Build:
 
 
 def triton_type(dtype: Any) -> str:
-    """Triton's name for an array element type (``*`` + this is a pointer)."""
-    name = jnp.dtype(dtype).name
-    if name not in _TRITON_TYPES:
-        raise TypeError(f"no Triton type for arrays of {name}")
-    return _TRITON_TYPES[name]
+    """Triton's name for an array element type, as jax-triton spells it (``*`` + this
+    is a pointer)."""
+    try:
+        return _jt.get_triton_type(jax.core.ShapedArray((), jnp.dtype(dtype)))[1:]
+    except KeyError:
+        raise TypeError(f"no Triton type for arrays of {jnp.dtype(dtype).name}") from None
 
 
 def kernel_spec(
@@ -414,167 +451,156 @@ def _build(spec: KernelSpec, compute_capability: int) -> Build:
     )
 
 
-def _gpu_triton() -> Any:
-    """jaxlib's Triton call classes; they come with the CUDA plugin (jax-cuda12-plugin),
-    which also lowers for CUDA on a machine without a GPU."""
-    from jax._src.lib import gpu_triton
-
-    if not hasattr(gpu_triton, "TritonKernelCall"):
-        raise RuntimeError(
-            "lowering Triton kernels for CUDA needs jaxlib's CUDA plugin: install "
-            "jax[cuda12], or jax-cuda12-plugin at the jaxlib version to lower without a GPU"
-        )
-    return gpu_triton
-
-
 def device_capability() -> int:
     """The CUDA compute capability of device 0 (e.g. 90), what a build targets when
     no ``compute_capability`` is given."""
-    return int(_gpu_triton().get_compute_capability(0))
+    return int(_jt.triton_kernel_call_lib.get_compute_capability(0))
 
 
-_HANDLER_SOURCE = Path(__file__).with_name("_cubin_launch.cc")
-_HANDLER_FLAGS = ("-std=c++17", "-O2", "-shared", "-fPIC", "-fvisibility=hidden")
+# ---------------------------------------------------------------- the kernel call
 
 
-def find_cxx() -> str | None:
-    """The C++ compiler the handler builds with: ``$CXX``, else the first of ``g++``,
-    ``c++`` and ``clang++`` on the ``PATH``."""
-    if os.environ.get("CXX"):
-        return os.environ["CXX"]
-    return next((p for c in ("g++", "c++", "clang++") if (p := shutil.which(c))), None)
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, value = value & 0x7F, value >> 7
+        out.append(byte | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
 
 
-def build_handler(cxx: str, folder: Path) -> Path:
-    """The FFI handler (``_cubin_launch.cc``) built with ``cxx`` as a shared library in
-    a sub-folder of ``folder`` keyed by its source, the compiler and the JAX, jaxlib
-    and Triton versions; built only where that library is not there yet."""
-    from importlib.metadata import version
-
-    cuda_include = Path(triton.__file__).parent / "backends" / "nvidia" / "include"
-    source = _HANDLER_SOURCE.read_bytes()
-    versions = (cxx, _HANDLER_FLAGS, jax.__version__, version("jaxlib"), triton.__version__)
-    key = hashlib.sha256(source + repr(versions).encode()).hexdigest()[:32]
-    library = folder / key / "libmla_jax_cubin_launch.so"
-    if library.exists():
-        return library
-    library.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=library.parent, suffix=".so.tmp")
-    os.close(fd)
-    # -Wno-return-type: XLA's FFI headers end some switch-covered functions without one.
-    command = [cxx, *_HANDLER_FLAGS, "-Wno-return-type", f"-I{jax.ffi.include_dir()}",
-               f"-I{cuda_include}", str(_HANDLER_SOURCE), "-o", tmp, "-ldl"]  # fmt: skip
-    try:
-        subprocess.run(command, check=True, capture_output=True, text=True)
-        os.replace(tmp, library)  # whole or not at all: another process may be loading it
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return library
+def _read_varint(data: bytes, i: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = data[i]
+        value, shift, i = value | (byte & 0x7F) << shift, shift + 7, i + 1
+        if byte < 0x80:
+            return value, i
 
 
-@functools.lru_cache(maxsize=1)
-def kernel_call_target() -> str:
-    """The custom call this process's launches lower to: ``FFI_TARGET`` once its
-    handler is built (or found) and registered for CUDA, else ``JAXLIB_TARGET``, with a
-    warning that says why and what it costs."""
-    cxx = find_cxx()
-    if cxx is None:
-        reason = "no C++ compiler was found: install g++, or name one in CXX"
-    else:
-        try:
-            library = build_handler(cxx, Path(_cache_dir()) / "mla_jax_ffi")
-        except subprocess.CalledProcessError as e:
-            reason = f"building its handler with {cxx} failed:\n{e.stderr[-2000:]}"
-        except OSError as e:
-            reason = f"building its handler with {cxx} failed: {e}"
+def _field(number: int, value: int | bytes) -> bytes:
+    """One protobuf field: a varint, or length-delimited bytes."""
+    if isinstance(value, int):
+        return _varint(number << 3) + _varint(value)
+    return _varint(number << 3 | 2) + _varint(len(value)) + value
+
+
+def _edit_field(message: bytes, number: int, edit: Callable[[bytes], bytes]) -> bytes:
+    """``message`` with its length-delimited field ``number`` replaced by ``edit`` of
+    it, every other field as it was."""
+    out, i = bytearray(), 0
+    while i < len(message):
+        start = i
+        key, i = _read_varint(message, i)
+        wire = key & 7
+        if wire == 0:
+            _, i = _read_varint(message, i)
+        elif wire == 2:
+            size, i = _read_varint(message, i)
+            i += size
+            if key >> 3 == number:
+                out += _field(number, edit(message[i - size : i]))
+                continue
+        elif wire in (1, 5):  # fixed 64 / 32 bits
+            i += 8 if wire == 1 else 4
         else:
-            handler = ctypes.cdll.LoadLibrary(str(library)).MlaJaxCubinLaunch
-            jax.ffi.register_ffi_target(FFI_TARGET, jax.ffi.pycapsule(handler), platform="CUDA")
-            return FFI_TARGET
-    warnings.warn(
-        f"mla_jax launches its kernels through jaxlib's {JAXLIB_TARGET}, which runs ptxas "
-        "on each kernel in every new process (about 1 s for the largest), because " + reason,
-        RuntimeWarning,
-        stacklevel=2,
-    )
-    return JAXLIB_TARGET
+            raise ValueError(f"protobuf wire type {wire} in a Triton kernel call")
+        out += message[start:i]
+    return bytes(out)
 
 
-_call_p = jex_core.Primitive("mla_jax_triton_call")
-_call_p.multiple_results = True
-_call_p.def_impl(functools.partial(xla.apply_primitive, _call_p))
-
-
-@_call_p.def_abstract_eval
-def _abstract_eval(*_, out_shapes, **__):
-    return [jax.core.ShapedArray(s.shape, s.dtype) for s in out_shapes]
-
-
-def _jaxlib_call(
-    build: Build, grid: tuple[int, int, int], cluster: int, params: int, cc: int, name: str
-) -> dict[str, Any]:
-    """The ``ffi_lowering`` keywords of jaxlib's ``triton_kernel_call`` of ``build``:
-    its API version and its serialized call."""
-    lib = _gpu_triton()
-    # jaxlib launches a kernel of num_ctas > 1 as clusters of that many CTAs along x,
-    # grid[0] clusters (cuLaunchKernelEx); the build itself is one CTA's program.
-    kernel = lib.TritonKernel(
-        build.name, build.num_warps, build.num_ctas * cluster, build.shared_bytes, build.ptx, "", cc
-    )
-    # jaxlib refuses a launch whose buffer is not aligned as Triton asks (XLA aligns
-    # its buffers to at least 16 bytes, usually more); the scratch result is last.
-    aligns = [POINTER_ALIGNMENT] * params
-    if build.global_scratch_size:
-        aligns[-1] = build.scratch_align
-    arrays = [lib.create_array_parameter(0, a) for a in aligns]
-    call = lib.TritonKernelCall(kernel, grid[0] // cluster, grid[1], grid[2], arrays)
-    # Version 2 takes the opaque bytes as they are (jax annotates only str).
-    return dict(api_version=2, backend_config=zlib.compress(call.to_proto(name, b"")))
+def with_module_image(call: bytes, build: Build) -> bytes:
+    """jaxlib's serialized ``TritonAnyKernelCall`` with ``build``'s cubin as its
+    kernel's ``module_image`` (jaxlib/gpu/triton.proto: ``TritonAnyKernelCall`` field 1
+    the ``TritonKernelCall``, its field 1 the ``TritonKernel``, whose field 11 is a
+    ``ModuleImageProto{object_file = 1, kernel_name = 2, shared_mem_bytes = 3}``)."""
+    image = _field(1, build.cubin) + _field(2, build.name.encode()) + _field(3, build.shared_bytes)
+    add_image = lambda kernel: kernel + _field(11, image)
+    return _edit_field(call, 1, lambda kernel_call: _edit_field(kernel_call, 1, add_image))
 
 
 def _lowering(
     ctx: mlir.LoweringRuleContext,
-    *operands: Any,
-    spec: KernelSpec,
-    out_shapes: tuple[jax.ShapeDtypeStruct, ...],
-    grid: tuple[int, int, int],
-    aliases: tuple[tuple[int, int], ...],
-    compute_capability: int | None,
+    *array_args: Any,
+    fn: Any,
+    scalar_args: tuple[Any, ...],
     name: str,
-    cluster: int,
+    custom_call_target_name: str,
+    out_shapes: tuple[jax.ShapeDtypeStruct, ...],
+    grid: Any,
+    num_warps: int | None,
+    num_stages: int | None,
+    num_ctas: int,
+    compute_capability: int | None,
+    enable_fp_fusion: bool,
+    input_output_aliases: tuple[tuple[int, int], ...],
+    zeroed_outputs: Any,
+    debug: bool,
+    serialized_metadata: bytes,
+    **metaparams: Any,
 ) -> Sequence[Any]:
+    """The CUDA lowering of jax-triton's primitive: ``launch``'s calls as jaxlib's FFI
+    call of the cached build with its cubin; every other ``triton_call`` by
+    jax-triton's own rule."""
+    if serialized_metadata != LAUNCH_METADATA or custom_call_target_name != KERNEL_CALL_TARGET:
+        return _JAX_TRITON_RULE(
+            ctx,
+            *array_args,
+            fn=fn,
+            scalar_args=scalar_args,
+            name=name,
+            custom_call_target_name=custom_call_target_name,
+            out_shapes=out_shapes,
+            grid=grid,
+            num_warps=num_warps,
+            num_stages=num_stages,
+            num_ctas=num_ctas,
+            compute_capability=compute_capability,
+            enable_fp_fusion=enable_fp_fusion,
+            input_output_aliases=input_output_aliases,
+            zeroed_outputs=zeroed_outputs,
+            debug=debug,
+            serialized_metadata=serialized_metadata,
+            **metaparams,
+        )
+    # ``launch`` passes arrays only, at jax-triton's defaults for the rest.
+    assert not scalar_args and not zeroed_outputs and enable_fp_fusion and not debug
+    assert num_warps is not None and num_stages is not None
     cc = device_capability() if compute_capability is None else compute_capability
+    arg_types = [_jt.get_triton_type(a) for a in (*ctx.avals_in, *ctx.avals_out)]
+    spec = kernel_spec(fn, arg_types, metaparams, num_warps=num_warps, num_stages=num_stages)
     build = _build(spec, cc)
-    scratch = build.scratch_bytes(grid)
+    clusters = _jt.normalize_grid(grid, metaparams)
+    scratch = build.scratch_bytes((clusters[0] * num_ctas, *clusters[1:]))
     if scratch:
         ctx = ctx.replace(avals_out=[*ctx.avals_out, jax.core.ShapedArray((scratch,), jnp.uint8)])
-    target = kernel_call_target()
-    if target == FFI_TARGET:
-        rule = jax.ffi.ffi_lowering(FFI_TARGET, operand_output_aliases=dict(aliases))
-        results = rule(
-            ctx,
-            *operands,
-            cubin=build.cubin_base64,
-            cubin_hash=build.cubin_hash,
-            kernel=build.name,
-            grid_x=grid[0],
-            grid_y=grid[1],
-            grid_z=grid[2],
-            num_warps=build.num_warps,
-            shared=build.shared_bytes,
-            cluster=cluster,
-            scratch_align=build.scratch_align if scratch else 0,
-        )
-    else:
-        params = len(operands) + len(out_shapes) + (1 if scratch else 0)
-        call = _jaxlib_call(build, grid, cluster, params, cc, name)
-        rule = jax.ffi.ffi_lowering(target, operand_output_aliases=dict(aliases), **call)
-        results = rule(ctx, *operands)
-    return results[: len(out_shapes)]
+    lib = _jt.triton_kernel_call_lib
+    # jaxlib launches ``num_ctas`` CTAs a cluster along x, ``grid_0`` clusters
+    # (cuLaunchKernelEx); the build itself is one CTA's program. It checks each
+    # buffer aligned as Triton was promised; the scratch result is last.
+    kernel = lib.TritonKernel(
+        build.name,
+        build.num_warps,
+        build.num_ctas * num_ctas,
+        build.shared_bytes,
+        build.ptx,
+        "",
+        cc,
+    )
+    aligns = [POINTER_ALIGNMENT] * len(arg_types) + ([build.scratch_align] if scratch else [])
+    parameters = [lib.create_array_parameter(0, a) for a in aligns]
+    call = lib.TritonKernelCall(kernel, *clusters, parameters)
+    opaque = zlib.compress(with_module_image(call.to_proto(name, serialized_metadata), build))
+    rule = jax.ffi.ffi_lowering(
+        KERNEL_CALL_TARGET,
+        backend_config=dict(name=ir.StringAttr.get(name), opaque=ir.StringAttr.get(opaque)),
+        operand_output_aliases=dict(input_output_aliases),
+    )
+    return rule(ctx, *array_args)[: len(out_shapes)]
 
 
-mlir.register_lowering(_call_p, _lowering, platform="cuda")
+_JAX_TRITON_RULE = _jax_triton_rule()
+mlir.register_lowering(_jt.triton_kernel_call_p, _lowering, platform="cuda")
 
 
 def launch(
@@ -591,7 +617,8 @@ def launch(
     name: str | None = None,
     cluster: int = 1,
 ) -> tuple[jax.Array, ...]:
-    """Calls a ``@triton.jit`` or ``@gluon.jit`` kernel on JAX arrays.
+    """Calls a ``@triton.jit`` or ``@gluon.jit`` kernel on JAX arrays through
+    ``jax_triton.triton_call``.
 
     The kernel's parameters that are not in ``constexprs`` receive, in order, the
     ``inputs`` (pointers to their row-major data) and then a pointer to each output.
@@ -630,30 +657,34 @@ def launch(
     for i, x in enumerate(arrays):
         if not hasattr(x, "dtype") or not hasattr(x, "shape"):
             raise TypeError(f"input {i} is a {type(x).__name__}, not an array")
-    types = ["*" + triton_type(x.dtype) for x in arrays]
-    types += ["*" + triton_type(s.dtype) for s in out_shapes]
-    spec = kernel_spec(
-        kernel, types, dict(constexprs or {}), num_warps=num_warps, num_stages=num_stages
-    )
-    aliases = []
+    arg_types = ["*" + triton_type(x.dtype) for x in arrays]
+    arg_types += ["*" + triton_type(s.dtype) for s in out_shapes]
+    constexprs = dict(constexprs or {})
+    kernel_spec(kernel, arg_types, constexprs, num_warps=num_warps, num_stages=num_stages)
+    aliases = {}
     for i, o in sorted((input_output_aliases or {}).items()):
         if not 0 <= i < len(arrays) or not 0 <= o < len(out_shapes):
             raise ValueError(f"alias {i} -> {o}: no such input or output")
         x, out = arrays[i], out_shapes[o]
         if (x.shape, x.dtype) != (out.shape, out.dtype):
             raise ValueError(f"alias {i} -> {o}: input {x.shape} {x.dtype} is not {out}")
-        aliases.append((i, o))
-    if len({o for _, o in aliases}) != len(aliases):
+        aliases[i] = o
+    if len(set(aliases.values())) != len(aliases):
         raise ValueError(f"two inputs alias one output: {dict(input_output_aliases or {})}")
     return tuple(
-        _call_p.bind(
+        jt.triton_call(
             *arrays,
-            spec=spec,
-            out_shapes=out_shapes,
-            grid=grid3,
-            aliases=tuple(aliases),
-            compute_capability=compute_capability,
+            kernel=kernel,
+            out_shape=out_shapes,
+            grid=(grid3[0] // cluster, *grid3[1:]),  # in clusters, as jaxlib launches it
             name=name or kernel.__name__,
-            cluster=cluster,
+            custom_call_target_name=KERNEL_CALL_TARGET,
+            num_warps=num_warps,
+            num_stages=num_stages,
+            num_ctas=cluster,
+            compute_capability=compute_capability,
+            input_output_aliases=aliases,
+            serialized_metadata=LAUNCH_METADATA,
+            **constexprs,
         )
     )

@@ -1,5 +1,5 @@
-"""Calls of the stage 1 and stage 2 kernels (``mla_jax._launch``: Triton's disk
-cache, one custom call a kernel that launches its cubin).
+"""Calls of the stage 1 and stage 2 kernels (``mla_jax._launch``: through
+``jax_triton.triton_call``, one jaxlib FFI call a kernel carrying its cubin).
 
 Stage 1 receives the logits buffer as an input aliased to its only output
 (``input_output_aliases``), so it writes in place and returns the same buffer. With

@@ -32,12 +32,6 @@ from mla_jax.validate import validate_inputs
 
 Backend = Literal["auto", "triton", "xla"]
 
-KERNEL_CALL_TARGETS = ("mla_jax_cubin_launch", "triton_kernel_call")
-"""The custom calls a kernel of the ``"triton"`` backend lowers to, one a kernel:
-mla_jax's FFI handler, which launches the kernel's cubin, or jaxlib's Triton call,
-which takes its PTX (where no C++ compiler builds the handler). Count them in a
-compiled module's HLO to see that XLA kept every kernel of a chain of calls: it
-deletes a custom call whose outputs nobody reads."""
 QUERY_DTYPES = (jnp.bfloat16, jnp.float16, jnp.float32)
 
 

@@ -46,21 +46,6 @@ def pytest_configure(config):
     seed_from_env()  # a malformed MLA_JAX_SEED stops the run here, not in every test
 
 
-@pytest.fixture
-def jaxlib_route(monkeypatch):
-    """Kernels launch through jaxlib's ``triton_kernel_call`` (what a machine without a
-    C++ compiler gets), whose call carries the PTX for the tests to read. JAX's
-    caches are cleared around it: a module lowered before would be reused as it was."""
-    import jax
-
-    from mla_jax import _launch
-
-    jax.clear_caches()
-    monkeypatch.setattr(_launch, "kernel_call_target", lambda: _launch.JAXLIB_TARGET)
-    yield
-    jax.clear_caches()
-
-
 def has_gpu() -> bool:
     import jax
 

@@ -1,9 +1,9 @@
-"""The kernel launches in a lowered module, read the same way whichever custom call
-``mla_jax._launch`` emitted (its FFI handler's, or jaxlib's ``triton_kernel_call``)."""
+"""The kernel launches in a lowered module: jaxlib's ``triton_kernel_call_ffi`` calls
+that ``mla_jax._launch`` emits, read back from their serialized ``TritonAnyKernelCall``
+(jaxlib/gpu/triton.proto) by a protobuf reader of their own."""
 
 from __future__ import annotations
 
-import base64
 import re
 import zlib
 from typing import NamedTuple
@@ -11,11 +11,9 @@ from typing import NamedTuple
 import jax
 
 import mla_jax
-from mla_jax import _launch
 
-TARGETS = "|".join(mla_jax.KERNEL_CALL_TARGETS)
-CALL = re.compile(rf"stablehlo\.custom_call @({TARGETS})\(([^)]*)\)")
-DISABLED = [jax.export.DisabledSafetyCheck.custom_call(t) for t in mla_jax.KERNEL_CALL_TARGETS]
+CALL = re.compile(rf"stablehlo\.custom_call @({mla_jax.KERNEL_CALL_TARGET})\(([^)]*)\)")
+DISABLED = [jax.export.DisabledSafetyCheck.custom_call(mla_jax.KERNEL_CALL_TARGET)]
 
 
 class KernelCall(NamedTuple):
@@ -26,8 +24,9 @@ class KernelCall(NamedTuple):
     grid: tuple[int, int, int]  # programs, as ``_launch.launch`` takes it
     cluster: int
     num_warps: int
-    binary: bytes  # PTX (jaxlib's call) or cubin (the FFI handler's)
-    attributes: dict  # the target's own fields
+    ptx: bytes  # what a jaxlib before 0.11.2 compiles
+    cubin: bytes  # the kernel's module image, which jaxlib loads from 0.11.2 on
+    attributes: dict  # the serialized call's fields
     line: str
 
     @property
@@ -37,8 +36,11 @@ class KernelCall(NamedTuple):
 
 
 def backend_config(line: str) -> bytes:
-    """The serialized (zlib) jaxlib Triton kernel call in a custom call's backend_config."""
-    config = re.search(r'backend_config = "((?:[^"\\]|\\.)*)"', line).group(1)
+    """The serialized jaxlib Triton kernel call (zlib-compressed) in a custom call's
+    ``opaque`` attribute (the FFI call), or its ``backend_config`` (jaxlib's legacy
+    call, which jax-triton emits)."""
+    string = r' = "((?:[^"\\]|\\.)*)"'
+    config = (re.search("opaque" + string, line) or re.search("backend_config" + string, line))[1]
     # MLIR escapes a backslash as \\ and every other unprintable byte or quote as \XX.
     raw = re.sub(
         rb"\\(\\|[0-9A-Fa-f]{2})",
@@ -81,51 +83,51 @@ def proto_fields(data: bytes) -> dict[int, int | bytes]:
     return dict(proto_items(data))
 
 
-def _jaxlib_fields(line: str) -> dict:
-    """jaxlib's ``TritonAnyKernelCall`` (jaxlib/gpu/triton.proto): field 1 the
-    ``TritonKernelCall`` (1 kernel, 2-4 grid in clusters, 5 parameters), 4 the name."""
+def kernel_call_fields(line: str) -> dict:
+    """jaxlib's ``TritonAnyKernelCall``: field 1 the ``TritonKernelCall`` (1 kernel,
+    2-4 grid in clusters, 5 parameters), 3 the metadata, 4 the name; the kernel's
+    field 11 its ``ModuleImageProto`` (1 the object file, 2 its kernel, 3 shared bytes)."""
     outer = proto_fields(backend_config(line))
     call = proto_fields(outer[1])
     kernel = proto_fields(call[1])
+    image = proto_fields(kernel.get(11, b""))
     parameters = [v for f, v in proto_items(outer[1]) if f == 5]
     return {
-        "name": outer[4].decode(),
+        "name": outer.get(4, b"").decode(),
+        "metadata": outer.get(3, b""),
         "clusters": tuple(call.get(f, 0) for f in (2, 3, 4)),
         "kernel_name": kernel[1].decode(),
         "num_warps": kernel[2],
         "num_ctas": kernel.get(10, 1),  # a cluster's CTAs (optional: absent is 1)
+        "shared": kernel.get(3, 0),
         "ptx": kernel.get(4, b""),
         "ttir": kernel.get(5, b""),
         "cc": kernel[6],
+        "image_kernel": image.get(2, b"").decode(),
+        "image_shared": image.get(3, 0),
+        "cubin": image.get(1, b""),
         # each parameter's array (field 1): its divisibility (field 2)
         "alignments": [proto_fields(proto_fields(p)[1]).get(2) for p in parameters],
     }
 
 
-def _ffi_fields(line: str) -> dict:
-    """The FFI call's attributes (``mhlo.backend_config``): ints and strings."""
-    config = re.search(r"backend_config = \{(.*?)\}", line).group(1)
-    strings = dict(re.findall(r'(\w+) = "([^"]*)"', config))
-    # The ints, searched with the strings blanked: the cubin's long runs of word
-    # characters would make an unanchored search quadratic.
-    ints = re.findall(r"(\w+) = (-?\d+) : i64", re.sub(r'"[^"]*"', '""', config))
-    return {k: int(v) for k, v in ints} | strings
-
-
 def kernel_call(line: str) -> KernelCall:
     target, operands = CALL.search(line).groups()
     aliases = [int(a) for a in re.findall(r"operand_index = (\d+)", line)]
-    if target == _launch.JAXLIB_TARGET:
-        f = _jaxlib_fields(line)
-        x, y, z = f["clusters"]
-        grid, cluster = (x * f["num_ctas"], y, z), f["num_ctas"]
-        name, warps, binary = f["kernel_name"], f["num_warps"], f["ptx"]
-    else:
-        f = _ffi_fields(line)
-        grid, cluster = (f["grid_x"], f["grid_y"], f["grid_z"]), f["cluster"]
-        name, warps, binary = f["kernel"], f["num_warps"], base64.b64decode(f["cubin"])
+    f = kernel_call_fields(line)
+    x, y, z = f["clusters"]
     return KernelCall(
-        target, operands.split(", "), aliases, name, grid, cluster, warps, binary, f, line
+        target=target,
+        operands=operands.split(", "),
+        aliases=aliases,
+        kernel_name=f["kernel_name"],
+        grid=(x * f["num_ctas"], y, z),
+        cluster=f["num_ctas"],
+        num_warps=f["num_warps"],
+        ptx=f["ptx"],
+        cubin=f["cubin"],
+        attributes=f,
+        line=line,
     )
 
 

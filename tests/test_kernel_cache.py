@@ -1,8 +1,9 @@
-"""The kernel launch route (``mla_jax._launch``), lowered for CUDA on a machine
-without a GPU: the FFI handler's call carrying the cubin (or jaxlib's
-``triton_kernel_call`` where no C++ compiler is found) with the buffer aliased,
-Triton's disk cache reused by a new process through the index beside it, Gluon
-kernels, and the errors it raises early.
+"""The kernel launch (``mla_jax._launch``), lowered for CUDA on a machine without a
+GPU: ``jax_triton.triton_call`` lowered to jaxlib's ``triton_kernel_call_ffi`` carrying
+the cubin, with the buffer aliased and donated; the same call jax-triton's own rule
+makes for a tl kernel; other ``triton_call``s left to jax-triton; Triton's disk cache
+reused by a new process through the index beside it; Gluon kernels; and the errors it
+raises early.
 
 No timing: whether a build came from the cache is what Triton's compilation
 listener (``triton.knobs.compilation.listener``) reports for each ``triton.compile``,
@@ -10,7 +11,6 @@ and a build the index names calls none.
 """
 
 import dataclasses
-import hashlib
 import json
 import os
 import re
@@ -31,7 +31,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
 
 from mla_jax import _launch
-from tests.kernel_calls import kernel_calls
+from tests.kernel_calls import kernel_call_fields, kernel_calls, proto_fields, proto_items
 
 ROOT = Path(__file__).parents[1]
 S = jax.ShapeDtypeStruct
@@ -131,72 +131,110 @@ def check_decode_calls(calls) -> None:
     assert [c.kernel_name for c in calls] == ["mla_decode_stage1", "mla_decode_stage2"]
 
 
-@pytest.mark.skipif(_launch.find_cxx() is None, reason="the FFI handler needs a C++ compiler")
-def test_decode_lowers_to_two_ffi_calls_carrying_their_cubins():
-    calls = kernel_calls(lower_decode())
-    assert [c.target for c in calls] == [_launch.FFI_TARGET] * 2
+def test_decode_lowers_to_two_jaxlib_ffi_calls_carrying_their_cubins(monkeypatch, tmp_path):
+    """Both stages through ``jax_triton.triton_call``, each lowered to jaxlib's typed
+    FFI call whose kernel carries the cubin (sm_90a, as Triton built it) beside the
+    PTX; no other custom call; the buffer donated and aliased to stage 1's result."""
+    import jax_triton  # after _launch, which keeps TRITON_CACHE_DIR as it was
+
+    through = []
+    real = jax_triton.triton_call
+    monkeypatch.setattr(
+        jax_triton, "triton_call", lambda *a, **k: through.append(k["kernel"]) or real(*a, **k)
+    )
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))  # the builds read back below
+    _launch._build.cache_clear()
+    jax.clear_caches()
+    text = lower_decode()
+    assert [k.__name__ for k in through] == ["mla_decode_stage1", "mla_decode_stage2"]
+    assert "jax_triton" in sys.modules and _launch.jt is jax_triton
+    calls = kernel_calls(text)
+    assert [c.target for c in calls] == ["triton_kernel_call_ffi"] * 2
+    assert len(re.findall(r"custom_call @", text)) == 2  # no target of mla_jax's own
     check_decode_calls(calls)
+    assert "tf.aliasing_output = 2" in text  # the donated buffer is stage 1's output
     for c in calls:
-        assert "mhlo.backend_config = {" in c.line  # XLA's typed FFI: attributes
-        # The cubin, for sm_90a, of the build in Triton's folder, named by its hash.
-        assert c.binary.startswith(b"\x7fELF")
-        assert c.attributes["cubin_hash"] == hashlib.sha256(c.binary).hexdigest()
-        assert c.attributes["scratch_align"] == 0 and c.cluster == 1
-    assert calls[0].grid == (1, 2, 2) and calls[0].num_warps == 4
-    assert calls[0].attributes["shared"] > 48 * 1024  # opted in by the handler
+        assert "mhlo.backend_config = {name = " in c.line  # XLA's typed FFI: attributes
+        assert c.attributes["metadata"] == _launch.LAUNCH_METADATA
+        assert c.cubin.startswith(b"\x7fELF") and b".target sm_90a" in c.ptx
+        assert c.attributes["image_kernel"] == c.kernel_name
+        assert c.attributes["image_shared"] == c.attributes["shared"]
+        assert c.attributes["cc"] == 90 and c.attributes["ttir"] == b""
+        assert set(c.attributes["alignments"]) == {16}
+        build = Path(_index(tmp_path)[c.kernel_name], c.kernel_name)
+        assert build.with_suffix(".cubin").read_bytes() == c.cubin
+        assert build.with_suffix(".ptx").read_bytes() == c.ptx
+    assert calls[0].grid == (1, 2, 2) and calls[0].num_warps == 4 and calls[0].cluster == 1
+    assert calls[0].attributes["shared"] > 48 * 1024
 
 
-def test_decode_lowers_to_two_jaxlib_calls_carrying_their_ptx(jaxlib_route):
-    calls = kernel_calls(lower_decode())
-    assert [c.target for c in calls] == [_launch.JAXLIB_TARGET] * 2
-    check_decode_calls(calls)
-    assert [c.attributes["name"] for c in calls] == ["mla_decode_stage1", "mla_decode_stage2"]
-    for c in calls:
-        assert "api_version = 2" in c.line
-        assert c.attributes["cc"] == 90 and b".target sm_90a" in c.binary
-        assert c.attributes["ttir"] == b""
-    assert calls[0].grid == (1, 2, 2)
+def test_a_tl_kernel_lowers_as_jax_triton_lowers_it():
+    """The same kernel through ``launch`` and through a plain ``triton_call`` (lowered
+    by jax-triton's own rule, untouched by ``_launch``): the same PTX, kernel, grid,
+    warps, shared memory and parameters; ours is jaxlib's FFI call with the cubin,
+    jax-triton's its legacy ``triton_kernel_call``."""
+    import jax_triton  # after _launch, which keeps TRITON_CACHE_DIR as it was
+
+    x, c = S((256,), jnp.float32), S((1,), jnp.float32)
+
+    def theirs(x, c):
+        return jax_triton.triton_call(
+            x, c, kernel=add_c, out_shape=x, grid=(2,), N=256, BLOCK=128, compute_capability=90
+        )
+
+    text = lower(theirs, x, c)
+    assert "custom_call @triton_kernel_call(" in text and "triton_kernel_call_ffi" not in text
+    line = next(t for t in text.splitlines() if "custom_call @triton_kernel_call(" in t)
+    legacy = kernel_call_fields(line)
+    (ours,) = kernel_calls(lower(add, x, c))
+    same = ("ptx", "kernel_name", "clusters", "num_warps", "num_ctas", "shared", "cc")
+    assert {k: ours.attributes[k] for k in same} == {k: legacy[k] for k in same}
+    assert ours.attributes["alignments"] == legacy["alignments"] == [16, 16, 16]
+    assert legacy["cubin"] == b"" and ours.cubin.startswith(b"\x7fELF")
 
 
-def test_the_handler_is_built_once_a_machine(tmp_path, monkeypatch):
-    """Built into a sub-folder keyed by its source and versions, then found there (a
-    second build of the same key does not run the compiler); no compiler, or one that
-    fails, leaves jaxlib's call with a warning that says why."""
-    cxx = _launch.find_cxx()
-    if cxx is None:
-        pytest.skip("the FFI handler needs a C++ compiler")
-    library = _launch.build_handler(cxx, tmp_path)
-    assert library.is_relative_to(tmp_path) and library.stat().st_size > 0
-    assert [p.name for p in library.parent.iterdir()] == [library.name]  # no temporaries
-    monkeypatch.setattr(_launch.subprocess, "run", lambda *_, **__: pytest.fail("rebuilt"))
-    assert _launch.build_handler(cxx, tmp_path) == library
-    monkeypatch.undo()
-    for env, reason in [
-        (dict(CXX=str(tmp_path / "no-such-compiler")), "failed"),
-        (dict(CXX="false"), "failed"),
-    ]:
-        monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "cache"))
-        for k, v in env.items():
-            monkeypatch.setenv(k, v)
-        _launch.kernel_call_target.cache_clear()
-        try:
-            with pytest.warns(RuntimeWarning, match=f"jaxlib's triton_kernel_call.*{reason}"):
-                assert _launch.kernel_call_target() == _launch.JAXLIB_TARGET
-        finally:
-            _launch.kernel_call_target.cache_clear()
-    monkeypatch.setenv("CXX", "")
-    monkeypatch.setenv("PATH", str(tmp_path))
-    assert _launch.find_cxx() is None
-    _launch.kernel_call_target.cache_clear()
-    try:
-        with pytest.warns(RuntimeWarning, match="no C\\+\\+ compiler was found: install g\\+\\+"):
-            assert _launch.kernel_call_target() == _launch.JAXLIB_TARGET
-    finally:
-        _launch.kernel_call_target.cache_clear()
+def test_jax_triton_is_the_supported_release():
+    """The lowering rule stands beside jax-triton 0.3.1's: another release is refused
+    at import with the version to install (checked here on the installed one)."""
+    import jax_triton  # after _launch, which keeps TRITON_CACHE_DIR as it was
+
+    assert jax_triton.__version__ == _launch.JAX_TRITON_VERSION
+    assert _launch._jax_triton_rule().func is jax_triton.triton_lib.triton_kernel_call_lowering
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(jax_triton, "__version__", "0.4.1")
+        with pytest.raises(
+            ImportError, match=r"needs jax-triton 0\.3\.1, found 0\.4\.1: pip install"
+        ):
+            _launch._jax_triton_rule()
+        m.setattr(jax_triton, "__version__", _launch.JAX_TRITON_VERSION)
+        m.setattr(jax_triton.triton_lib, "triton_kernel_call_lowering", lambda *_: None)
+        with pytest.raises(ImportError, match="other lowering parameters"):
+            _launch._jax_triton_rule()
+
+
+def test_the_cubin_is_added_to_the_serialized_call_and_nothing_else():
+    """``with_module_image`` adds the kernel's field 11 to jaxlib's serialized call and
+    leaves every other field of every level as it was."""
+    import jax_triton  # after _launch, which keeps TRITON_CACHE_DIR as it was
+
+    lib = jax_triton.triton_lib.triton_kernel_call_lib
+    kernel = lib.TritonKernel("k", 4, 1, 1000, "ptx text", "", 90)
+    call = lib.TritonKernelCall(kernel, 3, 2, 1, [lib.create_array_parameter(0, 16)] * 2)
+    proto = call.to_proto("k", b"meta")
+    build = _launch.Build("k", 4, 1, 1000, "ptx text", b"\x7fELF cubin", "", 0, 1)
+    embedded = _launch.with_module_image(proto, build)
+    outer, new = proto_fields(proto), proto_fields(embedded)
+    assert {k: v for k, v in new.items() if k != 1} == {k: v for k, v in outer.items() if k != 1}
+    old_call, new_call = proto_items(outer[1]), proto_items(new[1])
+    assert [f for f in new_call if f[0] != 1] == [f for f in old_call if f[0] != 1]
+    old_kernel, new_kernel = proto_items(dict(old_call)[1]), proto_items(dict(new_call)[1])
+    assert new_kernel[:-1] == old_kernel and new_kernel[-1][0] == 11
+    image = proto_fields(new_kernel[-1][1])
+    assert image == {1: b"\x7fELF cubin", 2: b"k", 3: 1000}
 
 
 _CHILD = """
-import hashlib, json, sys
+import hashlib, json, os, sys
 sys.path.insert(0, {root!r})
 import jax
 from triton import knobs
@@ -206,7 +244,8 @@ events = []
 knobs.compilation.listener = lambda src, cache_hit, **_: events.append([src.name, cache_hit])
 text = jax.jit(decode_step).trace(*decode_args()).lower(lowering_platforms=("cuda",)).as_text()
 digest = hashlib.sha256(text.encode()).hexdigest()
-print(json.dumps({{"events": events, "module": digest, "jax_triton": "jax_triton" in sys.modules}}))
+print(json.dumps({{"events": events, "module": digest, "jax_triton": "jax_triton" in sys.modules,
+                  "cache_dir": os.environ.get("TRITON_CACHE_DIR")}}))
 """
 
 
@@ -233,7 +272,7 @@ def test_a_new_process_takes_both_kernels_from_the_disk_cache(tmp_path):
     env = os.environ | {"TRITON_CACHE_DIR": str(tmp_path)}
     env.pop("TRITON_ALWAYS_COMPILE", None)
     first = _lower_in_child(env)
-    assert not first["jax_triton"]  # which would set TRITON_CACHE_DIR="" on import
+    assert first["jax_triton"] and first["cache_dir"] == str(tmp_path)  # put back
     assert first["events"] == [["mla_decode_stage1", False], ["mla_decode_stage2", False]]
     builds = sorted(p.name for p in tmp_path.glob("*/mla_decode_stage*.json"))
     assert builds == ["mla_decode_stage1.json", "mla_decode_stage2.json"]
@@ -242,13 +281,9 @@ def test_a_new_process_takes_both_kernels_from_the_disk_cache(tmp_path):
         "mla_decode_stage1": True,
         "mla_decode_stage2": True,
     }
-    handler = [p.stat().st_mtime_ns for p in tmp_path.glob("mla_jax_ffi/*/*.so")]
-    assert len(handler) == (0 if _launch.find_cxx() is None else 1)
     second = _lower_in_child(env)
-    # The index named both builds: no triton.compile at all, and the same program,
-    # whose handler the first process built.
+    # The index named both builds: no triton.compile at all, and the same program.
     assert second["events"] == []
-    assert [p.stat().st_mtime_ns for p in tmp_path.glob("mla_jax_ffi/*/*.so")] == handler
     assert second["module"] == first["module"]
     assert sorted(p.name for p in tmp_path.glob("*/mla_decode_stage*.json")) == builds
     assert _index(tmp_path) == index
@@ -303,6 +338,7 @@ def test_one_build_per_process(monkeypatch, tmp_path):
     events = []
     monkeypatch.setattr(knobs.compilation, "listener", lambda src, **_: events.append(src.name))
     _launch._build.cache_clear()
+    jax.clear_caches()  # lowered before in this process: JAX would reuse the module
     x, c = S((256,), jnp.float32), S((1,), jnp.float32)
     for _ in range(2):  # lowered twice: one build
         (call,) = kernel_calls(lower(add, x, c))
@@ -400,21 +436,11 @@ def test_bad_launches_fail_before_compiling(change, message):
         lower(f, *args)
 
 
-@pytest.fixture(params=[_launch.FFI_TARGET, _launch.JAXLIB_TARGET])
-def route(request) -> str:
-    """Each custom call a launch can lower to."""
-    if request.param == _launch.JAXLIB_TARGET:
-        request.getfixturevalue("jaxlib_route")
-    elif _launch.find_cxx() is None:
-        pytest.skip("the FFI handler needs a C++ compiler")
-    return request.param
-
-
-def test_a_cluster_launch_is_one_kernel_of_that_many_ctas_over_the_clusters(route):
-    """``cluster=2`` on a grid of 4 programs: the FFI call holds the grid and the
-    cluster size; jaxlib's holds ``num_ctas=2`` and a grid of 2 clusters along x (it
-    launches ``grid_0 * num_ctas`` CTAs in clusters of ``num_ctas``). Either way the
-    build is the one-CTA program."""
+def test_a_cluster_launch_is_one_kernel_of_that_many_ctas_over_the_clusters():
+    """``cluster=2`` on a grid of 4 programs: jaxlib's call holds ``num_ctas=2`` and a
+    grid of 2 clusters along x (it launches ``grid_0 * num_ctas`` CTAs in clusters of
+    ``num_ctas``), as ``triton_call(grid=(2,), num_ctas=2)`` asks; the build is the
+    one-CTA program."""
     x = S((512,), jnp.float32)
 
     def f(x, cluster):
@@ -429,18 +455,15 @@ def test_a_cluster_launch_is_one_kernel_of_that_many_ctas_over_the_clusters(rout
         )[0]
 
     (call,) = kernel_calls(lower(lambda x: f(x, 2), x))
-    assert call.target == route and (call.cluster, call.grid) == (2, (4, 1, 1))
-    if route == _launch.JAXLIB_TARGET:
-        assert (call.attributes["num_ctas"], call.attributes["clusters"]) == (2, (2, 1, 1))
-        assert b".reqnctapercluster" not in call.binary
-    else:
-        assert call.attributes["cluster"] == 2 and call.attributes["grid_x"] == 4
+    assert (call.cluster, call.grid) == (2, (4, 1, 1))
+    assert (call.attributes["num_ctas"], call.attributes["clusters"]) == (2, (2, 1, 1))
+    assert b".reqnctapercluster" not in call.ptx
     (call,) = kernel_calls(lower(lambda x: f(x, 1), x))
     assert (call.cluster, call.grid) == (1, (4, 1, 1))
 
 
 @pytest.mark.parametrize("kernel, per_program", [(tma_add_one, 256), (gluon_tma_add_one, 128)])
-def test_global_scratch_is_one_more_result_the_caller_never_sees(kernel, per_program, route):
+def test_global_scratch_is_one_more_result_the_caller_never_sees(kernel, per_program):
     """A kernel that makes TMA descriptors on the device needs global scratch (128
     bytes a descriptor): the call gets it as a last result of ``global_scratch_size``
     bytes a program, whose pointer follows the kernel's arguments (where Triton's
@@ -459,11 +482,8 @@ def test_global_scratch_is_one_more_result_the_caller_never_sees(kernel, per_pro
     scratch = f"tensor<{4 * per_program}xui8>"  # four programs
     assert re.search(rf"-> \(tensor<256x64xf32>, {scratch}\)", call.line), call.line
     assert re.search(r"return %\S+#0 : tensor<256x64xf32>", text)
-    if route == _launch.JAXLIB_TARGET:
-        # x, y, then the scratch: divisibility 16 for the arrays, 128 for the scratch.
-        assert call.attributes["alignments"] == [16, 16, 128]
-    else:  # the handler checks the last result 128-byte aligned, the others 16
-        assert call.attributes["scratch_align"] == 128
+    # x, y, then the scratch: divisibility 16 for the arrays, 128 for the scratch.
+    assert call.attributes["alignments"] == [16, 16, 128]
     assert jax.eval_shape(lambda x: tma_add_one_call(x, kernel), x) == x
 
 
@@ -481,3 +501,55 @@ def test_builds_jaxlib_cannot_run_are_refused(metadata, message):
     with pytest.raises(ValueError, match=message):
         _launch.check_resources(meta, 90, "k")
     _launch.check_resources(types.SimpleNamespace(**fields), 90, "k")
+
+
+# B, H, L, max_seq_len (None: a run-time length), cache, fp8_mma: the stage 1 each runs
+# on the occupancy rule's split count (the default buffer), as on the GPU's A/B.
+EVERY_STAGE_1 = [
+    ((4, 128, 4096, None, "bf16", False), "mla_decode_stage1_gluon_seesaw"),
+    ((64, 64, 1024, 1024, "bf16", False), "mla_decode_stage1_gluon_seesaw"),  # clusters
+    ((16, 64, 1024, 1024, "bf16", False), "mla_decode_stage1_gluon_h16"),
+    ((64, 16, 4096, 4096, "bf16", False), "mla_decode_stage1_gluon_h16"),
+    ((1, 16, 1024, 1024, "bf16", False), "mla_decode_stage1"),
+    ((8, 16, 4096, 4096, "fp8", False), "mla_decode_stage1_gluon_fp8_h16"),
+    ((4, 128, 2048, 2048, "fp8", False), "mla_decode_stage1_gluon_seesaw"),
+    ((4, 128, 2048, 2048, "fp8", True), "mla_decode_stage1_gluon_fp8_mma"),
+]
+
+
+@pytest.mark.parametrize("case, stage1", EVERY_STAGE_1, ids=lambda v: str(v))
+def test_every_stage_1_lowers_through_jax_triton_to_jaxlib_s_ffi_call(case, stage1):
+    """Each stage-1 kernel (tl and Gluon) and stage 2, lowered for sm_90: jaxlib's FFI
+    call only, the cubin embedded, the logits buffer donated and aliased to stage 1's
+    first result."""
+    import mla_jax
+
+    batch, heads, length, max_seq_len, cache, fp8_mma = case
+    kv_dtype = jnp.float8_e4m3fn if cache == "fp8" else jnp.bfloat16
+    pages = length // 64
+    buf = jax.eval_shape(lambda: mla_jax.reserve_logits_buffer(batch, heads, length, sm_count=132))
+    args = (
+        S((batch, heads, 576), jnp.bfloat16),
+        S((batch * pages, 64, 576), kv_dtype),
+        S((batch, pages), jnp.int32),
+        S((batch,), jnp.int32),
+        buf,
+    )
+
+    def step(q, kv, bt, sl, buf):
+        return mla_jax.mla_decode(
+            q, kv, bt, sl, buf, scale=0.1, max_seq_len=max_seq_len, backend="triton",
+            compute_capability=90, fp8_mma=fp8_mma,
+            k_scale=jnp.float32(0.5) if cache == "fp8" else None,
+        )  # fmt: skip
+
+    text = jax.jit(step, donate_argnums=4).trace(*args).lower(lowering_platforms=("cuda",))
+    text = text.as_text()
+    calls = kernel_calls(text)
+    assert calls[0].kernel_name == stage1
+    assert [c.kernel_name for c in calls[1:]] in ([], ["mla_decode_stage2"])
+    assert len(re.findall(r"custom_call @", text)) == len(calls)  # jaxlib's, nothing else
+    assert calls[0].aliases == [7] and "tf.aliasing_output = 2" in text
+    for c in calls:
+        assert c.cubin.startswith(b"\x7fELF") and c.attributes["image_kernel"] == c.kernel_name
+        assert c.attributes["metadata"] == _launch.LAUNCH_METADATA

@@ -130,9 +130,7 @@ def test_seesaw_rows_of_two_splits_are_clusters_that_write_the_output():
     "heads, stage1_name, lse_stores",
     [(16, "mla_decode_stage1", 1), (128, "mla_decode_stage1_gluon_seesaw", 2)],
 )
-def test_stage_1_and_stage_2_agree_on_the_partials_dtype(
-    heads, stage1_name, lse_stores, jaxlib_route
-):
+def test_stage_1_and_stage_2_agree_on_the_partials_dtype(heads, stage1_name, lse_stores):
     """With 4 splits (vLLM's rule at L=2048) stage 1 writes partials for stage 2, the
     tl kernel at H=16 and the seesaw at H=128: for a bf16 q in bf16
     (``kernels.bf16_partials``), so stage 1 has half a float32 build's global stores
@@ -144,8 +142,8 @@ def test_stage_1_and_stage_2_agree_on_the_partials_dtype(
         text = lowered_text(dtype, heads=heads, max_seq_len=2048)
         stage1, stage2 = kernel_calls(text)
         assert (stage1.kernel_name, stage2.kernel_name) == (stage1_name, "mla_decode_stage2")
-        stores[dtype] = len(re.findall(r"\bst\.global\.", stage1.binary.decode()))
-        widens[dtype] = "cvt.f32.bf16" in stage2.binary.decode()
+        stores[dtype] = len(re.findall(r"\bst\.global\.", stage1.ptx.decode()))
+        widens[dtype] = "cvt.f32.bf16" in stage2.ptx.decode()
     assert stores[jnp.float16] - lse_stores == 2 * (stores[jnp.bfloat16] - lse_stores), stores
     assert widens == {jnp.bfloat16: True, jnp.float16: False}
 
@@ -275,7 +273,7 @@ def test_stage1_grid_of_the_16_bit_16_head_kernel_in_wide_heads(batch, heads, le
     ],
 )
 def test_head_tile_is_chosen_at_trace_time(
-    batch, heads, length, max_seq_len, batch_invariant, tile, splits, page, jaxlib_route
+    batch, heads, length, max_seq_len, batch_invariant, tile, splits, page
 ):
     """A static ``max_seq_len`` whose batch holds at most ``SMALL_BATCH_TOKENS`` tokens
     lowers the tl stage 1 with 16-head tiles (``_tiling.head_tile``), 4 warps and
@@ -317,7 +315,7 @@ def test_head_tile_is_chosen_at_trace_time(
     assert stage1.grid == (-(-heads // tile), batch, splits)
     assert splits <= reserved
     assert stage1.num_warps == (4 if tile == 16 else 8)
-    ptx = stage1.binary.decode()
+    ptx = stage1.ptx.decode()
     assert ("wgmma" in ptx) == (tile == 64) and ("mma.sync" in ptx) == (tile == 16)
 
 

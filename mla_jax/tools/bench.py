@@ -237,7 +237,7 @@ def _any_of(targets: Sequence[str]) -> str:
 
 
 def compiled_custom_calls(
-    hlo_text: str, targets: Sequence[str] = mla_jax.KERNEL_CALL_TARGETS
+    hlo_text: str, targets: Sequence[str] = (mla_jax.KERNEL_CALL_TARGET,)
 ) -> int:
     """Custom calls to any of ``targets`` (by default, each a Triton kernel's launch) in
     a compiled executable's HLO text (``as_text()``)."""
@@ -274,7 +274,7 @@ def _functions(module_text: str) -> dict[str, tuple[list[str], list[str]]]:
 
 
 def stablehlo_custom_calls(
-    module_text: str, targets: Sequence[str] = mla_jax.KERNEL_CALL_TARGETS
+    module_text: str, targets: Sequence[str] = (mla_jax.KERNEL_CALL_TARGET,)
 ) -> CustomCalls:
     """Counts the custom calls to any of ``targets`` in a lowered module (``Lowered.as_text()``)
     and those whose results reach ``@main``'s return.
@@ -359,7 +359,7 @@ def check_chain_calls(path: str, found: int, calls: int, per_call: int, where: s
         kernels = "stage 1 and stage 2" if per_call == 2 else "stage 1 alone"
         raise ChainCheckError(
             f"{path}: the timed chain of {calls} mla_decode calls has {found} live "
-            f"kernel launches ({' or '.join(mla_jax.KERNEL_CALL_TARGETS)} custom calls) "
+            f"kernel launches ({mla_jax.KERNEL_CALL_TARGET} custom calls) "
             f"{where}, not {per_call * calls} ({kernels} per "
             "call), so its time would miss work that XLA deleted. Every call's results must "
             "be outputs of the chain (bench.timed_chain)."
@@ -740,7 +740,7 @@ def machine_info(sm_count: int) -> dict:
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
     }
     # jaxlib too: XLA, and the custom calls the Triton kernels launch through.
-    for dist in ("jax", "jaxlib", "triton", "torch"):
+    for dist in ("jax", "jaxlib", "jax-triton", "triton", "torch"):
         try:
             info[dist] = importlib.metadata.version(dist)
         except importlib.metadata.PackageNotFoundError:
