@@ -19,7 +19,7 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
-from mla_jax._checks import check_positive
+from mla_jax._checks import positive_int
 from mla_jax.splits import DEFAULT_POLICY, Policy, check_policy, reserved_splits
 
 LOGITS_DTYPE = jnp.float32
@@ -101,15 +101,14 @@ def plan_logits_buffer(
     sm_count: int,
     policy: Policy,
 ) -> tuple[tuple[int, int, int, int], dict]:
-    """The shape of a reservation and its static settings, after checking them."""
-    check_positive(
-        max_num_seqs=max_num_seqs,
-        num_heads=num_heads,
-        max_model_len=max_model_len,
-        kv_lora_rank=kv_lora_rank,
-        rope_dim=rope_dim,
-        sm_count=sm_count,
-    )
+    """The shape of a reservation and its static settings, after checking them; numpy
+    integers become Python ints (the settings are static fields, named in messages)."""
+    max_num_seqs = positive_int("max_num_seqs", max_num_seqs)
+    num_heads = positive_int("num_heads", num_heads)
+    max_model_len = positive_int("max_model_len", max_model_len)
+    kv_lora_rank = positive_int("kv_lora_rank", kv_lora_rank)
+    rope_dim = positive_int("rope_dim", rope_dim)
+    sm_count = positive_int("sm_count", sm_count)
     check_policy(policy)
     splits = reserved_splits(
         policy, num_heads=num_heads, max_model_len=max_model_len, sm_count=sm_count

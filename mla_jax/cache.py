@@ -7,10 +7,21 @@ the layout ``mla_decode`` reads.
 
 from __future__ import annotations
 
+import math
+import numbers
+
 import jax
 import jax.numpy as jnp
+import numpy as np
 
-from mla_jax._checks import check_block_table, check_positive, check_row_vector, shape_error
+from mla_jax._checks import (
+    check_array,
+    check_block_table,
+    check_positive,
+    check_row_vector,
+    narrow_int32,
+    shape_error,
+)
 
 
 def append_latent(
@@ -30,9 +41,20 @@ def append_latent(
         outside ``[0, pages_per_seq * page_size)``, or one whose page entry is
         negative or past ``num_pages``, writes nothing.
 
+    Integer arrays wider than int32 are narrowed after checking their values fit.
+
     Returns:
       The cache with the rows written, same shape and dtype.
     """
+    for name, x in (
+        ("kv_cache", kv_cache),
+        ("latent", latent),
+        ("block_table", block_table),
+        ("positions", positions),
+    ):
+        check_array(name, x)
+    block_table = narrow_int32("block_table", block_table)
+    positions = narrow_int32("positions", positions)
     if kv_cache.ndim != 3:
         raise shape_error("kv_cache", list(kv_cache.shape), "[num_pages, page_size, width]")
     num_pages, page_size, width = kv_cache.shape
@@ -102,24 +124,75 @@ FP8_DTYPE = jnp.float8_e4m3fn  # vLLM's fp8 KV cache format on NVIDIA GPUs
 FP8_MAX = 448.0  # the largest finite float8_e4m3fn
 
 
+# The smallest scale quantize_fp8 takes or returns: float32's smallest normal number.
+# A smaller one is a subnormal that XLA flushes to zero on the CPU and the GPU, and a
+# zero scale turns every entry into 0 / 0 = NaN (an all-zero cache, what a fresh
+# decode state holds, had amax / 448 = 0).
+FP8_SCALE_FLOOR = float(np.finfo(np.float32).tiny)
+
+
+def _check_fp8_scale(scale) -> jax.Array:
+    """A given scale: one real value, finite and ``>= FP8_SCALE_FLOOR`` where concrete."""
+    if isinstance(scale, bool) or not (isinstance(scale, numbers.Real) or hasattr(scale, "dtype")):
+        raise ValueError(f"scale: got {scale!r}, needed None, a float or a scalar float32 array")
+    if jnp.size(scale) != 1 or not jnp.issubdtype(jnp.result_type(scale), jnp.number):
+        raise shape_error(
+            "scale", f"{jnp.result_type(scale)}{list(jnp.shape(scale))}", "one real value"
+        )
+    wide = jnp.asarray(scale, jnp.float32).reshape(())
+    if not isinstance(wide, jax.core.Tracer):
+        value = float(wide)
+        if not (math.isfinite(value) and value >= FP8_SCALE_FLOOR):
+            raise ValueError(
+                f"scale: got {value}, needed a finite scale >= {FP8_SCALE_FLOOR:g} "
+                "(float32's smallest normal; the cache is divided by it)"
+            )
+    return wide
+
+
 def quantize_fp8(
     kv_cache: jax.Array, scale: float | jax.Array | None = None
 ) -> tuple[jax.Array, jax.Array]:
     """An fp8 (``float8_e4m3fn``) copy of a latent cache and its dequantisation scale.
 
     One scale for the whole cache, serving the key and value roles alike (vLLM's
-    ``k_scale``): ``cache ~= fp8 * scale``. ``scale=None`` takes ``amax / 448`` so the
-    largest entry maps to fp8's largest finite value; entries beyond ``448 * scale``
-    saturate. Pass the returned scale to ``mla_decode(..., k_scale=scale)``.
+    ``k_scale``): ``cache ~= fp8 * scale``. ``scale=None`` takes
+    ``max(amax / 448, FP8_SCALE_FLOOR)`` so the largest entry maps to fp8's largest
+    finite value; the floor (float32's smallest normal, 1.2e-38) keeps the scale finite
+    and positive, so an all-zero cache quantises to zeros. Entries beyond
+    ``448 * scale`` saturate; entries under about ``scale / 2**9`` become 0.
+
+    Non-finite entries: on a concrete cache a ``ValueError`` names the first one (the
+    check reads one flag back from the device). Under a trace the scale is taken over
+    the finite entries, and each non-finite entry becomes NaN (e4m3fn has no inf), so
+    only the rows that read it give NaN, as ``mla_decode`` documents.
+
+    Args:
+      kv_cache: the cache, any float dtype and shape.
+      scale: ``None``, or the scale to use (a float or a scalar array): finite and
+        ``>= FP8_SCALE_FLOOR``, checked where concrete.
 
     Returns:
       ``(kv_cache_fp8, scale)``: the cache's shape in ``float8_e4m3fn`` and a float32 scalar.
     """
-    wide = kv_cache.astype(jnp.float32)
+    check_array("kv_cache", kv_cache)
+    if not jnp.issubdtype(kv_cache.dtype, jnp.floating):
+        raise shape_error("kv_cache", f"{kv_cache.dtype}{list(kv_cache.shape)}", "a float array")
+    wide = jnp.asarray(kv_cache, jnp.float32)
+    finite = jnp.isfinite(wide)
+    if not isinstance(wide, jax.core.Tracer) and not bool(jnp.all(finite)):
+        index = tuple(int(i) for i in np.argwhere(~np.asarray(finite))[0])
+        raise ValueError(
+            f"kv_cache[{', '.join(map(str, index))}] = {float(wide[index])}: quantize_fp8 "
+            "needs finite entries (one non-finite value would decide the scale of all)"
+        )
     if scale is None:
-        scale = jnp.maximum(jnp.max(jnp.abs(wide)), jnp.finfo(jnp.float32).tiny) / FP8_MAX
-    scale = jnp.asarray(scale, jnp.float32)
-    return jnp.clip(wide / scale, -FP8_MAX, FP8_MAX).astype(FP8_DTYPE), scale
+        amax = jnp.max(jnp.where(finite, jnp.abs(wide), 0.0), initial=0.0)
+        scale = jnp.maximum(amax / FP8_MAX, FP8_SCALE_FLOOR)
+    else:
+        scale = _check_fp8_scale(scale)
+    fp8 = jnp.where(finite, jnp.clip(wide / scale, -FP8_MAX, FP8_MAX), jnp.nan)
+    return fp8.astype(FP8_DTYPE), scale
 
 
 def write_latents(
@@ -146,6 +219,17 @@ def write_latents(
     Returns:
       The cache with the rows written, same shape and dtype.
     """
+    for name, x in (
+        ("kv_cache", kv_cache),
+        ("latents", latents),
+        ("block_table", block_table),
+        ("start_positions", start_positions),
+        ("lengths", lengths),
+    ):
+        check_array(name, x)
+    block_table = narrow_int32("block_table", block_table)
+    start_positions = narrow_int32("start_positions", start_positions)
+    lengths = narrow_int32("lengths", lengths)
     if kv_cache.ndim != 3:
         raise shape_error("kv_cache", list(kv_cache.shape), "[num_pages, page_size, width]")
     num_pages, page_size, width = kv_cache.shape

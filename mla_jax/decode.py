@@ -24,7 +24,14 @@ import jax
 import jax.numpy as jnp
 
 from mla_jax import _xla_backend as xla_backend
-from mla_jax._checks import check_block_table, check_row_vector, shape_error
+from mla_jax._checks import (
+    check_array,
+    check_block_table,
+    check_compute_capability,
+    check_row_vector,
+    narrow_int32,
+    shape_error,
+)
 from mla_jax.buffers import LOGITS_DTYPE, LogitsBuffer
 from mla_jax.cache import FP8_DTYPE
 from mla_jax.splits import kv_splits, max_kv_splits
@@ -37,15 +44,6 @@ QUERY_DTYPES = (jnp.bfloat16, jnp.float16, jnp.float32)
 
 def _describe(x) -> str:
     return f"{x.dtype}{list(x.shape)}"
-
-
-def check_array(name: str, x) -> None:
-    """``x`` must be an array (JAX or numpy, traced or not), not a list or scalar."""
-    if not (hasattr(x, "shape") and hasattr(x, "dtype")):
-        raise ValueError(
-            f"{name}: got a {type(x).__name__}, needed an array (jax.Array or "
-            "numpy.ndarray); wrap it with jnp.asarray(..., jnp.int32) for indices"
-        )
 
 
 def check_buffer(logits_buffer) -> None:
@@ -368,10 +366,12 @@ def mla_decode(
       kv_cache: paged latent cache ``[num_pages, page_size, kv_lora_rank + rope_dim]``
         in q's dtype, or ``float8_e4m3fn`` with ``k_scale``; each row is ``kv_c``
         followed by the rope key ``k_pe``.
-      block_table: int32 ``[B, pages_per_seq]``, page indices into ``kv_cache``. A
+      block_table: int32 ``[B, pages_per_seq]``, page indices into ``kv_cache`` (a
+        wider integer array is narrowed after checking its values fit int32). A
         live entry outside ``[0, num_pages)`` reads page 0 (no path reads outside
         the cache); entries past a row's length are never read.
-      seq_lens: int32 ``[B]``; a row of length 0 gives ``out = 0``, ``lse = -inf``.
+      seq_lens: int32 ``[B]`` (or wider, narrowed likewise); a row of length 0 gives
+        ``out = 0``, ``lse = -inf``.
         Lengths are clamped to ``[0, pages_per_seq * page_size]`` (a negative length
         is an empty row; one past the block table's capacity reads the capacity).
       logits_buffer: the ``LogitsBuffer`` from ``reserve_logits_buffer`` (or the
@@ -398,7 +398,9 @@ def mla_decode(
       backend: ``"triton"`` (the Triton/Gluon kernels, CUDA), ``"xla"`` (portable jnp) or
         ``"auto"`` (triton on a GPU, xla elsewhere).
       compute_capability: lower the Triton kernels for this CUDA capability (e.g. 90)
-        without asking a GPU, as in ``jax.export(..., platforms=["cuda"])`` on a CPU.
+        without asking a GPU, as in ``jax.export(..., platforms=["cuda"])`` on a CPU:
+        an int (numpy's too) of ``mla_jax._checks.CUDA_CAPABILITIES``, at least 89
+        for an fp8 cache.
       validate: check ``block_table`` and ``seq_lens`` first
         (``mla_jax.validate.validate_inputs``): on concrete arrays a host check that
         raises ValueError, naming the row and value, before any kernel runs or the
@@ -427,6 +429,8 @@ def mla_decode(
     q_nope, q_pe = split_query(q)
     for name, x in (("kv_cache", kv_cache), ("block_table", block_table), ("seq_lens", seq_lens)):
         check_array(name, x)
+    block_table = narrow_int32("block_table", block_table)
+    seq_lens = narrow_int32("seq_lens", seq_lens)
     check_buffer(logits_buffer)
     scale = check_scale(scale)
     static, dynamic = split_max_seq_len(max_seq_len)
@@ -438,6 +442,9 @@ def mla_decode(
             "the cache (mla_jax.cache.quantize_fp8) or leave fp8_mma off"
         )
     resolved = resolve_backend(backend, compute_capability)
+    compute_capability = check_compute_capability(
+        compute_capability, fp8=resolved == "triton" and jnp.dtype(kv_cache.dtype) == FP8_DTYPE
+    )
     if validate:
         validate_inputs(kv_cache, block_table, seq_lens)
     if batch_invariant and resolved == "xla" and _platform(q_nope) == "gpu":

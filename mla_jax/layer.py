@@ -29,6 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from mla_jax._checks import check_array, narrow_int32
 from mla_jax.buffers import LogitsBuffer
 from mla_jax.cache import append_latent, write_latents
 from mla_jax.decode import Backend, mla_decode
@@ -343,6 +344,10 @@ def mla_decode_layer(
     Returns:
       ``y [B, hidden]`` in x's dtype, the cache with the new rows, the logits buffer.
     """
+    for name, array in (("x", x), ("block_table", block_table), ("positions", positions)):
+        check_array(name, array)
+    block_table = narrow_int32("block_table", block_table)
+    positions = narrow_int32("positions", positions)
     _check_x(config, x, positions)
     if validate:
         validate_inputs(kv_cache, block_table, positions + 1, positions=positions)

@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from mla_jax._checks import check_array, narrow_int32, positive_int
 from mla_jax.buffers import LogitsBuffer, reserve_logits_buffer
 from mla_jax.cache import new_block_table
 from mla_jax.decode import Backend
@@ -178,22 +179,50 @@ def decode_loop(
         for a longer compilation.
       validate: before anything runs, check on the host that every position the
         loop writes, ``positions`` to ``positions + num_steps - 1``, lies inside the
-        block table and on a page of the caches (``validate_inputs``): a ValueError
-        names the first row that does not. Needs concrete arrays (not under ``jit``).
+        block table and on a page of every layer's cache (``validate_inputs``): a
+        ValueError names the layer and the first request that does not. Needs
+        concrete arrays (not under ``jit``).
+
+    ``state.block_table`` and ``state.positions`` wider than int32 are narrowed
+    after checking their values fit.
 
     Returns:
       ``outputs [num_steps, B, hidden]`` (each step's output before normalising)
       and the advanced state; the one passed in is deleted.
     """
+    num_steps = positive_int("num_steps", num_steps)
+    for name, array in (
+        ("state.block_table", state.block_table),
+        ("state.positions", state.positions),
+    ):
+        check_array(name, array)
+    state = state._replace(
+        block_table=narrow_int32("state.block_table", state.block_table),
+        positions=narrow_int32("state.positions", state.positions),
+    )
     if validate:
+        if len(state.kv_caches) != len(params_list):
+            raise ValueError(
+                f"params_list: got {len(params_list)} layers, needed "
+                f"{len(state.kv_caches)} to match state.kv_caches"
+            )
         # Positions only grow, so the last step's length and append position bound
-        # every page and slot the loop touches.
-        validate_inputs(
-            state.kv_caches[0],
-            state.block_table,
-            state.positions + num_steps,
-            positions=state.positions + num_steps - 1,
-        )
+        # every page and slot the loop touches. Only a cache's shape is read, and the
+        # layers' caches may differ in pages.
+        positions = np.asarray(state.positions).astype(np.int64)  # + num_steps may pass int32
+        for layer, cache in enumerate(state.kv_caches):
+            try:
+                validate_inputs(
+                    cache,
+                    state.block_table,
+                    positions + num_steps,
+                    positions=positions + num_steps - 1,
+                )
+            except ValueError as e:
+                raise ValueError(
+                    f"state.kv_caches[{layer}], seq_lens = state.positions + num_steps "
+                    f"({num_steps}): {e}"
+                ) from None
     return _scan_steps(params_list, config, x0, state, num_steps, backend=backend, unroll=unroll)
 
 

@@ -17,8 +17,14 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from mla_jax._checks import check_array
+
 
 def _check(out_a: jax.Array, lse_a: jax.Array, out_b: jax.Array, lse_b: jax.Array) -> None:
+    # Under jit a list stays a list (of traced leaves): refused as mla_decode does.
+    for name, x in (("out_a", out_a), ("lse_a", lse_a), ("out_b", out_b), ("lse_b", lse_b)):
+        check_array(name, x)
+
     def desc(x: jax.Array) -> str:
         return f"{x.dtype}{list(x.shape)}"
 
@@ -55,7 +61,8 @@ def merge_attention_states(
       makes the merged ``out`` and ``lse`` NaN.
 
     Raises:
-      ValueError: shapes or dtypes that do not match (at trace time).
+      ValueError: shapes or dtypes that do not match, or a list or scalar where an
+        array belongs (at trace time).
     """
     _check(out_a, lse_a, out_b, lse_b)
     # Emptiness is lse == -inf exactly; a NaN lse is a range whose inputs were not

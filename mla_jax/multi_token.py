@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
+from mla_jax._checks import check_array, check_row_vector, narrow_int32
 from mla_jax.buffers import LogitsBuffer
 from mla_jax.decode import mla_decode, split_query
+from mla_jax.validate import validate_inputs
 
 
 def token_lengths(
@@ -56,23 +59,49 @@ def mla_decode_tokens(
       seq_lens: int32 ``[B]``, every token of the request, query tokens included.
       logits_buffer: reserved for at least ``B * T`` rows; donated.
       causal: token t sees the prefix and query tokens 0..t; else all ``seq_lens``.
-      query_lens: int32 ``[B]`` query tokens per request (``<= T``); the rest are
-        padding rows. Default: ``T`` each.
+      query_lens: int32 ``[B]`` query tokens per request, each in ``[0, T]`` (a
+        ValueError otherwise, where concrete); the rest are padding rows. Default:
+        ``T`` each.
       decode_kwargs: ``scale``, ``max_seq_len``, ``backend``, ... of ``mla_decode``
         (``max_seq_len`` bounds every token's length, as for one token).
+        ``validate=True`` checks the requests' ``block_table`` and ``seq_lens``, so
+        an error names a request, not a flattened (request, token) row.
+
+    Integer arrays wider than int32 are narrowed after checking their values fit.
 
     Returns:
       ``out [B, T, H, kv_lora_rank]``, ``lse [B, T, H]`` and the logits buffer.
     """
     q_nope, q_pe = split_query(q)
-    if q_nope.ndim != 4:
+    for name, x in (("kv_cache", kv_cache), ("block_table", block_table), ("seq_lens", seq_lens)):
+        check_array(name, x)
+    if q_nope.ndim != 4 or (q_pe is not None and q_pe.ndim != 4):
+        shapes = [list(q_nope.shape)] + ([] if q_pe is None else [list(q_pe.shape)])
         raise ValueError(
-            f"q: got {list(q_nope.shape)}, needed [B, T, H, D] "
+            f"q: got {', '.join(map(str, shapes))}, needed [B, T, H, D] "
             "(use mla_decode for one token per request)"
         )
     batch, tokens = q_nope.shape[:2]
+    block_table = narrow_int32("block_table", block_table)
+    seq_lens = narrow_int32("seq_lens", seq_lens)
     if block_table.ndim != 2 or block_table.shape[0] != batch:
         raise ValueError(f"block_table: got {list(block_table.shape)}, needed [{batch}, pages]")
+    check_row_vector("seq_lens", seq_lens, batch)
+    if query_lens is not None:
+        check_array("query_lens", query_lens)
+        query_lens = narrow_int32("query_lens", query_lens)
+        check_row_vector("query_lens", query_lens, batch)
+        if not isinstance(query_lens, jax.core.Tracer):
+            host = np.asarray(query_lens)
+            bad = (host < 0) | (host > tokens)
+            if bad.any():
+                b = int(np.argmax(bad))
+                raise ValueError(
+                    f"query_lens[{b}] = {host[b]} is outside [0, T={tokens}] "
+                    f"(q is {list(q_nope.shape)})"
+                )
+    if decode_kwargs.pop("validate", False):
+        validate_inputs(kv_cache, block_table, seq_lens)
 
     def rows(x: jax.Array) -> jax.Array:
         return x.reshape(batch * tokens, *x.shape[2:])

@@ -21,21 +21,50 @@ from mla_jax.layer import MLAParams
 ROUTER_DTYPE = jnp.float32  # transformers keeps the router in float32 and routes in it
 
 
+# The weights' dtypes: what the checkpoint may store and ``dtype`` may ask for (an
+# integer or fp8 dtype would silently cast trained weights into garbage).
+WEIGHT_DTYPES = ("float32", "float16", "bfloat16")
+_SAFETENSORS_DTYPES = {"F32": "float32", "F16": "float16", "BF16": "bfloat16"}
+
+
+def _read_json(path: Path):
+    try:
+        return json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise ValueError(f"{str(path)!r}: not a readable JSON file ({e})") from None
+
+
 class _Tensors:
-    """Name -> array over one or several safetensors files, read lazily."""
+    """Name -> array over one or several safetensors files, read lazily; only the
+    headers are read when it is built."""
 
     def __init__(self, folder: Path):
         from safetensors import safe_open  # an optional dependency: the deepseek extra
 
         index = folder / "model.safetensors.index.json"
         if index.exists():
-            weight_map = json.loads(index.read_text())["weight_map"]
+            weight_map = _read_json(index)
+            weight_map = weight_map.get("weight_map") if isinstance(weight_map, dict) else None
+            if not isinstance(weight_map, dict) or not all(
+                isinstance(f, str) for f in weight_map.values()
+            ):
+                raise ValueError(
+                    f"{str(index)!r}: needed an object whose weight_map maps tensor "
+                    "names to file names"
+                )
             files = sorted(set(weight_map.values()))
         else:
             files = sorted(p.name for p in folder.glob("*.safetensors"))
         if not files:
             raise ValueError(f"path: no *.safetensors in {str(folder)!r}")
-        self._handles = {f: safe_open(str(folder / f), framework="flax") for f in files}
+        self._handles = {}
+        for f in files:
+            try:
+                self._handles[f] = safe_open(str(folder / f), framework="flax")
+            except Exception as e:  # safetensors' SafetensorError, or an OSError
+                raise ValueError(
+                    f"{str(folder / f)!r}: not a readable safetensors file ({e})"
+                ) from None
         self._where = {name: f for f, h in self._handles.items() for name in h.keys()}  # noqa: SIM118
         self.used: set[str] = set()
 
@@ -45,16 +74,83 @@ class _Tensors:
     def names(self) -> set[str]:
         return set(self._where)
 
+    def check(self, expected: dict[str, tuple[int, ...]]) -> None:
+        """Every expected tensor present, of a float dtype and its shape, from the
+        headers alone: before any tensor is read."""
+        for name, shape in expected.items():
+            if name not in self._where:
+                raise ValueError(f"checkpoint: tensor {name!r} missing (shape {list(shape)})")
+            where = f"checkpoint: tensor {name!r} in {self._where[name]!r}"
+            header = self._handles[self._where[name]].get_slice(name)
+            stored = header.get_dtype()
+            if stored not in _SAFETENSORS_DTYPES:
+                quantised = "; quantised weights are not supported" if "F8" in stored else ""
+                raise ValueError(f"{where} is {stored}, needed one of {WEIGHT_DTYPES}{quantised}")
+            if tuple(header.get_shape()) != shape:
+                raise ValueError(
+                    f"{where} has shape {list(header.get_shape())}, but config.json "
+                    f"implies {list(shape)}"
+                )
+
     def get(self, name: str, dtype=None):
-        if name not in self._where:
-            raise ValueError(f"checkpoint: tensor {name!r} missing")
         self.used.add(name)
         array = self._handles[self._where[name]].get_tensor(name)
-        if str(array.dtype).startswith("float8"):
-            raise ValueError(
-                f"checkpoint: tensor {name!r} is {array.dtype}; quantised weights are not supported"
-            )
         return array if dtype is None else array.astype(dtype)
+
+
+def expected_shapes(config: DeepseekConfig, names: set[str]) -> dict[str, tuple[int, ...]]:
+    """Every tensor ``load_checkpoint`` reads and the shape ``config`` implies for it
+    (torch's ``[out, in]`` layout); ``names`` (the checkpoint's) picks the experts'
+    layout, fused or per expert."""
+    a = config.attention
+    hidden, heads = a.hidden_size, a.num_heads
+    qk = a.qk_nope_head_dim + a.qk_rope_head_dim
+    shapes: dict[str, tuple[int, ...]] = {
+        "model.embed_tokens.weight": (config.vocab_size, hidden),
+        "model.norm.weight": (hidden,),
+    }
+    if not config.tie_word_embeddings:
+        shapes["lm_head.weight"] = (config.vocab_size, hidden)
+
+    def mlp(prefix: str, width: int) -> None:
+        shapes[f"{prefix}.gate_proj.weight"] = (width, hidden)
+        shapes[f"{prefix}.up_proj.weight"] = (width, hidden)
+        shapes[f"{prefix}.down_proj.weight"] = (hidden, width)
+
+    for i in range(config.num_hidden_layers):
+        prefix = f"model.layers.{i}"
+        shapes[f"{prefix}.input_layernorm.weight"] = (hidden,)
+        shapes[f"{prefix}.post_attention_layernorm.weight"] = (hidden,)
+        attn = f"{prefix}.self_attn"
+        if a.q_lora_rank is None:
+            shapes[f"{attn}.q_proj.weight"] = (heads * qk, hidden)
+        else:
+            shapes[f"{attn}.q_a_proj.weight"] = (a.q_lora_rank, hidden)
+            shapes[f"{attn}.q_a_layernorm.weight"] = (a.q_lora_rank,)
+            shapes[f"{attn}.q_b_proj.weight"] = (heads * qk, a.q_lora_rank)
+        shapes[f"{attn}.kv_a_proj_with_mqa.weight"] = (a.latent_dim, hidden)
+        shapes[f"{attn}.kv_a_layernorm.weight"] = (a.kv_lora_rank,)
+        shapes[f"{attn}.kv_b_proj.weight"] = (
+            heads * (a.qk_nope_head_dim + a.v_head_dim),
+            a.kv_lora_rank,
+        )
+        shapes[f"{attn}.o_proj.weight"] = (hidden, heads * a.v_head_dim)
+        if not config.is_moe_layer(i):
+            mlp(f"{prefix}.mlp", config.intermediate_size)
+            continue
+        moe, experts, inter = f"{prefix}.mlp", config.n_routed_experts, config.moe_intermediate_size
+        shapes[f"{moe}.gate.weight"] = (experts, hidden)
+        if config.model_type == "deepseek_v3":
+            shapes[f"{moe}.gate.e_score_correction_bias"] = (experts,)
+        if f"{moe}.experts.gate_up_proj" in names:
+            shapes[f"{moe}.experts.gate_up_proj"] = (experts, 2 * inter, hidden)
+            shapes[f"{moe}.experts.down_proj"] = (experts, hidden, inter)
+        else:
+            for e in range(experts):
+                mlp(f"{moe}.experts.{e}", inter)
+        if config.n_shared_experts:
+            mlp(f"{moe}.shared_experts", config.n_shared_experts * inter)
+    return shapes
 
 
 def _linear(t: _Tensors, name: str, dtype):
@@ -132,8 +228,9 @@ def load_checkpoint(path: str | Path, *, dtype=None) -> tuple[DeepseekConfig, De
     Args:
       path: a folder with ``config.json`` and ``*.safetensors`` (sharded with
         ``model.safetensors.index.json``, or not).
-      dtype: the weights' dtype; ``None`` keeps the embedding's stored dtype. The
-        router (and V3's ``e_score_correction_bias``) stays float32, as in transformers.
+      dtype: the weights' dtype, float32, float16 or bfloat16; ``None`` keeps the
+        embedding's stored dtype. The router (and V3's ``e_score_correction_bias``)
+        stays float32, as in transformers.
 
     Returns:
       ``(config, params)``; ``params`` is a ``DeepseekParams`` pytree of jax arrays,
@@ -141,14 +238,29 @@ def load_checkpoint(path: str | Path, *, dtype=None) -> tuple[DeepseekConfig, De
 
     Raises:
       ValueError naming what is unsupported (see ``config.from_hf_dict``: quantised
-      weights, other RoPE scalings, ...) or missing.
+      weights, other RoPE scalings, ...) or missing, before any tensor is read: a
+      config.json or index that is not a JSON object, a field missing or of the wrong
+      type, a file that is not safetensors, a tensor missing, not float32, float16 or
+      bfloat16, or of another shape than config.json implies (naming file and tensor).
     """
+    if dtype is not None:
+        try:
+            name = jnp.dtype(dtype).name
+        except TypeError:
+            name = None
+        if name not in WEIGHT_DTYPES:
+            raise ValueError(f"dtype: got {dtype!r}, needed None or one of {WEIGHT_DTYPES}")
     folder = Path(path)
     config_file = folder / "config.json"
-    if not config_file.exists():
+    if not config_file.is_file():
         raise ValueError(f"path: {str(folder)!r} has no config.json")
-    config = from_hf_dict(json.loads(config_file.read_text()))
+    hf = _read_json(config_file)
+    try:
+        config = from_hf_dict(hf)
+    except ValueError as e:
+        raise ValueError(f"{str(config_file)!r}: {e}") from None
     t = _Tensors(folder)
+    t.check(expected_shapes(config, t.names()))
     if dtype is None:
         dtype = t.get("model.embed_tokens.weight").dtype
     dtype = jnp.dtype(dtype)

@@ -8,6 +8,7 @@ attention part is a ``mla_jax.layer.MLAConfig``.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from typing import Any, Literal
 
@@ -158,6 +159,50 @@ def _rope(hf: Mapping[str, Any]) -> tuple[float, YarnScaling | None]:
     return theta, yarn
 
 
+REQUIRED_INTS = (
+    "vocab_size",
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "kv_lora_rank",
+    "qk_rope_head_dim",
+    "qk_nope_head_dim",
+    "v_head_dim",
+    "intermediate_size",
+    "moe_intermediate_size",
+    "n_routed_experts",
+    "num_experts_per_tok",
+)
+OPTIONAL_INTS = (
+    "q_lora_rank",
+    "n_shared_experts",
+    "first_k_dense_replace",
+    "n_group",
+    "topk_group",
+)
+OPTIONAL_REALS = ("rms_norm_eps", "routed_scaling_factor", "rope_theta")
+
+
+def _check_fields(hf: Mapping[str, Any]) -> None:
+    """The sizes present and ints (JSON's true/false are not), the real numbers finite:
+    what the model is built from, checked before anything reads them."""
+    for name in REQUIRED_INTS + OPTIONAL_INTS:
+        value = hf.get(name)
+        if value is None and name in OPTIONAL_INTS:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int):
+            got = "missing" if name not in hf else f"got {value!r}"
+            raise ValueError(f"config.json {name}: {got}, needed an int")
+    for name in OPTIONAL_REALS:
+        value = hf.get(name)
+        if value is not None and (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not math.isfinite(value)
+        ):
+            raise ValueError(f"config.json {name}: got {value!r}, needed a finite number")
+
+
 def from_hf_dict(hf: Mapping[str, Any]) -> DeepseekConfig:
     """A ``DeepseekConfig`` from a transformers ``config.json`` dict.
 
@@ -166,11 +211,14 @@ def from_hf_dict(hf: Mapping[str, Any]) -> DeepseekConfig:
     silu, attention or MLP biases, a RoPE scaling other than YaRN, a V2 MoE on only
     some layers (``moe_layer_freq``), a ``partial_rotary_factor`` other than 1.
     """
+    if not isinstance(hf, Mapping):
+        raise ValueError(f"config.json: got a {type(hf).__name__}, needed a JSON object")
     model_type = hf.get("model_type")
     if model_type not in MODEL_TYPES:
         raise ValueError(f"config.json model_type: got {model_type!r}, needed one of {MODEL_TYPES}")
-    if hf.get("quantization_config"):
-        method = hf["quantization_config"].get("quant_method", "?")
+    quantization = hf.get("quantization_config")
+    if quantization:
+        method = quantization.get("quant_method", "?") if isinstance(quantization, Mapping) else "?"
         raise ValueError(
             f"config.json quantization_config ({method!r}): quantised weights "
             "(e.g. fp8 block-quantised) are not supported; dequantise to "
@@ -195,6 +243,7 @@ def from_hf_dict(hf: Mapping[str, Any]) -> DeepseekConfig:
         raise ValueError(
             f"config.json partial_rotary_factor: got {hf['partial_rotary_factor']}, needed 1.0"
         )
+    _check_fields(hf)
     theta, yarn = _rope(hf)
     eps = float(hf.get("rms_norm_eps", 1e-6))
     attention = MLAConfig(

@@ -9,6 +9,8 @@ caches and the buffer are updated in place.
 from __future__ import annotations
 
 import functools
+import math
+import numbers
 from typing import NamedTuple
 
 import jax
@@ -16,8 +18,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from mla_jax._checks import as_int, positive_int
 from mla_jax.buffers import reserve_logits_buffer
-from mla_jax.decode import Backend
+from mla_jax.decode import QUERY_DTYPES, Backend
 from mla_jax.deepseek.config import DeepseekConfig
 from mla_jax.deepseek.model import DeepseekParams, decode_step, prefill
 from mla_jax.loop import DecodeState
@@ -44,6 +47,9 @@ def new_decode_state(
     for ``max_len`` with ``sm_count`` (``None`` asks the GPU; without one, pass it,
     e.g. 132 for an H200); positions 0.
     """
+    batch = positive_int("batch", batch)
+    max_len = positive_int("max_len", max_len)
+    page_size = positive_int("page_size", page_size)
     a = config.attention
     pages = -(-max_len // page_size)
     block_table = jnp.arange(batch * pages, dtype=jnp.int32).reshape(batch, pages)
@@ -146,6 +152,22 @@ def decode_loop(
     return tokens, all_logits, state
 
 
+def _cache_dtype(cache_dtype) -> jnp.dtype:
+    """A dtype the decode's attention runs in: the caches hold the prefill's latents
+    as they are, unquantised, and the queries take the cache's dtype."""
+    try:
+        dtype = jnp.dtype(cache_dtype)
+    except TypeError:
+        dtype = None
+    if dtype not in QUERY_DTYPES:
+        raise ValueError(
+            f"cache_dtype: got {cache_dtype!r}, needed None, bfloat16, float16 or float32 "
+            "(generate has no quantised cache: an fp8 cache needs a k_scale, "
+            "mla_jax.cache.quantize_fp8, and a 16-bit q)"
+        )
+    return dtype
+
+
 def generate(
     params: DeepseekParams,
     config: DeepseekConfig,
@@ -166,19 +188,19 @@ def generate(
     """Continues each prompt by ``max_new_tokens`` tokens.
 
     Args:
-      prompts: int ``[B, T]``, right-padded; row ``b``'s prompt is its first
-        ``prompt_lens[b]`` tokens.
+      prompts: int ``[B, T]`` token ids, each in ``[0, vocab_size)`` (padding too),
+        right-padded; row ``b``'s prompt is its first ``prompt_lens[b]`` tokens.
       prompt_lens: int ``[B]`` in ``[1, T]``.
       max_new_tokens: tokens to generate per row (the caches hold ``T + max_new_tokens``).
       key: a PRNG key, needed when ``temperature > 0``.
-      temperature: 0 is greedy (argmax); otherwise logits are divided by it and
+      temperature: 0 is greedy (argmax); otherwise (finite) logits are divided by it and
         sampled, among the ``top_k`` largest when ``top_k`` is set.
       eos_id: a row that emits it keeps emitting it.
       backend: ``mla_decode``'s backend for the decode steps (``"auto"``: Triton on a
         GPU, XLA elsewhere).
       return_logits: also return the float32 logits each token was chosen from.
-      cache_dtype: the paged caches' dtype (the attention dtype); default the
-        embedding's.
+      cache_dtype: the paged caches' dtype (the attention dtype): bfloat16, float16
+        or float32; default the embedding's.
       sm_count: the multiprocessor count the logits buffer is reserved for (the
         split rule plans with it); ``None`` asks the GPU. Without a GPU, pass it
         (132 for an H200/H100 SXM).
@@ -186,11 +208,20 @@ def generate(
     Returns:
       ``GenerateOutput(tokens int32 [B, max_new_tokens], logits or None)``.
     """
-    prompts = jnp.asarray(prompts, jnp.int32)
+    host = np.asarray(prompts)
+    if host.ndim != 2 or host.shape[1] < 1 or not np.issubdtype(host.dtype, np.integer):
+        raise ValueError(
+            f"prompts: got {host.dtype}{list(host.shape)}, needed integer token ids [B, T >= 1]"
+        )
+    outside = (host < 0) | (host >= config.vocab_size)
+    if outside.any():
+        b, t = (int(i) for i in np.argwhere(outside)[0])
+        raise ValueError(
+            f"prompts[{b}, {t}] = {host[b, t]} is outside the vocabulary [0, "
+            f"{config.vocab_size}) (padding too: pad with any valid id, e.g. 0)"
+        )
     lens = np.asarray(prompt_lens)
-    if prompts.ndim != 2 or prompts.shape[1] < 1:
-        raise ValueError(f"prompts: got shape {list(prompts.shape)}, needed [B, T >= 1]")
-    batch, width = prompts.shape
+    batch, width = host.shape
     if (
         lens.shape != (batch,)
         or not np.issubdtype(lens.dtype, np.integer)
@@ -201,16 +232,31 @@ def generate(
             f"prompt_lens: got {lens.dtype}{list(lens.shape)} {lens.tolist()}, "
             f"needed {batch} ints in [1, {width}]"
         )
-    if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be a positive int, got {max_new_tokens!r}")
-    if temperature < 0 or (temperature > 0 and key is None):
+    prompts = jnp.asarray(host, jnp.int32)  # every id checked to fit
+    max_new_tokens = positive_int("max_new_tokens", max_new_tokens)
+    page_size = positive_int("page_size", page_size)
+    if sm_count is not None:
+        sm_count = positive_int("sm_count", sm_count)
+    if (
+        isinstance(temperature, bool)
+        or not isinstance(temperature, numbers.Real)
+        or not math.isfinite(temperature)
+        or temperature < 0
+        or (temperature > 0 and key is None)
+    ):
         raise ValueError(
-            f"temperature: got {temperature} with key={key}, needed 0 (greedy) "
-            "or a positive temperature with a PRNG key"
+            f"temperature: got {temperature!r} with key={key}, needed 0 (greedy) "
+            "or a finite positive temperature with a PRNG key"
         )
-    if top_k is not None and not 1 <= top_k <= config.vocab_size:
-        raise ValueError(f"top_k: got {top_k}, needed None or in [1, {config.vocab_size}]")
-    dtype = params.embed.dtype if cache_dtype is None else jnp.dtype(cache_dtype)
+    if top_k is not None:
+        top_k = as_int("top_k", top_k)
+        if not 1 <= top_k <= config.vocab_size:
+            raise ValueError(f"top_k: got {top_k}, needed None or in [1, {config.vocab_size}]")
+    if eos_id is not None:
+        eos_id = as_int("eos_id", eos_id)
+        if not 0 <= eos_id < config.vocab_size:
+            raise ValueError(f"eos_id: got {eos_id}, needed None or in [0, {config.vocab_size})")
+    dtype = params.embed.dtype if cache_dtype is None else _cache_dtype(cache_dtype)
     state = new_decode_state(
         config, batch, width + max_new_tokens, page_size=page_size, dtype=dtype, sm_count=sm_count
     )

@@ -1139,9 +1139,40 @@ def _read_part(arg: str) -> dict:
     return results if keep is None else bench_report.select_paths(results, keep)
 
 
+def unwritable(out_dir: Path, markdown: Path | None) -> str | None:
+    """Why the outputs cannot be written (``--out`` or ``--markdown`` under a file or a
+    folder this user cannot write), or None; checked before a sweep, not after it."""
+    page = (markdown or out_dir.with_name(out_dir.name + ".md")).resolve()
+    for flag, folder in (("--out", out_dir.resolve()), ("--markdown", page.parent)):
+        # The nearest part of the path that exists must be a writable folder (the
+        # rest is made when the outputs are written); nothing is created here.
+        existing = next(p for p in (folder, *folder.parents) if p.exists())
+        if not existing.is_dir():
+            return f"{flag}: {str(existing)!r} is not a folder (in {str(folder)!r})"
+        if not os.access(existing, os.W_OK | os.X_OK):
+            return f"{flag}: {str(existing)!r} is not writable (in {str(folder)!r})"
+    if page.is_dir():
+        return f"--markdown: {str(page)!r} is a folder, needed a file path"
+    return None
+
+
+def _write_outputs(results: dict, args: argparse.Namespace) -> Path | None:
+    """``write_outputs``, or None after a one-line error where the writing failed (a
+    path the check before the run could not foresee, e.g. root in a read-only place)."""
+    try:
+        return write_outputs(results, args.out, args.markdown)
+    except OSError as e:
+        print(f"bench: cannot write the outputs to {str(args.out)!r}: {e}", file=sys.stderr)
+        return None
+
+
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     args.out = args.out or (DRY_RUN_OUT if args.dry_run and not args.report_only else DEFAULT_OUT)
+    problem = unwritable(args.out, args.markdown)
+    if problem:
+        print(f"bench: {problem}", file=sys.stderr)
+        return 2
     if args.report_only:
         try:
             results = bench_report.merge_results([_read_part(arg) for arg in args.report_only])
@@ -1156,7 +1187,9 @@ def main(argv: list[str]) -> int:
         if refusal:
             print(f"bench: {refusal}", file=sys.stderr)
             return 2
-        page = write_outputs(results, args.out, args.markdown)
+        page = _write_outputs(results, args)
+        if page is None:
+            return 2
         print(bench_report.summary_table(results))
         print(f"wrote {args.out / 'results.json'}, {len(results['plots'])} plots and {page}")
         return 0
@@ -1193,7 +1226,9 @@ def main(argv: list[str]) -> int:
         kernel_time=args.kernel_time and not args.dry_run,
     )
     results = run_sweep(shapes, settings, checkpoint=lambda r: write_json(r, args.out))
-    page = write_outputs(results, args.out, args.markdown)
+    page = _write_outputs(results, args)
+    if page is None:
+        return 2
     print(bench_report.summary_table(results))
     print(
         f"wrote {args.out / 'results.json'}, {len(results['plots'])} plots and {page} "

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import functools
 import math
+import os
 import sys
 import time
 from typing import NamedTuple, get_args
@@ -26,22 +27,19 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from mla_jax._checks import INT32_MAX
+from mla_jax.buffers import LOGITS_DTYPE, plan_logits_buffer
 from mla_jax.decode import Backend, mla_decode, resolve_backend
 from mla_jax.layer import PRESETS, MLAConfig, MLAParams, init_params
 from mla_jax.loop import DecodeState, decode_loop, init_decode_state, rms_normalise
 from mla_jax.reference import mla_decode_reference
 from mla_jax.splits import DEFAULT_POLICY, Policy, kv_splits
-from mla_jax.tools.compare import H200_SM_COUNT, TOLERANCE, default_sm_count
+from mla_jax.tools.compare import H200_SM_COUNT, TOLERANCE, default_sm_count, int_at_least
+
+_positive_int = int_at_least(1)
 
 # Progress lines per run; the steps are rounded up to equal chunks (one executable).
 MAX_CHUNKS = 4
-
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive int, got {value}")
-    return value
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
@@ -63,14 +61,14 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         default="deepseek-v3" if on_gpu else "tiny",
         help="default: deepseek-v3 on a GPU, tiny elsewhere",
     )
-    parser.add_argument("--layers", type=_positive, default=2, help="default: 2")
-    parser.add_argument("--batch", type=_positive, default=4, help="default: 4")
+    parser.add_argument("--layers", type=_positive_int, default=2, help="default: 2")
+    parser.add_argument("--batch", type=_positive_int, default=4, help="default: 4")
     parser.add_argument(
-        "--steps", type=_positive, default=64, help="decode steps per run (default: 64)"
+        "--steps", type=_positive_int, default=64, help="decode steps per run (default: 64)"
     )
     parser.add_argument(
         "--prompt-len",
-        type=_positive,
+        type=_positive_int,
         default=560,
         help="the longest prompt (default: 560); the others are ragged, down to half of it",
     )
@@ -80,7 +78,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         default=DEFAULT_POLICY,
         help=f"the split rule (default: {DEFAULT_POLICY})",
     )
-    parser.add_argument("--page-size", type=_positive, default=16, help="default: 16")
+    parser.add_argument("--page-size", type=_positive_int, default=16, help="default: 16")
     parser.add_argument(
         "--dtype",
         choices=tuple(TOLERANCE),
@@ -90,11 +88,11 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--sm-count",
-        type=_positive,
+        type=_positive_int,
         default=None,
         help=f"for the split rule (default: the GPU's, else {H200_SM_COUNT})",
     )
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int_at_least(0), default=0)
     return parser.parse_args(argv)
 
 
@@ -231,6 +229,45 @@ def _check_machine(backend: str, dtype: str) -> str | None:
     return None
 
 
+def _memory_bytes() -> int:
+    """What the first device can hold: a GPU's JAX limit, else the host's memory."""
+    stats = jax.devices()[0].memory_stats() or {}
+    if "bytes_limit" in stats:
+        return int(stats["bytes_limit"])
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def _size_problem(
+    args: argparse.Namespace, config: MLAConfig, max_len: int, sm_count: int
+) -> str | None:
+    """Why the caches and logits buffer asked for cannot exist here, or None; checked
+    before anything is allocated (an oversized ``--batch`` would fill the memory)."""
+    pages = args.batch * -(-max_len // args.page_size)
+    sizes = (
+        f"--batch {args.batch}, --prompt-len {args.prompt_len} + {max_len - args.prompt_len} steps"
+    )
+    if pages > INT32_MAX:
+        return f"{sizes}: {pages} cache pages, past the block table's int32 indices"
+    shape, _ = plan_logits_buffer(
+        args.batch,
+        config.num_heads,
+        max_len,
+        kv_lora_rank=config.kv_lora_rank,
+        rope_dim=config.qk_rope_head_dim,
+        sm_count=sm_count,
+        policy=args.policy,
+    )
+    cache = pages * args.page_size * config.latent_dim * jnp.dtype(args.dtype).itemsize
+    need = args.layers * cache + math.prod(shape) * jnp.dtype(LOGITS_DTYPE).itemsize
+    have = _memory_bytes()
+    if need > have:
+        return (
+            f"{sizes}, --layers {args.layers}: the caches and logits buffer need "
+            f"{need / 2**30:.1f} GiB, more than this device's {have / 2**30:.1f} GiB"
+        )
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
     try:
@@ -251,8 +288,12 @@ def main(argv: list[str] | None = None) -> int:
     chunks = min(MAX_CHUNKS, args.steps)
     chunk = math.ceil(args.steps / chunks)
     steps = chunk * chunks
-    prompts = _prompt_lens(args.batch, args.prompt_len, args.seed)
     max_len = args.prompt_len + steps
+    problem = _size_problem(args, config, max_len, sm_count)
+    if problem:
+        print(f"demo: {problem}", file=sys.stderr)
+        return 2
+    prompts = _prompt_lens(args.batch, args.prompt_len, args.seed)
     # RngBitGenerator keys: threefry's unrolled rounds dominate compile time on a CPU.
     keys = jax.random.split(jax.random.key(args.seed, impl="rbg"), 4)
     # Jitted so each init compiles once, not once per random op and shape.

@@ -1,0 +1,512 @@
+"""Inputs around the op (issue 60): each example of the issue is a clear error or a
+documented result, and property tests feed every public function wrong dtypes,
+ranks, integer widths, non-finite values and out-of-range integers.
+
+An error is a ValueError raised before any work, naming the argument; a result is
+checked against the float64 reference. Shapes are tiny and fixed, so the jitted
+steps compile once per dtype.
+"""
+
+from __future__ import annotations
+
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import mla_jax
+from mla_jax._checks import CUDA_CAPABILITIES, check_compute_capability
+from mla_jax.cache import FP8_SCALE_FLOOR, append_latent, quantize_fp8
+from mla_jax.deepseek import from_hf_dict, generate, init_params, load_checkpoint
+from mla_jax.deepseek.checkpoint import expected_shapes
+from mla_jax.layer import PRESETS
+from mla_jax.loop import decode_loop, init_decode_state
+from mla_jax.reference import mla_decode_reference_np
+
+B, H, LORA, ROPE, PAGE, PAGES = 2, 4, 32, 16, 4, 3
+NUM_PAGES = B * PAGES
+CAPACITY = PAGE * PAGES
+SCALE = 0.2
+PROPERTY = settings(
+    max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+
+
+def buffer(rows=B * 2, heads=H):
+    return mla_jax.reserve_logits_buffer(
+        rows, heads, CAPACITY, kv_lora_rank=LORA, rope_dim=ROPE, sm_count=4
+    )
+
+
+def problem(seed=0):
+    rng = np.random.default_rng(seed)
+    return dict(
+        q=rng.standard_normal((B, H, LORA + ROPE)).astype(np.float32),
+        kv_cache=rng.standard_normal((NUM_PAGES, PAGE, LORA + ROPE)).astype(np.float32),
+        block_table=rng.permutation(NUM_PAGES).reshape(B, PAGES).astype(np.int32),
+        seq_lens=np.array([5, CAPACITY], np.int32),
+    )
+
+
+def decode(**over):
+    args = problem()
+    args.update(over)
+    return mla_jax.mla_decode(
+        jnp.asarray(args.pop("q")),
+        jnp.asarray(args.pop("kv_cache")),
+        logits_buffer=buffer(),
+        scale=SCALE,
+        **{"backend": "xla", **args},
+    )
+
+
+def close_to_reference(out, lse, block_table, seq_lens):
+    args = problem()
+    lens = np.clip(np.asarray(seq_lens, np.int64), 0, CAPACITY)
+    want_out, want_lse = mla_decode_reference_np(
+        args["q"],
+        args["kv_cache"],
+        np.asarray(block_table, np.int64),
+        lens,
+        scale=SCALE,
+        kv_lora_rank=LORA,
+    )
+    np.testing.assert_allclose(np.asarray(out), want_out, rtol=2e-5, atol=2e-5)
+    np.testing.assert_allclose(np.asarray(lse), want_lse, rtol=2e-5, atol=2e-5)
+
+
+# quantize_fp8 -------------------------------------------------------------------
+
+
+def test_quantize_fp8_all_zero_cache_is_zeros_with_the_floor_scale():
+    fp8, scale = quantize_fp8(jnp.zeros((2, 4, 8), jnp.bfloat16))
+    assert float(scale) == FP8_SCALE_FLOOR > 0
+    assert not np.asarray(fp8.astype(jnp.float32)).any()
+
+
+def test_quantize_fp8_refuses_a_non_finite_entry_and_traced_keeps_it_local():
+    cache = jnp.ones((3, 2, 4)).at[2, 1, 3].set(jnp.inf)
+    with pytest.raises(ValueError, match=r"kv_cache\[2, 1, 3\] = inf: quantize_fp8 needs finite"):
+        quantize_fp8(cache)
+    fp8, scale = jax.jit(quantize_fp8)(cache)
+    values = np.asarray(fp8.astype(jnp.float32))
+    assert float(scale) == pytest.approx(1 / 448)  # the finite entries' amax
+    assert np.isnan(values[2, 1, 3]) and np.isfinite(np.delete(values.ravel(), -1)).all()
+
+
+@pytest.mark.parametrize("scale", [0.0, -1.0, float("nan"), float("inf"), 1e-45, True, "1"])
+def test_quantize_fp8_refuses_a_bad_scale(scale):
+    with pytest.raises(ValueError, match="scale: got"):
+        quantize_fp8(jnp.ones((2, 2)), scale)
+
+
+@PROPERTY
+@given(
+    exponent=st.integers(-140, 120),
+    dtype=st.sampled_from(["float32", "bfloat16", "float16", "int32", "bool"]),
+    seed=st.integers(0, 2**16),
+)
+def test_quantize_fp8_property(exponent, dtype, seed):
+    """Any magnitude, tiny to huge: fp8 * scale is the float64 value to e4m3's
+    precision (or a clear error for a non-float cache)."""
+    x = np.random.default_rng(seed).standard_normal((3, 5)) * 2.0**exponent
+    with np.errstate(over="ignore", invalid="ignore"):  # float16 overflows to inf
+        cache = jnp.asarray(x, dtype)
+    if dtype in ("int32", "bool") or not np.isfinite(np.asarray(cache, np.float64)).all():
+        with pytest.raises(ValueError, match="kv_cache"):  # not float, or past float16
+            quantize_fp8(cache)
+        return
+    fp8, scale = quantize_fp8(cache)
+    want = np.asarray(cache.astype(jnp.float32), np.float64)
+    got = np.asarray(fp8.astype(jnp.float32), np.float64) * float(scale)
+    assert np.isfinite(float(scale)) and float(scale) >= FP8_SCALE_FLOOR
+    assert (np.abs(got - want) <= np.abs(want) * 2**-4 + float(scale) * 2**-9).all()
+
+
+# integer widths and kinds on the op ----------------------------------------------
+
+
+def test_int64_seq_lens_past_int32_are_refused_not_wrapped():
+    with pytest.raises(ValueError, match=r"seq_lens\[0\] = 4294967301 is outside int32's range"):
+        decode(seq_lens=np.array([2**32 + 5, 3], np.int64))
+
+
+def test_int64_block_table_past_int32_is_refused_not_wrapped():
+    table = problem()["block_table"].astype(np.int64)
+    table[1, 0] = 2**32 + 3
+    with pytest.raises(ValueError, match=r"block_table\[1, 0\] = 4294967299 is outside int32"):
+        decode(block_table=table)
+
+
+@pytest.mark.parametrize(
+    "cc, message",
+    [
+        (0, "compute_capability: got 0, needed None or an int"),
+        (85, "compute_capability: got 85"),
+        ("90", "compute_capability: got '90'"),
+        (9.0, "compute_capability: got 9.0"),
+    ],
+)
+def test_compute_capability_is_checked_before_triton(cc, message):
+    with pytest.raises(ValueError, match=message):
+        decode(backend="triton", compute_capability=cc)
+
+
+def test_fp8_cache_needs_sm89():
+    args = problem()
+    fp8, k_scale = quantize_fp8(jnp.asarray(args["kv_cache"]))
+    with pytest.raises(ValueError, match="compute_capability: got 80, but a float8_e4m3fn"):
+        mla_jax.mla_decode(
+            jnp.asarray(args["q"], jnp.bfloat16),
+            fp8,
+            args["block_table"],
+            args["seq_lens"],
+            buffer(),
+            scale=SCALE,
+            k_scale=k_scale,
+            backend="triton",
+            compute_capability=np.int64(80),
+        )
+    assert check_compute_capability(np.int32(90), fp8=True) == 90
+
+
+def test_capabilities_are_the_launch_table():
+    launch = pytest.importorskip("mla_jax._launch")
+    assert set(CUDA_CAPABILITIES) == set(launch.MAX_SHARED_BYTES)
+
+
+def test_numpy_ints_where_python_ints_are():
+    buf = mla_jax.reserve_logits_buffer(
+        np.int64(2), np.int64(4), np.int32(64), kv_lora_rank=32, rope_dim=16, sm_count=np.int8(4)
+    )
+    assert type(buf.num_heads) is int and type(buf.sm_count) is int
+    assert "sm_count=4)" in buf.describe()
+
+
+INT_DTYPES = ["int8", "int16", "int32", "int64", "uint32", "float32"]
+
+
+@PROPERTY
+@given(
+    lens_dtype=st.sampled_from(INT_DTYPES),
+    table_dtype=st.sampled_from(INT_DTYPES),
+    lens=st.lists(
+        st.one_of(st.integers(-3, CAPACITY + 3), st.integers(2**31, 2**40)),
+        min_size=B,
+        max_size=B,
+    ),
+    q_rank=st.sampled_from([2, 3, 4]),
+    poison=st.booleans(),
+)
+def test_mla_decode_property(lens_dtype, table_dtype, lens, q_rank, poison):
+    """A clear error, or the float64 reference's result (lengths clamped, NaN kept)."""
+    args = problem()
+    q = args["q"].copy()
+    if poison:
+        q[1, 0, 0] = np.nan
+    q = q.reshape(q.shape[:2] + (1,) * (q_rank - 3) + q.shape[2:]) if q_rank > 3 else q
+    q = q[:, 0] if q_rank == 2 else q
+    wide = max(abs(v) for v in lens) > 2**31 - 1
+    seq_lens = np.asarray(lens, np.int64).astype(lens_dtype) if not wide else np.asarray(lens)
+    block_table = args["block_table"].astype(table_dtype)
+    good = (
+        q_rank == 3
+        and np.dtype(seq_lens.dtype).name in ("int32", "int64")
+        and np.dtype(block_table.dtype).name in ("int32", "int64")
+        and not wide
+    )
+    if not good:
+        with pytest.raises(ValueError, match=r"^(q|seq_lens|block_table)\b"):
+            decode(q=q, seq_lens=seq_lens, block_table=block_table)
+        return
+    out, lse, _ = decode(q=q, seq_lens=seq_lens, block_table=block_table)
+    if poison:
+        assert np.isnan(np.asarray(lse)[1]).all() if min(max(lens[1], 0), CAPACITY) else True
+        return
+    close_to_reference(out, lse, args["block_table"], np.asarray(lens))
+
+
+# lists where arrays belong ---------------------------------------------------------
+
+
+def test_lists_are_refused_by_name():
+    out, lse = jnp.ones((2, 4)), jnp.zeros(2)
+    with pytest.raises(ValueError, match="out_b: got a list, needed an array"):
+        mla_jax.merge_attention_states(out, lse, [[1.0] * 4] * 2, lse)
+    with pytest.raises(ValueError, match="positions: got a list, needed an array"):
+        append_latent(jnp.zeros((2, 2, 4)), jnp.ones((1, 4)), jnp.zeros((1, 1), jnp.int32), [0])
+    args = problem()
+    with pytest.raises(ValueError, match="seq_lens: got a list"):
+        mla_jax.mla_decode_tokens(
+            jnp.asarray(args["q"])[:, None],
+            args["kv_cache"],
+            args["block_table"],
+            [1, 2],
+            buffer(),
+            scale=SCALE,
+            backend="xla",
+        )
+
+
+@PROPERTY
+@given(
+    dtype=st.sampled_from(["float32", "float16", "int32"]),
+    lse_dtype=st.sampled_from(["float32", "float16", "int32"]),
+    rank=st.integers(1, 3),
+    value=st.sampled_from([0.0, -np.inf, np.nan, 3.0]),
+)
+def test_merge_property(dtype, lse_dtype, rank, value):
+    """Either a clear error or the float64 merge (an empty side is the identity)."""
+    shape = (2,) * rank
+    out = np.arange(np.prod(shape), dtype=np.float64).reshape(shape) / 7
+    lse_a = np.full(shape[:-1], value)
+    lse_b = np.full(shape[:-1], 1.0)
+    with np.errstate(invalid="ignore"):  # NaN and -inf cast to int32
+        args = [jnp.asarray(out, dtype), jnp.asarray(lse_a, lse_dtype)]
+        args += [jnp.asarray(out[::-1], dtype), jnp.asarray(lse_b, lse_dtype)]
+    if dtype == "int32" or lse_dtype != "float32":
+        with pytest.raises(ValueError, match=r"^(out_a|lse_a|lse_b) "):
+            mla_jax.merge_attention_states(*args)
+        return
+    got, got_lse = mla_jax.merge_attention_states(*args)
+    a_out, b_out = np.asarray(args[0], np.float64), np.asarray(args[2], np.float64)
+    m = np.maximum(lse_a, lse_b)
+    wa, wb = np.exp(lse_a - m), np.exp(lse_b - m)
+    want = (wa[..., None] * a_out + wb[..., None] * b_out) / (wa + wb)[..., None]
+    tol = 1e-3 if dtype == "float16" else 1e-6
+    np.testing.assert_allclose(np.asarray(got, np.float64), want, rtol=tol, atol=tol)
+    np.testing.assert_allclose(np.asarray(got_lse), m + np.log(wa + wb), rtol=1e-6)
+
+
+# mla_decode_tokens ----------------------------------------------------------------
+
+
+def tokens(**over):
+    args = problem()
+    kw = dict(
+        q=jnp.asarray(args["q"])[:, None].repeat(2, axis=1),
+        kv_cache=jnp.asarray(args["kv_cache"]),
+        block_table=args["block_table"],
+        seq_lens=args["seq_lens"],
+        logits_buffer=buffer(),
+        scale=SCALE,
+        backend="xla",
+    )
+    kw.update(over)
+    return mla_jax.mla_decode_tokens(**kw)
+
+
+@pytest.mark.parametrize(
+    "over, message",
+    [
+        (dict(query_lens=np.array([3, 1], np.int32)), r"query_lens\[0\] = 3 is outside \[0, T=2\]"),
+        (dict(query_lens=np.array([1.0, 2.0])), "query_lens: got float"),
+        (dict(seq_lens=np.array([2**33, 1])), r"seq_lens\[0\] = 8589934592 is outside int32"),
+        (dict(seq_lens=np.array([5.0, 2.0])), "seq_lens: got float"),
+        (
+            dict(seq_lens=np.array([5, CAPACITY + 1], np.int32), validate=True),
+            rf"seq_lens\[1\] = {CAPACITY + 1} exceeds",  # request 1, not flattened row 3
+        ),
+    ],
+)
+def test_mla_decode_tokens_refuses(over, message):
+    with pytest.raises(ValueError, match=message):
+        tokens(**over)
+
+
+@PROPERTY
+@given(query_lens=st.lists(st.integers(-2, 4), min_size=B, max_size=B))
+def test_mla_decode_tokens_property(query_lens):
+    """query_lens in [0, T] decode (padding rows empty); others are refused."""
+    q_lens = np.asarray(query_lens, np.int32)
+    if ((q_lens < 0) | (q_lens > 2)).any():
+        with pytest.raises(ValueError, match="query_lens"):
+            tokens(query_lens=q_lens)
+        return
+    _, lse, _ = tokens(query_lens=q_lens)
+    empty = np.arange(2)[None, :] >= q_lens[:, None]
+    assert (np.asarray(lse)[empty] == -np.inf).all()
+    assert np.isfinite(np.asarray(lse)[~empty]).all()
+
+
+# the loop ----------------------------------------------------------------------------
+
+
+def test_decode_loop_validate_checks_every_layer():
+    config = PRESETS["tiny"]
+    state = init_decode_state(
+        config, 2, 2, 16, 4, sm_count=4, key=jax.random.key(0), prompt_lens=[3, 5]
+    )
+    # Layer 1's cache has fewer pages than the shared block table points into.
+    small = state.kv_caches[1][:2]
+    state = state._replace(kv_caches=(state.kv_caches[0], small))
+    with pytest.raises(ValueError, match=r"state.kv_caches\[1\].*block_table\[\d, \d\]"):
+        decode_loop(
+            [None, None], config, jnp.zeros((2, config.hidden_size)), state, 2, validate=True
+        )
+    wide = state._replace(positions=np.array([2**32, 1], np.int64))
+    with pytest.raises(ValueError, match=r"state.positions\[0\] = 4294967296 is outside int32"):
+        decode_loop([None, None], config, jnp.zeros((2, config.hidden_size)), wide, 2)
+
+
+# the model: config, loader, generate --------------------------------------------------
+
+HF_CONFIG = {
+    "model_type": "deepseek_v3",
+    "vocab_size": 32,
+    "hidden_size": 32,
+    "intermediate_size": 48,
+    "moe_intermediate_size": 16,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "n_shared_experts": 1,
+    "n_routed_experts": 4,
+    "kv_lora_rank": 16,
+    "q_lora_rank": 16,
+    "qk_rope_head_dim": 16,
+    "v_head_dim": 8,
+    "qk_nope_head_dim": 8,
+    "num_experts_per_tok": 2,
+    "first_k_dense_replace": 1,
+    "n_group": 2,
+    "topk_group": 1,
+}
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    """A tiny random DeepSeek-V3 folder, written from the shapes the loader expects."""
+    from safetensors.numpy import save_file
+
+    folder = tmp_path_factory.mktemp("ckpt")
+    (folder / "config.json").write_text(json.dumps(HF_CONFIG))
+    rng = np.random.default_rng(0)
+    shapes = expected_shapes(from_hf_dict(HF_CONFIG), set())
+    save_file(
+        {n: rng.standard_normal(s).astype(np.float32) for n, s in shapes.items()},
+        str(folder / "model.safetensors"),
+    )
+    return folder
+
+
+def copy(folder, tmp_path):
+    for f in folder.iterdir():
+        (tmp_path / f.name).write_bytes(f.read_bytes())
+    return tmp_path
+
+
+def test_checkpoint_loads(checkpoint):
+    config, params = load_checkpoint(checkpoint)
+    assert params.embed.shape == (32, 32) and config.num_hidden_layers == 2
+
+
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        (
+            lambda d: (d / "model.safetensors").write_bytes(b"garbage" * 9),
+            "not a readable safetensors",
+        ),
+        (
+            lambda d: (d / "model.safetensors").write_bytes(
+                (d / "model.safetensors").read_bytes()[:-100]
+            ),
+            "model.safetensors.*not a readable safetensors file",
+        ),
+        (lambda d: (d / "config.json").write_text("[1, 2]"), "config.json: got a list"),
+        (lambda d: (d / "config.json").write_text("{nope"), "config.json.*not a readable JSON"),
+        (
+            lambda d: (d / "config.json").write_text(
+                json.dumps({k: v for k, v in HF_CONFIG.items() if k != "hidden_size"})
+            ),
+            "config.json hidden_size: missing, needed an int",
+        ),
+        (
+            lambda d: (d / "config.json").write_text(json.dumps({**HF_CONFIG, "v_head_dim": 4})),
+            r"tensor 'model.layers.0.self_attn.kv_b_proj.weight' in 'model.safetensors' has "
+            r"shape \[32, 16\], but config.json implies \[24, 16\]",
+        ),
+        (
+            lambda d: (d / "config.json").write_text(json.dumps({**HF_CONFIG, "v_head_dim": "8"})),
+            "config.json v_head_dim: got '8', needed an int",
+        ),
+    ],
+)
+def test_checkpoint_damage_is_named(checkpoint, tmp_path, damage, message):
+    damage(copy(checkpoint, tmp_path))
+    with pytest.raises(ValueError, match=message):
+        load_checkpoint(tmp_path)
+
+
+def test_checkpoint_wrong_norm_shape_and_dtypes(checkpoint, tmp_path):
+    from safetensors.numpy import load_file, save_file
+
+    folder = copy(checkpoint, tmp_path)
+    tensors = load_file(str(folder / "model.safetensors"))
+    tensors["model.norm.weight"] = np.ones(31, np.float32)
+    tensors["model.embed_tokens.weight"] = tensors["model.embed_tokens.weight"].astype(np.int32)
+    save_file(tensors, str(folder / "model.safetensors"))
+    with pytest.raises(
+        ValueError, match=r"'model.embed_tokens.weight' in 'model.safetensors' is I32"
+    ):
+        load_checkpoint(folder)
+    with pytest.raises(ValueError, match=r"dtype: got 'int8', needed None or one of"):
+        load_checkpoint(checkpoint, dtype="int8")
+    tensors["model.embed_tokens.weight"] = np.ones((32, 32), np.float32)
+    save_file(tensors, str(folder / "model.safetensors"))
+    with pytest.raises(ValueError, match=r"'model.norm.weight'.*shape \[31\].*implies \[32\]"):
+        load_checkpoint(folder)
+
+
+@pytest.fixture(scope="module")
+def model():
+    config = from_hf_dict(HF_CONFIG)
+    return config, init_params(config, jax.random.key(0), jnp.float32)
+
+
+@pytest.mark.parametrize(
+    "over, message",
+    [
+        (dict(temperature=float("nan"), key=jax.random.key(0)), "temperature: got nan"),
+        (dict(temperature=float("inf"), key=jax.random.key(0)), "temperature: got inf"),
+        (dict(prompts=np.array([[1, 32], [0, 0]])), r"prompts\[0, 1\] = 32 is outside the vocab"),
+        (dict(prompts=np.array([[1, -1], [0, 0]])), r"prompts\[0, 1\] = -1 is outside"),
+        (dict(prompts=np.array([[1, 2**32 + 1], [0, 0]])), r"prompts\[0, 1\] = 4294967297"),
+        (dict(prompts=np.array([[1.0, 2.0], [0, 0]])), "prompts: got float64"),
+        (dict(cache_dtype=jnp.float8_e4m3fn), "cache_dtype: got .*float8_e4m3fn"),
+        (dict(page_size=0), "page_size must be a positive int, got 0"),
+        (dict(max_new_tokens=2.0), "max_new_tokens must be a positive int"),
+        (dict(top_k=np.int64(99)), r"top_k: got 99, needed None or in \[1, 32\]"),
+        (dict(eos_id=32), r"eos_id: got 32"),
+    ],
+)
+def test_generate_refuses(model, over, message):
+    config, params = model
+    kw = dict(prompts=np.array([[1, 2], [3, 0]]), prompt_lens=np.array([2, 1]), max_new_tokens=2)
+    kw.update(over)
+    with pytest.raises(ValueError, match=message):
+        generate(params, config, backend="xla", sm_count=4, **kw)
+
+
+# the command line ---------------------------------------------------------------------
+
+
+def test_cli_bad_flags_and_paths_exit_2(tmp_path, capsys):
+    from mla_jax.tools import bench, demo
+
+    with pytest.raises(SystemExit) as exit_:
+        demo.main(["--seed", "-1"])
+    assert exit_.value.code == 2 and "--seed: must be >= 0, got -1" in capsys.readouterr().err
+    assert demo.main(["--batch", "1000000000", "--steps", "1"]) == 2
+    assert "past the block table's int32 indices" in capsys.readouterr().err
+    assert demo.main(["--batch", "20000000", "--steps", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "GiB, more than this device's" in err and err.count("\n") == 1
+    (tmp_path / "file").write_text("")
+    assert bench.main(["--dry-run", "--out", str(tmp_path / "file" / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "--out:" in err and "is not a folder" in err and err.count("\n") == 1
