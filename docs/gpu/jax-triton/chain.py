@@ -61,7 +61,8 @@ def main(target: str) -> None:
         finite = all(bool(jnp.isfinite(x).all()) for x in lses)  # every call's results read
         print(
             f"B={B} H={H} L={L}: {launches} {target} launches, {captured} of them in "
-            f"{len(buffers)} command buffer(s); wall {statistics.median(times):.4f} ms a call "
+            f"{len(buffers)} command buffer(s) ({hlo.count('command_buffer')} mentions); "
+            f"wall {statistics.median(times):.4f} ms a call "
             f"(median of 30 chains of {CALLS}; min {min(times):.4f}); every lse finite: {finite}",
             flush=True,
         )

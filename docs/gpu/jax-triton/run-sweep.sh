@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Device call 2 (about 9 minutes): the whole sweep through this tree's launch, the
+# Device call 3 (about 8 minutes): the whole sweep through this tree's launch, the
 # default path and vLLM's kernel in the same bench process: the parts of
 # docs/benchmarks/parts/, each under its own time budget. Parts and logs go to
 # $OUT/sweep.tgz (the tables also to the console).
