@@ -160,7 +160,8 @@ def quantize_fp8(
     ``max(amax / 448, FP8_SCALE_FLOOR)`` so the largest entry maps to fp8's largest
     finite value; the floor (float32's smallest normal, 1.2e-38) keeps the scale finite
     and positive, so an all-zero cache quantises to zeros. Entries beyond
-    ``448 * scale`` saturate; entries under about ``scale / 2**9`` become 0.
+    ``448 * scale`` saturate; entries under about ``scale / 2**9`` become 0, and so
+    may float32 subnormals (XLA flushes them to zero).
 
     Non-finite entries: on a concrete cache a ``ValueError`` names the first one (the
     check reads one flag back from the device). Under a trace the scale is taken over

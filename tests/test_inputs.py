@@ -124,7 +124,10 @@ def test_quantize_fp8_property(exponent, dtype, seed):
     want = np.asarray(cache.astype(jnp.float32), np.float64)
     got = np.asarray(fp8.astype(jnp.float32), np.float64) * float(scale)
     assert np.isfinite(float(scale)) and float(scale) >= FP8_SCALE_FLOOR
-    assert (np.abs(got - want) <= np.abs(want) * 2**-4 + float(scale) * 2**-9).all()
+    # XLA flushes float32 subnormals (under the floor) to zero before any scaling.
+    flushed = np.where(np.abs(want) < FP8_SCALE_FLOOR, FP8_SCALE_FLOOR, 0.0)
+    bound = np.abs(want) * 2**-4 + float(scale) * 2**-9 + flushed
+    assert (np.abs(got - want) <= bound).all()
 
 
 # integer widths and kinds on the op ----------------------------------------------

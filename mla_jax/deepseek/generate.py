@@ -208,20 +208,23 @@ def generate(
     Returns:
       ``GenerateOutput(tokens int32 [B, max_new_tokens], logits or None)``.
     """
-    host = np.asarray(prompts)
-    if host.ndim != 2 or host.shape[1] < 1 or not np.issubdtype(host.dtype, np.integer):
-        raise ValueError(
-            f"prompts: got {host.dtype}{list(host.shape)}, needed integer token ids [B, T >= 1]"
-        )
-    outside = (host < 0) | (host >= config.vocab_size)
-    if outside.any():
-        b, t = (int(i) for i in np.argwhere(outside)[0])
-        raise ValueError(
-            f"prompts[{b}, {t}] = {host[b, t]} is outside the vocabulary [0, "
-            f"{config.vocab_size}) (padding too: pad with any valid id, e.g. 0)"
-        )
+    # A global array over other processes' devices: its ids cannot be read here, only
+    # its shape and dtype (each process checks the prompts it contributes).
+    local = not (isinstance(prompts, jax.Array) and not prompts.is_fully_addressable)
+    host = np.asarray(prompts) if local else None
+    shape, kind = (host.shape, host.dtype) if host is not None else (prompts.shape, prompts.dtype)
+    if len(shape) != 2 or shape[1] < 1 or not np.issubdtype(kind, np.integer):
+        raise ValueError(f"prompts: got {kind}{list(shape)}, needed integer token ids [B, T >= 1]")
+    if host is not None:
+        outside = (host < 0) | (host >= config.vocab_size)
+        if outside.any():
+            b, t = (int(i) for i in np.argwhere(outside)[0])
+            raise ValueError(
+                f"prompts[{b}, {t}] = {host[b, t]} is outside the vocabulary [0, "
+                f"{config.vocab_size}) (padding too: pad with any valid id, e.g. 0)"
+            )
     lens = np.asarray(prompt_lens)
-    batch, width = host.shape
+    batch, width = shape
     if (
         lens.shape != (batch,)
         or not np.issubdtype(lens.dtype, np.integer)
@@ -232,7 +235,7 @@ def generate(
             f"prompt_lens: got {lens.dtype}{list(lens.shape)} {lens.tolist()}, "
             f"needed {batch} ints in [1, {width}]"
         )
-    prompts = jnp.asarray(host, jnp.int32)  # every id checked to fit
+    prompts = jnp.asarray(prompts if host is None else host, jnp.int32)  # ids fit int32
     max_new_tokens = positive_int("max_new_tokens", max_new_tokens)
     page_size = positive_int("page_size", page_size)
     if sm_count is not None:
