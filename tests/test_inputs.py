@@ -490,23 +490,3 @@ def test_generate_refuses(model, over, message):
     kw.update(over)
     with pytest.raises(ValueError, match=message):
         generate(params, config, backend="xla", sm_count=4, **kw)
-
-
-# the command line ---------------------------------------------------------------------
-
-
-def test_cli_bad_flags_and_paths_exit_2(tmp_path, capsys):
-    from mla_jax.tools import bench, demo
-
-    with pytest.raises(SystemExit) as exit_:
-        demo.main(["--seed", "-1"])
-    assert exit_.value.code == 2 and "--seed: must be >= 0, got -1" in capsys.readouterr().err
-    assert demo.main(["--batch", "1000000000", "--steps", "1"]) == 2
-    assert "past the block table's int32 indices" in capsys.readouterr().err
-    assert demo.main(["--batch", "20000000", "--steps", "1"]) == 2
-    err = capsys.readouterr().err
-    assert "GiB, more than this device's" in err and err.count("\n") == 1
-    (tmp_path / "file").write_text("")
-    assert bench.main(["--dry-run", "--out", str(tmp_path / "file" / "out")]) == 2
-    err = capsys.readouterr().err
-    assert "--out:" in err and "is not a folder" in err and err.count("\n") == 1
