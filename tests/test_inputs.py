@@ -23,6 +23,7 @@ from mla_jax._checks import CUDA_CAPABILITIES, check_compute_capability
 from mla_jax.cache import FP8_SCALE_FLOOR, append_latent, quantize_fp8
 from mla_jax.deepseek import from_hf_dict, generate, init_params, load_checkpoint
 from mla_jax.deepseek.checkpoint import expected_shapes
+from mla_jax.deepseek.config import OPTIONAL_INTS
 from mla_jax.layer import PRESETS
 from mla_jax.loop import decode_loop, init_decode_state
 from mla_jax.reference import mla_decode_reference_np
@@ -490,3 +491,186 @@ def test_generate_refuses(model, over, message):
     kw.update(over)
     with pytest.raises(ValueError, match=message):
         generate(params, config, backend="xla", sm_count=4, **kw)
+
+
+# property tests of the model, the loop and the cache -----------------------------------
+#
+# Each feeds one family of bad arguments and asserts a ValueError/TypeError naming
+# what is wrong, or (where the input is valid after all) the reference result; never
+# another exception. Valid inputs keep one shape each, so each jitted path compiles once.
+
+ERRORS = (ValueError, TypeError)
+TENSORS = sorted(expected_shapes(from_hf_dict(HF_CONFIG), set()))
+MISSING = object()  # a config field deleted
+
+
+def _odd_value():
+    return st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(-3, 70),
+        st.just(2**40),
+        st.floats(allow_nan=True, allow_infinity=True),
+        st.text(max_size=3),
+        st.lists(st.integers(0, 3), max_size=2),
+        st.just(MISSING),
+    )
+
+
+DAMAGE = st.one_of(
+    st.tuples(st.just("truncate"), st.floats(0, 1, exclude_max=True)),
+    st.tuples(st.just("overwrite"), st.integers(0, 2**20), st.binary(min_size=1, max_size=8)),
+    st.tuples(
+        st.just("shape"),
+        st.sampled_from(TENSORS),
+        st.sampled_from(["grow", "shrink", "add_dim", "drop_dim"]),
+    ),
+    st.tuples(
+        st.just("dtype"),
+        st.sampled_from(TENSORS),
+        st.sampled_from(["int8", "int32", "uint8", "float64", "bool", "float16"]),
+    ),
+    st.tuples(st.just("drop"), st.sampled_from(TENSORS)),
+    st.tuples(st.just("config"), st.sampled_from(sorted(HF_CONFIG)), _odd_value()),
+)
+
+
+def _damage(folder, damage) -> tuple[tuple[str, ...], bool]:
+    """Applies ``damage`` to the checkpoint in ``folder``; returns the names an error
+    may carry (one of them), and whether the folder may still be a valid checkpoint."""
+    from safetensors.numpy import load_file, save_file
+
+    kind, *how = damage
+    weights = folder / "model.safetensors"
+    if kind in ("truncate", "overwrite"):
+        data = bytearray(weights.read_bytes())
+        if kind == "truncate":
+            del data[int(how[0] * len(data)) :]
+        else:
+            start = how[0] % len(data)
+            data[start : start + len(how[1])] = how[1]
+        weights.write_bytes(bytes(data))
+        # A changed byte in the data region is a different, valid weight.
+        return ("model.safetensors",), kind == "overwrite"
+    if kind == "config":
+        name, value = how
+        hf = dict(HF_CONFIG)
+        if value is MISSING:
+            del hf[name]
+        else:
+            hf[name] = value
+        (folder / "config.json").write_text(json.dumps(hf))
+        # Another int, or an optional field left out, may be another valid model: the
+        # tensors then decide, and an error names the first that does not fit (which
+        # that config reads, not necessarily one of TENSORS).
+        optional = name in OPTIONAL_INTS and value in (MISSING, None)
+        return (name, "tensor"), optional or (type(value) is int and value >= 0)
+    tensors = load_file(str(weights))
+    name = how[0]
+    if kind == "drop":
+        del tensors[name]
+    elif kind == "dtype":
+        tensors[name] = tensors[name].astype(how[1])
+    else:
+        shape = list(tensors[name].shape)
+        if how[1] == "grow":
+            shape[-1] += 1
+        elif how[1] == "shrink":
+            shape[-1] -= 1
+        elif how[1] == "add_dim":
+            shape.append(1)
+        else:
+            shape.pop()
+        tensors[name] = np.ones(shape, np.float32)
+    save_file(tensors, str(weights))
+    return (name,), kind == "dtype" and how[1] == "float16"
+
+
+@PROPERTY
+@given(damage=DAMAGE)
+def test_load_checkpoint_property(checkpoint, tmp_path_factory, damage):
+    """A folder with one random corruption loads, or is refused naming the file, the
+    tensor or the config field."""
+    folder = copy(checkpoint, tmp_path_factory.mktemp("damaged"))
+    names, may_load = _damage(folder, damage)
+    try:
+        config, params = load_checkpoint(folder)
+    except ERRORS as e:
+        assert any(name in str(e) for name in names), (damage, str(e))
+        return
+    assert may_load, (damage, "loaded")
+    assert params.embed.shape == (config.vocab_size, config.attention.hidden_size)
+
+
+@pytest.fixture(scope="module")
+def greedy(model):
+    """The reference continuation: int32 ids, greedy."""
+    config, params = model
+    out = generate(
+        params,
+        config,
+        np.array([[1, 2], [3, 0]], np.int32),
+        np.array([2, 1], np.int32),
+        2,
+        backend="xla",
+        sm_count=4,
+    )
+    return np.asarray(out.tokens)
+
+
+INT_TYPES = ["int8", "uint8", "int16", "int32", "int64", "uint32"]
+# One argument of generate changed at a time: (what, value); the others are the
+# reference's (int32 ids [[1, 2], [3, 0]], lengths [2, 1], greedy, 2 tokens).
+GENERATE_CHANGES = st.one_of(
+    st.tuples(st.just("prompts dtype"), st.sampled_from([*INT_TYPES, "float32", "bool"])),
+    st.tuples(st.just("prompts rank"), st.sampled_from([1, 3])),
+    st.tuples(st.just("prompt id"), st.sampled_from([-1, 32, 2**31, 2**40])),
+    st.tuples(st.just("prompt_lens dtype"), st.sampled_from([*INT_TYPES, "float32"])),
+    st.tuples(st.just("prompt_lens[0]"), st.sampled_from([0, 3, -1, 2**33])),
+    st.tuples(
+        st.just("temperature"),
+        st.sampled_from([0.0, np.float32(0), -0.5, float("nan"), float("inf"), "0", True]),
+    ),
+    st.tuples(st.just("top_k"), st.sampled_from([1, np.int64(32), 0, 33, 2.0, "1"])),
+    st.tuples(st.just("max_new_tokens"), st.sampled_from([np.int32(2), 0, -1, 2.0, True])),
+)
+
+
+@PROPERTY
+@given(change=GENERATE_CHANGES)
+def test_generate_property(model, greedy, change):
+    """Ids and lengths of any integer dtype, ints of any int type: the reference's
+    tokens; other dtypes, ranks, non-finite or negative temperatures and out-of-range
+    ints: an error naming the argument."""
+    config, params = model
+    what, value = change
+    ids, lens = [[1, 2], [3, 0]], [2, 1]
+    kw: dict = dict(max_new_tokens=2)
+    valid = True
+    if what == "prompts dtype":
+        prompts, valid = np.array(ids, value), value in INT_TYPES
+    elif what == "prompts rank":
+        prompts, valid = np.array(ids).reshape((4,) if value == 1 else (2, 2, 1)), False
+    elif what == "prompt id":
+        prompts, valid = np.array([[1, value], [3, 0]]), False
+    else:
+        prompts = np.array(ids, np.int32)
+    if what == "prompt_lens dtype":
+        prompt_lens, valid = np.array(lens, value), value in INT_TYPES
+    elif what == "prompt_lens[0]":
+        prompt_lens, valid = np.array([value, 1]), False
+    else:
+        prompt_lens = np.array(lens, np.int32)
+    if what in ("temperature", "top_k", "max_new_tokens"):
+        kw[what] = value
+        ok = {"temperature": [0.0, np.float32(0)], "top_k": [1, 32], "max_new_tokens": [2]}
+        valid = not isinstance(value, (bool, str, float)) or what == "temperature"
+        valid = valid and not isinstance(value, (bool, str)) and value in ok[what]
+    try:
+        out = generate(params, config, prompts, prompt_lens, backend="xla", sm_count=4, **kw)
+    except ERRORS as e:
+        assert not valid, (change, str(e))
+        assert what.split(" ")[0].split("[")[0] in str(e), (change, str(e))
+        return
+    assert valid, (change, "accepted")
+    np.testing.assert_array_equal(np.asarray(out.tokens), greedy)
