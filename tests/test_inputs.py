@@ -25,6 +25,7 @@ from mla_jax.deepseek import from_hf_dict, generate, init_params, load_checkpoin
 from mla_jax.deepseek.checkpoint import expected_shapes
 from mla_jax.deepseek.config import OPTIONAL_INTS
 from mla_jax.layer import PRESETS
+from mla_jax.layer import init_params as init_layer
 from mla_jax.loop import decode_loop, init_decode_state
 from mla_jax.reference import mla_decode_reference_np
 
@@ -674,3 +675,201 @@ def test_generate_property(model, greedy, change):
         return
     assert valid, (change, "accepted")
     np.testing.assert_array_equal(np.asarray(out.tokens), greedy)
+
+
+@pytest.fixture(scope="module")
+def loop_reference():
+    """The tiny loop's inputs (a fresh state each call: the loop donates it) and its
+    outputs from int32 positions and table."""
+    config = PRESETS["tiny"]
+    layers = [init_layer(config, k) for k in jax.random.split(jax.random.key(1), 2)]
+
+    def state():
+        return init_decode_state(
+            config, 2, 2, 16, 4, sm_count=4, key=jax.random.key(0), prompt_lens=[3, 5]
+        )
+
+    x0 = jnp.ones((2, config.hidden_size))
+    outputs, _ = decode_loop(layers, config, x0, state(), 2, backend="xla")
+    return config, layers, state, x0, np.asarray(outputs)
+
+
+def _first_page(table, page):
+    """``table`` with row 0's first (live) page replaced by ``page``."""
+    table = np.array(table)
+    table[0, 0] = page
+    return table
+
+
+# One change to decode_loop's arguments at a time: (what, value, valid).
+LOOP_CHANGES = st.sampled_from(
+    [
+        ("positions", np.array([3, 5], np.int64), True),
+        ("positions", np.array([2**32 + 3, 5], np.int64), False),
+        ("positions", np.array([-1, 5], np.int32), False),
+        ("positions", np.array([15, 5], np.int32), False),  # + 2 steps passes capacity 16
+        ("positions", np.array([3.0, 5.0], np.float32), False),
+        ("block_table", lambda t: t.astype(np.int64), True),
+        ("block_table", lambda t: _first_page(t.astype(np.int64), 2**33), False),
+        ("block_table", lambda t: _first_page(t, -1), False),
+        ("block_table", lambda t: _first_page(t, 99), False),
+        ("block_table", lambda t: t.astype(np.int16), False),
+        ("num_steps", np.int64(2), True),
+        ("num_steps", 0, False),
+        ("num_steps", 2.0, False),
+        ("num_steps", True, False),
+        ("x0", lambda x: x[:, :-1], False),
+        ("x0", lambda x: x[0], False),
+        ("x0", lambda x: x.astype(jnp.int32), False),
+        ("params_list", lambda p: p[:1], False),
+    ]
+)
+
+
+@PROPERTY
+@given(change=LOOP_CHANGES)
+def test_decode_loop_property(loop_reference, change):
+    """Wider ints that fit and numpy ints: the int32 outputs; out-of-range positions and
+    pages (validate=True), other dtypes, ranks, widths and layer counts: an error
+    naming the argument."""
+    config, layers, new_state, x0, want = loop_reference
+    what, value, valid = change
+    state, num_steps, params_list = new_state(), 2, layers
+    if what == "positions":
+        state = state._replace(positions=value)
+    elif what == "block_table":
+        state = state._replace(block_table=value(np.asarray(state.block_table)))
+    elif what == "num_steps":
+        num_steps = value
+    elif what == "x0":
+        x0 = value(x0)
+    else:
+        params_list = value(layers)
+    try:
+        outputs, _ = decode_loop(
+            params_list, config, x0, state, num_steps, backend="xla", validate=True
+        )
+    except ERRORS as e:
+        assert not valid, (change, str(e))
+        assert what in str(e), (change, str(e))
+        return
+    assert valid, (change, "accepted")
+    np.testing.assert_allclose(np.asarray(outputs), want, rtol=1e-6, atol=1e-6)
+
+
+@PROPERTY
+@given(
+    positions=st.lists(
+        st.integers(-6, 16) | st.sampled_from([2**31, 2**40]), min_size=B, max_size=B
+    ),
+    pages=st.lists(st.integers(-2, NUM_PAGES + 1), min_size=B * PAGES, max_size=B * PAGES),
+    index_dtype=st.sampled_from(["int32", "int64", "int16"]),
+    latent=st.sampled_from(["ok", "float16", "rank 1", "rank 3", "width"]),
+)
+def test_append_latent_property(positions, pages, index_dtype, latent):
+    """A row is written where its position lies inside the table and on a page of the
+    pool, and nowhere else; indices wider than int32 are checked, not wrapped."""
+    width = 8
+    cache = np.arange(NUM_PAGES * PAGE * width, dtype=np.float32).reshape(NUM_PAGES, PAGE, width)
+    rows = -np.arange(1, B * width + 1, dtype=np.float32).reshape(B, width)
+    table = np.array(pages).reshape(B, PAGES)
+    pos = np.array(positions)
+    given_latent = {
+        "ok": rows,
+        "float16": rows.astype(np.float16),
+        "rank 1": rows[0],
+        "rank 3": rows[:, None],
+        "width": rows[:, :-1],
+    }[latent]
+    fits = (np.abs(pos) < 2**31).all()
+    try:
+        got = append_latent(
+            jnp.asarray(cache),
+            jnp.asarray(given_latent),
+            table.astype(index_dtype),
+            pos.astype(index_dtype) if fits or index_dtype == "int64" else pos,
+        )
+    except ERRORS as e:
+        assert latent != "ok" or index_dtype == "int16" or not fits, str(e)
+        named = "latent" if latent != "ok" else "positions" if not fits else "block_table"
+        assert named in str(e) or "positions" in str(e), str(e)
+        return
+    assert latent == "ok" and index_dtype != "int16" and fits
+    want = cache.copy()
+    written = set()
+    for b in range(B):
+        slot, offset = pos[b] // PAGE, pos[b] % PAGE
+        if pos[b] >= 0 and slot < PAGES and 0 <= table[b, slot] < NUM_PAGES:
+            if (table[b, slot], offset) in written:
+                return  # two rows at one place: either may win
+            written.add((table[b, slot], offset))
+            want[table[b, slot], offset] = rows[b]
+    np.testing.assert_array_equal(np.asarray(got), want)
+
+
+ODD_INTS = st.sampled_from([0, -1, 2.0, True, "2", None, np.int64(2), np.uint8(3), 2])
+
+
+@PROPERTY
+@given(arg=st.sampled_from(["num_seqs", "max_len", "page_size", "width"]), value=ODD_INTS)
+def test_new_paged_cache_property(arg, value):
+    """numpy and Python ints >= 1 give the documented shapes; anything else is an
+    error naming the argument."""
+    from mla_jax.cache import new_paged_cache
+
+    kw = dict(num_seqs=2, max_len=5, page_size=2, width=3)
+    kw[arg] = value
+    valid = not isinstance(value, (bool, float, str, type(None))) and value >= 1
+    try:
+        cache, table = new_paged_cache(**kw, key=jax.random.key(0))
+    except ERRORS as e:
+        assert not valid and arg in str(e), str(e)
+        return
+    assert valid
+    n, m, p, w = (int(kw[k]) for k in ("num_seqs", "max_len", "page_size", "width"))
+    assert table.shape == (n, -(-m // p)) and table.dtype == jnp.int32
+    assert cache.shape == (table.size, p, w)
+    assert sorted(np.asarray(table).ravel().tolist()) == list(range(table.size))
+
+
+@PROPERTY
+@given(
+    arg=st.sampled_from(
+        ["max_num_seqs", "num_heads", "max_model_len", "kv_lora_rank", "rope_dim", "sm_count"]
+    ),
+    value=ODD_INTS,
+)
+def test_reserve_logits_buffer_property(arg, value):
+    """numpy and Python ints >= 1 give the reservation their int values plan; anything
+    else is an error naming the argument."""
+    from mla_jax.buffers import plan_logits_buffer
+
+    kw = dict(
+        max_num_seqs=2, num_heads=4, max_model_len=32, kv_lora_rank=16, rope_dim=8, sm_count=4
+    )
+    kw[arg] = value
+    valid = not isinstance(value, (bool, float, str, type(None))) and value >= 1
+    # None asks the GPU: a result on one, an error naming sm_count here.
+    valid = valid or (arg == "sm_count" and value is None and jax.default_backend() == "gpu")
+    try:
+        buf = mla_jax.reserve_logits_buffer(
+            kw.pop("max_num_seqs"), kw.pop("num_heads"), kw.pop("max_model_len"), **kw
+        )
+    except ERRORS as e:
+        assert not valid and arg in str(e), str(e)
+        return
+    assert valid
+    if value is None:
+        return
+    kw = dict(
+        max_num_seqs=2, num_heads=4, max_model_len=32, kv_lora_rank=16, rope_dim=8, sm_count=4
+    )
+    kw[arg] = int(value)
+    shape, _ = plan_logits_buffer(
+        kw.pop("max_num_seqs"),
+        kw.pop("num_heads"),
+        kw.pop("max_model_len"),
+        policy="occupancy",
+        **kw,
+    )
+    assert buf.data.shape == shape
