@@ -17,9 +17,9 @@ import numpy as np
 from mla_jax._checks import (
     check_array,
     check_block_table,
-    check_positive,
     check_row_vector,
     narrow_int32,
+    positive_int,
     shape_error,
 )
 
@@ -86,7 +86,10 @@ def new_block_table(num_seqs: int, max_len: int, page_size: int, *, key: jax.Arr
     Every page of a ``num_seqs * cdiv(max_len, page_size)``-page cache is used once,
     in random order, so a kernel that assumes contiguous pages shows up.
     """
-    check_positive(num_seqs=num_seqs, max_len=max_len, page_size=page_size)
+    # As Python ints: numpy's unsigned ones would wrap in the arithmetic below.
+    num_seqs = positive_int("num_seqs", num_seqs)
+    max_len = positive_int("max_len", max_len)
+    page_size = positive_int("page_size", page_size)
     pages_per_seq = -(-max_len // page_size)
     pages = jax.random.permutation(key, num_seqs * pages_per_seq).astype(jnp.int32)
     return pages.reshape(num_seqs, pages_per_seq)
@@ -111,7 +114,7 @@ def new_paged_cache(
       its shuffled int32 ``block_table [num_seqs, pages_per_seq]``, with
       ``pages_per_seq = cdiv(max_len, page_size)``.
     """
-    check_positive(width=width)
+    width = positive_int("width", width)
     table_key, data_key = jax.random.split(key)
     block_table = new_block_table(num_seqs, max_len, page_size, key=table_key)
     # Standard-normal rows: stand-ins for prompt latents, never zeros (which hide

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from mla_jax._checks import check_array, narrow_int32, positive_int
+from mla_jax._checks import check_array, narrow_int32, positive_int, shape_error
 from mla_jax.buffers import LogitsBuffer, reserve_logits_buffer
 from mla_jax.cache import new_block_table
 from mla_jax.decode import Backend
@@ -200,6 +200,12 @@ def decode_loop(
         block_table=narrow_int32("state.block_table", state.block_table),
         positions=narrow_int32("state.positions", state.positions),
     )
+    check_array("x0", x0)
+    batch = state.positions.shape[0] if state.positions.ndim == 1 else None
+    if x0.shape != (batch, config.hidden_size) or not jnp.issubdtype(x0.dtype, jnp.floating):
+        raise shape_error(
+            "x0", f"{x0.dtype}{list(x0.shape)}", f"a float [{batch}, {config.hidden_size}]"
+        )
     if validate:
         if len(state.kv_caches) != len(params_list):
             raise ValueError(
@@ -210,6 +216,10 @@ def decode_loop(
         # every page and slot the loop touches. Only a cache's shape is read, and the
         # layers' caches may differ in pages.
         positions = np.asarray(state.positions).astype(np.int64)  # + num_steps may pass int32
+        if (positions < 0).any():
+            # The first step writes at positions itself: a negative one is dropped.
+            b = int(np.argmax(positions < 0))
+            raise ValueError(f"state.positions[{b}] = {positions[b]}, needed >= 0")
         for layer, cache in enumerate(state.kv_caches):
             try:
                 validate_inputs(

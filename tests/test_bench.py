@@ -187,7 +187,7 @@ def test_report_only_takes_some_paths_of_a_part(dry_run, tmp_path, capsys):
     assert "paths nope are not in these results; they hold" in capsys.readouterr().err
     missing = tmp_path / "missing.json"
     assert bench.main(["--report-only", f"{missing}:xla", "--out", str(bad)]) == 2
-    assert f"no results file '{missing}'" in capsys.readouterr().err
+    assert f"there is no file '{missing}'" in capsys.readouterr().err
     assert not bad.exists()
 
 
@@ -622,32 +622,6 @@ def test_no_run_off_a_gpu_replaces_gpu_results(dry_run, tmp_path, capsys):
     (tmp_path / "gpu.json").write_text(json.dumps(gpu))
     assert bench.main(["--report-only", str(tmp_path / "gpu.json"), "--out", str(out)]) == 0
     assert json.loads((out / "results.json").read_text())["machine"]["platform"] == "gpu"
-
-
-@pytest.mark.parametrize(
-    "argv",
-    [
-        ["--batch", "0"],
-        ["--batch", "1,-2"],
-        ["--batch", ","],
-        ["--batch", "x"],
-        ["--heads", "0"],
-        ["--lens", "0"],
-        ["--repeats", "0"],
-        ["--calls", "0"],
-        ["--page-size", "0"],
-        ["--sm-count", "0"],
-        ["--time-budget", "0"],
-        ["--bytes-budget-gib", "-1"],
-        ["--time-budget", "nan"],
-    ],
-)
-def test_bench_rejects_bad_numbers_with_a_usage_error(argv, capsys):
-    with pytest.raises(SystemExit) as exit_:
-        bench._parser().parse_args(["--dry-run", *argv])
-    assert exit_.value.code == 2
-    err = capsys.readouterr().err
-    assert f"argument {argv[0]}" in err and "usage:" in err
 
 
 def _plane(name, lines):

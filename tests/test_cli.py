@@ -6,6 +6,8 @@ import sys
 
 import pytest
 
+from mla_jax.tools import bench, cli, compare, demo
+
 
 def run(*args: str) -> subprocess.CompletedProcess:
     # Without the CUDA plugin the tests lower with (scripts/dev puts it on PYTHONPATH
@@ -29,3 +31,137 @@ def test_no_log_noise(args):
     proc = run(*args)
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == "", proc.stderr
+
+
+# A bad value for every flag of every command: (argv, the flag the error must name).
+# ``{tmp}`` holds a plain file ``file``, a folder ``folder``, ``list.json`` (JSON, not
+# a results file) and ``garbage.json`` (not JSON); ``missing*`` do not exist.
+HUGE = str(10**15)
+BAD_FLAGS = [
+    (["demo", "--backend", "cuda"], "--backend"),
+    (["demo", "--config", "deepseek-v9"], "--config"),
+    (["demo", "--layers", "0"], "--layers"),
+    (["demo", "--layers", HUGE, "--steps", "1"], "--layers"),  # past the memory
+    (["demo", "--batch", "-1"], "--batch"),
+    (["demo", "--batch", "1000000000", "--steps", "1"], "--batch"),  # int32 pages
+    (["demo", "--batch", "20000000", "--steps", "1"], "--batch"),  # past the memory
+    (["demo", "--steps", "x"], "--steps"),
+    (["demo", "--steps", HUGE], "--steps"),
+    (["demo", "--prompt-len", "0"], "--prompt-len"),
+    (["demo", "--prompt-len", "1.5"], "--prompt-len"),
+    (["demo", "--policy", "fastest"], "--policy"),
+    (["demo", "--page-size", "0"], "--page-size"),
+    (["demo", "--dtype", "int8"], "--dtype"),
+    (["demo", "--sm-count", "0"], "--sm-count"),
+    (["demo", "--seed", "-1"], "--seed"),
+    (["demo", "--seed", str(2**70)], "--seed"),  # past jax.random.key's int64
+    (["demo", "--nope"], "--nope"),
+    (["demo", "--batch"], "--batch"),
+    (["compare", "--batch", "0"], "--batch"),
+    (["compare", "--batch", "two"], "--batch"),
+    (["compare", "--batch", "1000000000"], "--batch"),
+    (["compare", "--heads", "0"], "--heads"),
+    (["compare", "--heads", "1000000000"], "--heads"),
+    (["compare", "--max-len", "0"], "--max-len"),
+    (["compare", "--max-len", HUGE], "--max-len"),
+    (["compare", "--page-size", "0"], "--page-size"),
+    (["compare", "--dtype", "float64"], "--dtype"),
+    (["compare", "--kv-lora-rank", "0"], "--kv-lora-rank"),
+    (["compare", "--kv-lora-rank", "1000000000"], "--kv-lora-rank"),
+    (["compare", "--rope-dim", "-64"], "--rope-dim"),
+    (["compare", "--seed", "-1"], "--seed"),
+    (["compare", "--ground-truth", "gpu"], "--ground-truth"),
+    (["compare", "--json=yes"], "--json"),
+    (["compare", "--sm-count", "0"], "--sm-count"),
+    (["compare", "--vllm-kernel", "{tmp}/missing.py"], "--vllm-kernel"),
+    (["compare", "--vllm-kernel", "{tmp}/folder"], "--vllm-kernel"),
+    (["compare", "--inject", "jax-xla=nan"], "--inject"),
+    (["compare", "--inject", "gpu=0.1"], "--inject"),
+    (["bench", "--batch", "0"], "--batch"),
+    (["bench", "--batch", "1,-2"], "--batch"),
+    (["bench", "--batch", ","], "--batch"),
+    (["bench", "--heads", "x"], "--heads"),
+    (["bench", "--lens", "0"], "--lens"),
+    (["bench", "--paths", "nope"], "--paths"),
+    (["bench", "--paths", ""], "--paths"),
+    (["bench", "--dry-run", "--out", "{tmp}/file/out"], "--out"),
+    (["bench", "--dry-run", "--out", "{tmp}/o", "--markdown", "{tmp}/folder"], "--markdown"),
+    (["bench", "--dry-run", "--out", "{tmp}/o", "--markdown", "{tmp}/file/x.md"], "--markdown"),
+    (["bench", "--quick=1"], "--quick"),
+    (["bench", "--dry-run=1"], "--dry-run"),
+    (["bench", "--out", "{tmp}/o"], "--dry-run"),  # no GPU here
+    (["bench", "--repeats", "0"], "--repeats"),
+    (["bench", "--kernel-time=1"], "--kernel-time"),
+    (["bench", "--calls", "0"], "--calls"),
+    (["bench", "--page-size", "0"], "--page-size"),
+    (["bench", "--sm-count", "0"], "--sm-count"),
+    (["bench", "--time-budget", "nan"], "--time-budget"),
+    (["bench", "--time-budget", "inf"], "--time-budget"),
+    (["bench", "--bytes-budget-gib", "-1"], "--bytes-budget-gib"),
+    (["bench", "--report-only"], "--report-only"),
+    (["bench", "--report-only", "{tmp}/missing.json", "--out", "{tmp}/o"], "--report-only"),
+    (["bench", "--report-only", "{tmp}/missing.json:xla", "--out", "{tmp}/o"], "--report-only"),
+    (["bench", "--report-only", "{tmp}/list.json", "--out", "{tmp}/o"], "--report-only"),
+    (["bench", "--report-only", "{tmp}/garbage.json", "--out", "{tmp}/o"], "--report-only"),
+    ([], "command"),
+    (["nope"], "command"),
+]
+
+
+def _exit_status(argv: list[str]) -> int:
+    """``cli.main``'s status, whether a command returned it or its parser exited."""
+    try:
+        return cli.main(argv)
+    except SystemExit as e:
+        assert isinstance(e.code, int)
+        return e.code
+
+
+@pytest.mark.parametrize(
+    "argv, flag", BAD_FLAGS, ids=lambda v: " ".join(v) if isinstance(v, list) else None
+)
+def test_a_bad_flag_is_one_line_and_exit_2(argv, flag, tmp_path, capsys):
+    (tmp_path / "file").write_text("")
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "list.json").write_text("[1, 2]")
+    (tmp_path / "garbage.json").write_text("{not json")
+    argv = [a.format(tmp=tmp_path) for a in argv]
+    assert _exit_status(argv) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.count("\n") == 1 and err.endswith("\n"), err
+    command = f"mla_jax {argv[0]}" if argv and argv[0] in cli.COMMANDS else "mla_jax"
+    assert err.startswith(f"{command}: error: ") and flag in err, err
+    assert not (tmp_path / "o").exists()  # nothing written
+
+
+def test_the_one_line_reads_got_and_needed(capsys):
+    assert _exit_status(["demo", "--batch", "-1"]) == 2
+    assert capsys.readouterr().err == "mla_jax demo: error: --batch: got -1, needed an int >= 1\n"
+    assert _exit_status(["compare", "--dtype", "int8"]) == 2
+    assert capsys.readouterr().err == (
+        "mla_jax compare: error: --dtype: got 'int8', needed one of "
+        "'float32', 'float16', 'bfloat16'\n"
+    )
+
+
+@pytest.mark.parametrize(
+    "name, parser", [("demo", demo._parser), ("compare", compare._parser), ("bench", bench._parser)]
+)
+def test_every_flag_has_a_bad_value_above(name, parser):
+    flags = {
+        action.option_strings[0]
+        for action in parser()._actions
+        if action.option_strings and action.option_strings[0] != "-h"
+    }
+    tested = {flag for argv, flag in BAD_FLAGS if argv[:1] == [name]}
+    assert flags <= tested, f"{name}: no bad value for {sorted(flags - tested)}"
+
+
+def test_a_bad_flag_from_the_shell_is_one_line():
+    """The same through ``python -m``: no traceback, usage block or log line either."""
+    proc = run("-m", "mla_jax", "demo", "--seed", "-1")
+    assert proc.returncode == 2
+    assert proc.stderr == (
+        "mla_jax demo: error: --seed: got -1, needed an int in [0, 9223372036854775807]\n"
+    )

@@ -23,7 +23,9 @@ from mla_jax._checks import CUDA_CAPABILITIES, check_compute_capability
 from mla_jax.cache import FP8_SCALE_FLOOR, append_latent, quantize_fp8
 from mla_jax.deepseek import from_hf_dict, generate, init_params, load_checkpoint
 from mla_jax.deepseek.checkpoint import expected_shapes
+from mla_jax.deepseek.config import OPTIONAL_INTS
 from mla_jax.layer import PRESETS
+from mla_jax.layer import init_params as init_layer
 from mla_jax.loop import decode_loop, init_decode_state
 from mla_jax.reference import mla_decode_reference_np
 
@@ -495,21 +497,382 @@ def test_generate_refuses(model, over, message):
         generate(params, config, backend="xla", sm_count=4, **kw)
 
 
-# the command line ---------------------------------------------------------------------
+# property tests of the model, the loop and the cache -----------------------------------
+#
+# Each feeds one family of bad arguments and asserts a ValueError/TypeError naming
+# what is wrong, or (where the input is valid after all) the reference result; never
+# another exception. Valid inputs keep one shape each, so each jitted path compiles once.
+
+ERRORS = (ValueError, TypeError)
+TENSORS = sorted(expected_shapes(from_hf_dict(HF_CONFIG), set()))
+MISSING = object()  # a config field deleted
 
 
-def test_cli_bad_flags_and_paths_exit_2(tmp_path, capsys):
-    from mla_jax.tools import bench, demo
+def _odd_value():
+    return st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(-3, 70),
+        st.just(2**40),
+        st.floats(allow_nan=True, allow_infinity=True),
+        st.text(max_size=3),
+        st.lists(st.integers(0, 3), max_size=2),
+        st.just(MISSING),
+    )
 
-    with pytest.raises(SystemExit) as exit_:
-        demo.main(["--seed", "-1"])
-    assert exit_.value.code == 2 and "--seed: must be >= 0, got -1" in capsys.readouterr().err
-    assert demo.main(["--batch", "1000000000", "--steps", "1"]) == 2
-    assert "past the block table's int32 indices" in capsys.readouterr().err
-    assert demo.main(["--batch", "20000000", "--steps", "1"]) == 2
-    err = capsys.readouterr().err
-    assert "GiB, more than this device's" in err and err.count("\n") == 1
-    (tmp_path / "file").write_text("")
-    assert bench.main(["--dry-run", "--out", str(tmp_path / "file" / "out")]) == 2
-    err = capsys.readouterr().err
-    assert "--out:" in err and "is not a folder" in err and err.count("\n") == 1
+
+DAMAGE = st.one_of(
+    st.tuples(st.just("truncate"), st.floats(0, 1, exclude_max=True)),
+    st.tuples(st.just("overwrite"), st.integers(0, 2**20), st.binary(min_size=1, max_size=8)),
+    st.tuples(
+        st.just("shape"),
+        st.sampled_from(TENSORS),
+        st.sampled_from(["grow", "shrink", "add_dim", "drop_dim"]),
+    ),
+    st.tuples(
+        st.just("dtype"),
+        st.sampled_from(TENSORS),
+        st.sampled_from(["int8", "int32", "uint8", "float64", "bool", "float16"]),
+    ),
+    st.tuples(st.just("drop"), st.sampled_from(TENSORS)),
+    st.tuples(st.just("config"), st.sampled_from(sorted(HF_CONFIG)), _odd_value()),
+)
+
+
+def _damage(folder, damage) -> tuple[tuple[str, ...], bool]:
+    """Applies ``damage`` to the checkpoint in ``folder``; returns the names an error
+    may carry (one of them), and whether the folder may still be a valid checkpoint."""
+    from safetensors.numpy import load_file, save_file
+
+    kind, *how = damage
+    weights = folder / "model.safetensors"
+    if kind in ("truncate", "overwrite"):
+        data = bytearray(weights.read_bytes())
+        if kind == "truncate":
+            del data[int(how[0] * len(data)) :]
+        else:
+            start = how[0] % len(data)
+            data[start : start + len(how[1])] = how[1]
+        weights.write_bytes(bytes(data))
+        # A changed byte in the data region is a different, valid weight.
+        return ("model.safetensors",), kind == "overwrite"
+    if kind == "config":
+        name, value = how
+        hf = dict(HF_CONFIG)
+        if value is MISSING:
+            del hf[name]
+        else:
+            hf[name] = value
+        (folder / "config.json").write_text(json.dumps(hf))
+        # Another int, or an optional field left out, may be another valid model: the
+        # tensors then decide, and an error names the first that does not fit (which
+        # that config reads, not necessarily one of TENSORS).
+        optional = name in OPTIONAL_INTS and value in (MISSING, None)
+        return (name, "tensor"), optional or (type(value) is int and value >= 0)
+    tensors = load_file(str(weights))
+    name = how[0]
+    if kind == "drop":
+        del tensors[name]
+    elif kind == "dtype":
+        tensors[name] = tensors[name].astype(how[1])
+    else:
+        shape = list(tensors[name].shape)
+        if how[1] == "grow":
+            shape[-1] += 1
+        elif how[1] == "shrink":
+            shape[-1] -= 1
+        elif how[1] == "add_dim":
+            shape.append(1)
+        else:
+            shape.pop()
+        tensors[name] = np.ones(shape, np.float32)
+    save_file(tensors, str(weights))
+    return (name,), kind == "dtype" and how[1] == "float16"
+
+
+@PROPERTY
+@given(damage=DAMAGE)
+def test_load_checkpoint_property(checkpoint, tmp_path_factory, damage):
+    """A folder with one random corruption loads, or is refused naming the file, the
+    tensor or the config field."""
+    folder = copy(checkpoint, tmp_path_factory.mktemp("damaged"))
+    names, may_load = _damage(folder, damage)
+    try:
+        config, params = load_checkpoint(folder)
+    except ERRORS as e:
+        assert any(name in str(e) for name in names), (damage, str(e))
+        return
+    assert may_load, (damage, "loaded")
+    assert params.embed.shape == (config.vocab_size, config.attention.hidden_size)
+
+
+@pytest.fixture(scope="module")
+def greedy(model):
+    """The reference continuation: int32 ids, greedy."""
+    config, params = model
+    out = generate(
+        params,
+        config,
+        np.array([[1, 2], [3, 0]], np.int32),
+        np.array([2, 1], np.int32),
+        2,
+        backend="xla",
+        sm_count=4,
+    )
+    return np.asarray(out.tokens)
+
+
+INT_TYPES = ["int8", "uint8", "int16", "int32", "int64", "uint32"]
+# One argument of generate changed at a time: (what, value); the others are the
+# reference's (int32 ids [[1, 2], [3, 0]], lengths [2, 1], greedy, 2 tokens).
+GENERATE_CHANGES = st.one_of(
+    st.tuples(st.just("prompts dtype"), st.sampled_from([*INT_TYPES, "float32", "bool"])),
+    st.tuples(st.just("prompts rank"), st.sampled_from([1, 3])),
+    st.tuples(st.just("prompt id"), st.sampled_from([-1, 32, 2**31, 2**40])),
+    st.tuples(st.just("prompt_lens dtype"), st.sampled_from([*INT_TYPES, "float32"])),
+    st.tuples(st.just("prompt_lens[0]"), st.sampled_from([0, 3, -1, 2**33])),
+    st.tuples(
+        st.just("temperature"),
+        st.sampled_from([0.0, np.float32(0), -0.5, float("nan"), float("inf"), "0", True]),
+    ),
+    st.tuples(st.just("top_k"), st.sampled_from([1, np.int64(32), 0, 33, 2.0, "1"])),
+    st.tuples(st.just("max_new_tokens"), st.sampled_from([np.int32(2), 0, -1, 2.0, True])),
+)
+
+
+@PROPERTY
+@given(change=GENERATE_CHANGES)
+def test_generate_property(model, greedy, change):
+    """Ids and lengths of any integer dtype, ints of any int type: the reference's
+    tokens; other dtypes, ranks, non-finite or negative temperatures and out-of-range
+    ints: an error naming the argument."""
+    config, params = model
+    what, value = change
+    ids, lens = [[1, 2], [3, 0]], [2, 1]
+    kw: dict = dict(max_new_tokens=2)
+    valid = True
+    if what == "prompts dtype":
+        prompts, valid = np.array(ids, value), value in INT_TYPES
+    elif what == "prompts rank":
+        prompts, valid = np.array(ids).reshape((4,) if value == 1 else (2, 2, 1)), False
+    elif what == "prompt id":
+        prompts, valid = np.array([[1, value], [3, 0]]), False
+    else:
+        prompts = np.array(ids, np.int32)
+    if what == "prompt_lens dtype":
+        prompt_lens, valid = np.array(lens, value), value in INT_TYPES
+    elif what == "prompt_lens[0]":
+        prompt_lens, valid = np.array([value, 1]), False
+    else:
+        prompt_lens = np.array(lens, np.int32)
+    if what in ("temperature", "top_k", "max_new_tokens"):
+        kw[what] = value
+        ok = {"temperature": [0.0, np.float32(0)], "top_k": [1, 32], "max_new_tokens": [2]}
+        valid = not isinstance(value, (bool, str, float)) or what == "temperature"
+        valid = valid and not isinstance(value, (bool, str)) and value in ok[what]
+    try:
+        out = generate(params, config, prompts, prompt_lens, backend="xla", sm_count=4, **kw)
+    except ERRORS as e:
+        assert not valid, (change, str(e))
+        assert what.split(" ")[0].split("[")[0] in str(e), (change, str(e))
+        return
+    assert valid, (change, "accepted")
+    np.testing.assert_array_equal(np.asarray(out.tokens), greedy)
+
+
+@pytest.fixture(scope="module")
+def loop_reference():
+    """The tiny loop's inputs (a fresh state each call: the loop donates it) and its
+    outputs from int32 positions and table."""
+    config = PRESETS["tiny"]
+    layers = [init_layer(config, k) for k in jax.random.split(jax.random.key(1), 2)]
+
+    def state():
+        return init_decode_state(
+            config, 2, 2, 16, 4, sm_count=4, key=jax.random.key(0), prompt_lens=[3, 5]
+        )
+
+    x0 = jnp.ones((2, config.hidden_size))
+    outputs, _ = decode_loop(layers, config, x0, state(), 2, backend="xla")
+    return config, layers, state, x0, np.asarray(outputs)
+
+
+def _first_page(table, page):
+    """``table`` with row 0's first (live) page replaced by ``page``."""
+    table = np.array(table)
+    table[0, 0] = page
+    return table
+
+
+# One change to decode_loop's arguments at a time: (what, value, valid).
+LOOP_CHANGES = st.sampled_from(
+    [
+        ("positions", np.array([3, 5], np.int64), True),
+        ("positions", np.array([2**32 + 3, 5], np.int64), False),
+        ("positions", np.array([-1, 5], np.int32), False),
+        ("positions", np.array([15, 5], np.int32), False),  # + 2 steps passes capacity 16
+        ("positions", np.array([3.0, 5.0], np.float32), False),
+        ("block_table", lambda t: t.astype(np.int64), True),
+        ("block_table", lambda t: _first_page(t.astype(np.int64), 2**33), False),
+        ("block_table", lambda t: _first_page(t, -1), False),
+        ("block_table", lambda t: _first_page(t, 99), False),
+        ("block_table", lambda t: t.astype(np.int16), False),
+        ("num_steps", np.int64(2), True),
+        ("num_steps", 0, False),
+        ("num_steps", 2.0, False),
+        ("num_steps", True, False),
+        ("x0", lambda x: x[:, :-1], False),
+        ("x0", lambda x: x[0], False),
+        ("x0", lambda x: x.astype(jnp.int32), False),
+        ("params_list", lambda p: p[:1], False),
+    ]
+)
+
+
+@PROPERTY
+@given(change=LOOP_CHANGES)
+def test_decode_loop_property(loop_reference, change):
+    """Wider ints that fit and numpy ints: the int32 outputs; out-of-range positions and
+    pages (validate=True), other dtypes, ranks, widths and layer counts: an error
+    naming the argument."""
+    config, layers, new_state, x0, want = loop_reference
+    what, value, valid = change
+    state, num_steps, params_list = new_state(), 2, layers
+    if what == "positions":
+        state = state._replace(positions=value)
+    elif what == "block_table":
+        state = state._replace(block_table=value(np.asarray(state.block_table)))
+    elif what == "num_steps":
+        num_steps = value
+    elif what == "x0":
+        x0 = value(x0)
+    else:
+        params_list = value(layers)
+    try:
+        outputs, _ = decode_loop(
+            params_list, config, x0, state, num_steps, backend="xla", validate=True
+        )
+    except ERRORS as e:
+        assert not valid, (change, str(e))
+        assert what in str(e), (change, str(e))
+        return
+    assert valid, (change, "accepted")
+    np.testing.assert_allclose(np.asarray(outputs), want, rtol=1e-6, atol=1e-6)
+
+
+@PROPERTY
+@given(
+    positions=st.lists(
+        st.integers(-6, 16) | st.sampled_from([2**31, 2**40]), min_size=B, max_size=B
+    ),
+    pages=st.lists(st.integers(-2, NUM_PAGES + 1), min_size=B * PAGES, max_size=B * PAGES),
+    index_dtype=st.sampled_from(["int32", "int64", "int16"]),
+    latent=st.sampled_from(["ok", "float16", "rank 1", "rank 3", "width"]),
+)
+def test_append_latent_property(positions, pages, index_dtype, latent):
+    """A row is written where its position lies inside the table and on a page of the
+    pool, and nowhere else; indices wider than int32 are checked, not wrapped."""
+    width = 8
+    cache = np.arange(NUM_PAGES * PAGE * width, dtype=np.float32).reshape(NUM_PAGES, PAGE, width)
+    rows = -np.arange(1, B * width + 1, dtype=np.float32).reshape(B, width)
+    table = np.array(pages).reshape(B, PAGES)
+    pos = np.array(positions)
+    given_latent = {
+        "ok": rows,
+        "float16": rows.astype(np.float16),
+        "rank 1": rows[0],
+        "rank 3": rows[:, None],
+        "width": rows[:, :-1],
+    }[latent]
+    fits = (np.abs(pos) < 2**31).all()
+    try:
+        got = append_latent(
+            jnp.asarray(cache),
+            jnp.asarray(given_latent),
+            table.astype(index_dtype),
+            pos.astype(index_dtype) if fits or index_dtype == "int64" else pos,
+        )
+    except ERRORS as e:
+        assert latent != "ok" or index_dtype == "int16" or not fits, str(e)
+        named = "latent" if latent != "ok" else "positions" if not fits else "block_table"
+        assert named in str(e) or "positions" in str(e), str(e)
+        return
+    assert latent == "ok" and index_dtype != "int16" and fits
+    want = cache.copy()
+    written = set()
+    for b in range(B):
+        slot, offset = pos[b] // PAGE, pos[b] % PAGE
+        if pos[b] >= 0 and slot < PAGES and 0 <= table[b, slot] < NUM_PAGES:
+            if (table[b, slot], offset) in written:
+                return  # two rows at one place: either may win
+            written.add((table[b, slot], offset))
+            want[table[b, slot], offset] = rows[b]
+    np.testing.assert_array_equal(np.asarray(got), want)
+
+
+ODD_INTS = st.sampled_from([0, -1, 2.0, True, "2", None, np.int64(2), np.uint8(3), 2])
+
+
+@PROPERTY
+@given(arg=st.sampled_from(["num_seqs", "max_len", "page_size", "width"]), value=ODD_INTS)
+def test_new_paged_cache_property(arg, value):
+    """numpy and Python ints >= 1 give the documented shapes; anything else is an
+    error naming the argument."""
+    from mla_jax.cache import new_paged_cache
+
+    kw = dict(num_seqs=2, max_len=5, page_size=2, width=3)
+    kw[arg] = value
+    valid = not isinstance(value, (bool, float, str, type(None))) and value >= 1
+    try:
+        cache, table = new_paged_cache(**kw, key=jax.random.key(0))
+    except ERRORS as e:
+        assert not valid and arg in str(e), str(e)
+        return
+    assert valid
+    n, m, p, w = (int(kw[k]) for k in ("num_seqs", "max_len", "page_size", "width"))
+    assert table.shape == (n, -(-m // p)) and table.dtype == jnp.int32
+    assert cache.shape == (table.size, p, w)
+    assert sorted(np.asarray(table).ravel().tolist()) == list(range(table.size))
+
+
+@PROPERTY
+@given(
+    arg=st.sampled_from(
+        ["max_num_seqs", "num_heads", "max_model_len", "kv_lora_rank", "rope_dim", "sm_count"]
+    ),
+    value=ODD_INTS,
+)
+def test_reserve_logits_buffer_property(arg, value):
+    """numpy and Python ints >= 1 give the reservation their int values plan; anything
+    else is an error naming the argument."""
+    from mla_jax.buffers import plan_logits_buffer
+
+    kw = dict(
+        max_num_seqs=2, num_heads=4, max_model_len=32, kv_lora_rank=16, rope_dim=8, sm_count=4
+    )
+    kw[arg] = value
+    valid = not isinstance(value, (bool, float, str, type(None))) and value >= 1
+    # None asks the GPU: a result on one, an error naming sm_count here.
+    valid = valid or (arg == "sm_count" and value is None and jax.default_backend() == "gpu")
+    try:
+        buf = mla_jax.reserve_logits_buffer(
+            kw.pop("max_num_seqs"), kw.pop("num_heads"), kw.pop("max_model_len"), **kw
+        )
+    except ERRORS as e:
+        assert not valid and arg in str(e), str(e)
+        return
+    assert valid
+    if value is None:
+        return
+    kw = dict(
+        max_num_seqs=2, num_heads=4, max_model_len=32, kv_lora_rank=16, rope_dim=8, sm_count=4
+    )
+    kw[arg] = int(value)
+    shape, _ = plan_logits_buffer(
+        kw.pop("max_num_seqs"),
+        kw.pop("num_heads"),
+        kw.pop("max_model_len"),
+        policy="occupancy",
+        **kw,
+    )
+    assert buf.data.shape == shape

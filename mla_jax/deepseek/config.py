@@ -193,6 +193,33 @@ def _check_fields(hf: Mapping[str, Any]) -> None:
         if isinstance(value, bool) or not isinstance(value, int):
             got = "missing" if name not in hf else f"got {value!r}"
             raise ValueError(f"config.json {name}: {got}, needed an int")
+
+    # The ranges: a size of 0 or less, or routing that cannot pick its experts, would
+    # load and then fail (or route wrongly) inside generate.
+    def needed(name: str, rule: str) -> ValueError:
+        return ValueError(f"config.json {name}: got {hf[name]!r}, needed {rule}")
+
+    for name in REQUIRED_INTS + ("q_lora_rank", "n_group", "topk_group"):
+        if hf.get(name) is not None and hf[name] < 1:
+            raise needed(name, "an int >= 1")
+    for name in ("n_shared_experts", "first_k_dense_replace"):
+        if hf.get(name) is not None and hf[name] < 0:
+            raise needed(name, "an int >= 0")
+    if hf["qk_rope_head_dim"] % 2:
+        raise needed("qk_rope_head_dim", "an even int (RoPE rotates pairs)")
+    if (hf.get("first_k_dense_replace") or 0) > hf["num_hidden_layers"]:
+        raise needed("first_k_dense_replace", f"<= num_hidden_layers ({hf['num_hidden_layers']})")
+    groups, experts = hf.get("n_group") or 1, hf["n_routed_experts"]
+    if experts % groups:
+        raise needed("n_group", f"a divisor of n_routed_experts ({experts})")
+    if (hf.get("topk_group") or 1) > groups:
+        raise needed("topk_group", f"<= n_group ({groups})")
+    reachable = (hf.get("topk_group") or 1) * experts // groups
+    if hf["num_experts_per_tok"] > reachable:
+        raise needed(
+            "num_experts_per_tok",
+            f"<= the experts of topk_group of n_group groups ({reachable})",
+        )
     for name in OPTIONAL_REALS:
         value = hf.get(name)
         if value is not None and (

@@ -67,7 +67,8 @@ from mla_jax import kv_splits, mla_decode, num_kv_splits, reserve_logits_buffer
 from mla_jax.cache import new_paged_cache, quantize_fp8
 from mla_jax.tools import bench_report, vllm_kernel
 from mla_jax.tools.bench_report import PATH_LABELS, SPLIT_POLICY
-from mla_jax.tools.compare import H200_SM_COUNT, default_sm_count, positive_int
+from mla_jax.tools.cli import Parser, fail, positive_float, positive_int, positive_ints
+from mla_jax.tools.compare import H200_SM_COUNT, default_sm_count
 from mla_jax.tools.problem import QK_NOPE_HEAD_DIM, softmax_scale
 
 BATCHES = (1, 4, 16, 64, 128)
@@ -968,45 +969,29 @@ def run_sweep(
 # ----------------------------------------------------------------------------- CLI
 
 
-def _positive_ints(text: str) -> tuple[int, ...]:
-    """argparse type: comma-separated integers >= 1, at least one."""
-    values = tuple(positive_int(v) for v in text.split(",") if v.strip())
-    if not values:
+def _paths(text: str) -> tuple[str, ...]:
+    paths = tuple(p for p in text.split(",") if p)
+    unknown = [p for p in paths if p not in PATH_LABELS]
+    if unknown or not paths:
         raise argparse.ArgumentTypeError(
-            f"expected integers >= 1 separated by commas, got {text!r}"
+            f"got {text!r}, needed paths separated by commas, of {','.join(PATH_LABELS)}"
         )
-    return values
+    return paths
 
 
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not value > 0:  # NaN too
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
-    return value
-
-
-_positive_ints.__name__ = "ints"  # argparse names the type in its messages
-_positive_float.__name__ = "float"
-
-
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python -m mla_jax bench", description=__doc__.split("\n\n")[0].replace("``", "")
-    )
-    p.add_argument("--batch", type=_positive_ints, help=f"batch sizes (default {BATCHES})")
-    p.add_argument("--heads", type=_positive_ints, help=f"query heads (default {HEADS})")
+def _parser() -> Parser:
+    p = Parser("bench", description=__doc__.split("\n\n")[0].replace("``", ""))
+    p.add_argument("--batch", type=positive_ints, help=f"batch sizes (default {BATCHES})")
+    p.add_argument("--heads", type=positive_ints, help=f"query heads (default {HEADS})")
     p.add_argument(
         "--lens",
-        type=_positive_ints,
+        type=positive_ints,
         help=f"sequence lengths (default {LENS}; "
         f"those > {LONG_LEN} only for B <= {LONG_MAX_BATCH})",
     )
     p.add_argument(
         "--paths",
-        type=lambda s: tuple(s.split(",")),
+        type=_paths,
         default=DEFAULT_PATHS,
         help=f"paths to time, of {','.join(PATH_LABELS)} (default {','.join(DEFAULT_PATHS)})",
     )
@@ -1050,13 +1035,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--time-budget",
-        type=_positive_float,
+        type=positive_float,
         default=420.0,
         help="seconds; paths after it are recorded as skipped (default 420)",
     )
     p.add_argument(
         "--bytes-budget-gib",
-        type=_positive_float,
+        type=positive_float,
         help="skip the XLA paths where their temporaries would exceed this "
         "(default: a quarter of the GPU's memory, else 16)",
     )
@@ -1126,6 +1111,17 @@ def write_outputs(results: dict, out_dir: Path, markdown: Path | None) -> Path:
     return page
 
 
+# A results.json's fields that --report-only reads, and their JSON types.
+RESULTS_FIELDS = {
+    "what": str,
+    "machine": dict,
+    "config": dict,
+    "paths": dict,
+    "ceilings": dict,
+    "shapes": list,
+}
+
+
 def _read_part(arg: str) -> dict:
     """A ``--report-only`` argument's results: ``RESULTS_JSON``, or ``RESULTS_JSON:PATHS``
     for only the comma-separated paths of it."""
@@ -1134,9 +1130,22 @@ def _read_part(arg: str) -> dict:
         name, _, paths = arg.rpartition(":")
         path, keep = Path(name), [p for p in paths.split(",") if p]
     if not path.is_file():
-        raise FileNotFoundError(f"no results file {str(path)!r} (from --report-only {arg!r})")
-    results = json.loads(path.read_text())
-    return results if keep is None else bench_report.select_paths(results, keep)
+        raise FileNotFoundError(f"--report-only: got {arg!r}, but there is no file {str(path)!r}")
+    try:
+        results = json.loads(path.read_text())
+    except ValueError as e:
+        raise ValueError(f"--report-only: {str(path)!r} is not JSON ({e})") from None
+    if not isinstance(results, dict) or not all(
+        isinstance(results.get(k), kind) for k, kind in RESULTS_FIELDS.items()
+    ):
+        raise ValueError(
+            f"--report-only: {str(path)!r} is not a results.json this command wrote "
+            f"(needed a JSON object with {', '.join(RESULTS_FIELDS)})"
+        )
+    try:
+        return results if keep is None else bench_report.select_paths(results, keep)
+    except ValueError as e:
+        raise ValueError(f"--report-only: {arg!r}: {e}") from None
 
 
 def unwritable(out_dir: Path, markdown: Path | None) -> str | None:
@@ -1162,7 +1171,7 @@ def _write_outputs(results: dict, args: argparse.Namespace) -> Path | None:
     try:
         return write_outputs(results, args.out, args.markdown)
     except OSError as e:
-        print(f"bench: cannot write the outputs to {str(args.out)!r}: {e}", file=sys.stderr)
+        fail("bench", f"--out: cannot write the outputs to {str(args.out)!r}: {e}")
         return None
 
 
@@ -1171,41 +1180,32 @@ def main(argv: list[str]) -> int:
     args.out = args.out or (DRY_RUN_OUT if args.dry_run and not args.report_only else DEFAULT_OUT)
     problem = unwritable(args.out, args.markdown)
     if problem:
-        print(f"bench: {problem}", file=sys.stderr)
-        return 2
+        return fail("bench", problem)
     if args.report_only:
         try:
             results = bench_report.merge_results([_read_part(arg) for arg in args.report_only])
         except (OSError, ValueError) as e:
-            print(f"bench: {e}", file=sys.stderr)
-            return 2
+            return fail("bench", str(e))
         refusal = replace_refusal(
             args.out,
             results.get("machine", {}).get("platform"),
             dry_run=bool(results.get("config", {}).get("dry_run")),
         )
         if refusal:
-            print(f"bench: {refusal}", file=sys.stderr)
-            return 2
+            return fail("bench", refusal)
         page = _write_outputs(results, args)
         if page is None:
             return 2
         print(bench_report.summary_table(results))
         print(f"wrote {args.out / 'results.json'}, {len(results['plots'])} plots and {page}")
         return 0
-    unknown = sorted(set(args.paths) - set(PATH_LABELS))
-    if unknown:
-        print(f"unknown paths {unknown}; choose from {list(PATH_LABELS)}", file=sys.stderr)
-        return 2
     # Else JAX takes 75% of the GPU when its backend starts, leaving torch (vLLM) little.
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     if not args.dry_run and jax.default_backend() != "gpu":
-        print(f"no GPU visible to JAX ({jax.devices()}); use --dry-run on a CPU", file=sys.stderr)
-        return 2
+        return fail("bench", f"no GPU visible to JAX ({jax.devices()}); use --dry-run on a CPU")
     refusal = replace_refusal(args.out, jax.devices()[0].platform, dry_run=args.dry_run)
     if refusal:
-        print(f"bench: {refusal}", file=sys.stderr)
-        return 2
+        return fail("bench", refusal)
     preset: dict[str, Any] = DRY if args.dry_run else QUICK if args.quick else {}
     shapes = sweep_shapes(
         args.batch or preset.get("batches", BATCHES),

@@ -20,7 +20,6 @@ import argparse
 import json
 import math
 import os
-import sys
 from collections.abc import Callable
 from typing import Any, NamedTuple, cast
 
@@ -28,9 +27,11 @@ import jax
 import numpy as np
 
 from mla_jax import Backend, reference
+from mla_jax._checks import INT32_MAX
 from mla_jax.buffers import gpu_sm_count, reserve_logits_buffer
 from mla_jax.decode import mla_decode
 from mla_jax.splits import num_kv_splits
+from mla_jax.tools.cli import Parser, fail, int_at_least, positive_int
 from mla_jax.tools.problem import Problem, make_problem
 
 PATHS = (
@@ -99,23 +100,12 @@ def default_sm_count() -> int:
     return gpu_sm_count() if jax.default_backend() == "gpu" else H200_SM_COUNT
 
 
-def int_at_least(minimum: int) -> Callable[[str], int]:
-    """An argparse ``type``: an int ``>= minimum``; else argparse's usage error (exit 2)."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
-        return value
-
-    parse.__name__ = "int"  # argparse names the type in its messages
-    return parse
-
-
-positive_int = int_at_least(1)
+def device_memory_bytes() -> int:
+    """What the first device can hold: a GPU's JAX limit, else the host's memory."""
+    stats = jax.devices()[0].memory_stats() or {}
+    if "bytes_limit" in stats:
+        return int(stats["bytes_limit"])
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 def _numpy(t) -> np.ndarray:
@@ -389,14 +379,49 @@ def format_table(report: Report) -> str:
 
 def _inject(text: str) -> tuple[str, float]:
     path, _, rel = text.partition("=")
-    if path not in PATHS or not rel:
-        raise argparse.ArgumentTypeError(f"expected PATH=REL with PATH in {PATHS}, got {text!r}")
-    return path, float(rel)
+    try:
+        value = float(rel)
+    except ValueError:
+        value = math.nan
+    if path not in PATHS or not math.isfinite(value):
+        raise argparse.ArgumentTypeError(
+            f"got {text!r}, needed PATH=REL, PATH one of {', '.join(PATHS)}, REL a finite number"
+        )
+    return path, value
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m mla_jax compare",
+def _kernel_file(text: str) -> str:
+    if not os.path.isfile(text):
+        raise argparse.ArgumentTypeError(
+            f"got {text!r}, which is not a file; needed vLLM's triton_decode_attention.py "
+            "(docs/vllm_kernel.md)"
+        )
+    return text
+
+
+def _size_problem(args: argparse.Namespace) -> str | None:
+    """Why the problem asked for cannot be built here, or None; checked before the
+    arrays are drawn (an oversized ``--batch`` would fill the memory)."""
+    pages = args.batch * -(-args.max_len // args.page_size) + 3  # make_problem's extra pages
+    sizes = f"--batch {args.batch}, --max-len {args.max_len}, --page-size {args.page_size}"
+    if args.max_len > INT32_MAX or pages > INT32_MAX:
+        return f"{sizes}: {pages} cache pages, past int32 lengths and page indices"
+    width = args.kv_lora_rank + args.rope_dim
+    # Drawn in float32, then cast; a path's outputs and temporaries take a few times q.
+    need = (pages * args.page_size + 4 * args.batch * args.heads) * width * 4
+    have = device_memory_bytes()
+    if need > have:
+        return (
+            f"{sizes}, --heads {args.heads}, --kv-lora-rank {args.kv_lora_rank}, --rope-dim "
+            f"{args.rope_dim}: the problem needs {need / 2**30:.1f} GiB, more than this "
+            f"device's {have / 2**30:.1f} GiB"
+        )
+    return None
+
+
+def _parser() -> Parser:
+    parser = Parser(
+        "compare",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -424,12 +449,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--vllm-kernel",
         metavar="PATH",
+        type=_kernel_file,
         default=None,
         help="vLLM's triton_decode_attention.py (docs/vllm_kernel.md)",
     )
     # Hidden: PATH=REL scales one path's softmax scale by 1 + REL (tests the check).
     parser.add_argument("--inject", type=_inject, default=None, help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    too_big = _size_problem(args)
+    if too_big:
+        return fail("compare", too_big)
     problem = make_problem(
         batch=args.batch,
         num_heads=args.heads,
@@ -450,7 +483,6 @@ def main(argv: list[str] | None = None) -> int:
             inject=args.inject,
         )
     except ValueError as e:
-        print(f"compare: {e}", file=sys.stderr)
-        return 2
+        return fail("compare", str(e))
     print(json.dumps(describe(report), indent=2) if args.json else format_table(report))
     return 0 if report.passed else 1

@@ -18,8 +18,6 @@ from __future__ import annotations
 import argparse
 import functools
 import math
-import os
-import sys
 import time
 from typing import NamedTuple, get_args
 
@@ -34,18 +32,25 @@ from mla_jax.layer import PRESETS, MLAConfig, MLAParams, init_params
 from mla_jax.loop import DecodeState, decode_loop, init_decode_state, rms_normalise
 from mla_jax.reference import mla_decode_reference
 from mla_jax.splits import DEFAULT_POLICY, Policy, kv_splits
-from mla_jax.tools.compare import H200_SM_COUNT, TOLERANCE, default_sm_count, int_at_least
+from mla_jax.tools.cli import Parser, fail, int_at_least, positive_int
+from mla_jax.tools.compare import (
+    H200_SM_COUNT,
+    TOLERANCE,
+    default_sm_count,
+    device_memory_bytes,
+)
 
-_positive_int = int_at_least(1)
+# jax.random.key takes a seed in int64's range.
+MAX_SEED = int(np.iinfo(np.int64).max)
 
 # Progress lines per run; the steps are rounded up to equal chunks (one executable).
 MAX_CHUNKS = 4
 
 
-def _parse(argv: list[str] | None) -> argparse.Namespace:
+def _parser() -> Parser:
     on_gpu = jax.default_backend() == "gpu"
-    parser = argparse.ArgumentParser(
-        prog="python -m mla_jax demo",
+    parser = Parser(
+        "demo",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -61,14 +66,14 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         default="deepseek-v3" if on_gpu else "tiny",
         help="default: deepseek-v3 on a GPU, tiny elsewhere",
     )
-    parser.add_argument("--layers", type=_positive_int, default=2, help="default: 2")
-    parser.add_argument("--batch", type=_positive_int, default=4, help="default: 4")
+    parser.add_argument("--layers", type=positive_int, default=2, help="default: 2")
+    parser.add_argument("--batch", type=positive_int, default=4, help="default: 4")
     parser.add_argument(
-        "--steps", type=_positive_int, default=64, help="decode steps per run (default: 64)"
+        "--steps", type=positive_int, default=64, help="decode steps per run (default: 64)"
     )
     parser.add_argument(
         "--prompt-len",
-        type=_positive_int,
+        type=positive_int,
         default=560,
         help="the longest prompt (default: 560); the others are ragged, down to half of it",
     )
@@ -78,7 +83,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         default=DEFAULT_POLICY,
         help=f"the split rule (default: {DEFAULT_POLICY})",
     )
-    parser.add_argument("--page-size", type=_positive_int, default=16, help="default: 16")
+    parser.add_argument("--page-size", type=positive_int, default=16, help="default: 16")
     parser.add_argument(
         "--dtype",
         choices=tuple(TOLERANCE),
@@ -88,12 +93,12 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--sm-count",
-        type=_positive_int,
+        type=positive_int,
         default=None,
         help=f"for the split rule (default: the GPU's, else {H200_SM_COUNT})",
     )
-    parser.add_argument("--seed", type=int_at_least(0), default=0)
-    return parser.parse_args(argv)
+    parser.add_argument("--seed", type=int_at_least(0, MAX_SEED), default=0)
+    return parser
 
 
 def _prompt_lens(batch: int, longest: int, seed: int) -> np.ndarray:
@@ -229,23 +234,13 @@ def _check_machine(backend: str, dtype: str) -> str | None:
     return None
 
 
-def _memory_bytes() -> int:
-    """What the first device can hold: a GPU's JAX limit, else the host's memory."""
-    stats = jax.devices()[0].memory_stats() or {}
-    if "bytes_limit" in stats:
-        return int(stats["bytes_limit"])
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-
-
 def _size_problem(
     args: argparse.Namespace, config: MLAConfig, max_len: int, sm_count: int
 ) -> str | None:
     """Why the caches and logits buffer asked for cannot exist here, or None; checked
     before anything is allocated (an oversized ``--batch`` would fill the memory)."""
     pages = args.batch * -(-max_len // args.page_size)
-    sizes = (
-        f"--batch {args.batch}, --prompt-len {args.prompt_len} + {max_len - args.prompt_len} steps"
-    )
+    sizes = f"--batch {args.batch}, --prompt-len {args.prompt_len}, --steps {args.steps}"
     if pages > INT32_MAX:
         return f"{sizes}: {pages} cache pages, past the block table's int32 indices"
     shape, _ = plan_logits_buffer(
@@ -259,7 +254,7 @@ def _size_problem(
     )
     cache = pages * args.page_size * config.latent_dim * jnp.dtype(args.dtype).itemsize
     need = args.layers * cache + math.prod(shape) * jnp.dtype(LOGITS_DTYPE).itemsize
-    have = _memory_bytes()
+    have = device_memory_bytes()
     if need > have:
         return (
             f"{sizes}, --layers {args.layers}: the caches and logits buffer need "
@@ -269,20 +264,18 @@ def _size_problem(
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parse(argv)
+    args = _parser().parse_args(argv)
     try:
         backend = resolve_backend(args.backend, None)
     except ValueError as e:
-        print(f"demo: {e}", file=sys.stderr)
-        return 2
+        return fail("demo", str(e))
     problem = _check_machine(backend, args.dtype)
     try:
         sm_count = default_sm_count() if args.sm_count is None else args.sm_count
     except ValueError as e:
         problem = problem or str(e)
     if problem:
-        print(f"demo: {problem}", file=sys.stderr)
-        return 2
+        return fail("demo", problem)
 
     config, dtype = PRESETS[args.config], jnp.dtype(args.dtype)
     chunks = min(MAX_CHUNKS, args.steps)
@@ -291,8 +284,7 @@ def main(argv: list[str] | None = None) -> int:
     max_len = args.prompt_len + steps
     problem = _size_problem(args, config, max_len, sm_count)
     if problem:
-        print(f"demo: {problem}", file=sys.stderr)
-        return 2
+        return fail("demo", problem)
     prompts = _prompt_lens(args.batch, args.prompt_len, args.seed)
     # RngBitGenerator keys: threefry's unrolled rounds dominate compile time on a CPU.
     keys = jax.random.split(jax.random.key(args.seed, impl="rbg"), 4)
