@@ -3,7 +3,9 @@
 Each example is a whole decode problem: edge and random lengths, shuffled,
 repeated or shared pages, garbage in dead block-table entries, NaN in every cache
 row no live token owns (a read of one shows up as NaN), queries of several
-magnitudes, and split counts decoupled from the lengths.
+magnitudes, and split counts decoupled from the lengths. The interpreted kernels run
+half their problems inside NaN-poisoned allocations (``tests.interpreted.run``'s
+``poison``), where a read past the cache or the table shows up too.
 
 The xla backend recompiles for every new static shape, and compilation is most of
 the time here (about 2 CPU-seconds a ``_decode_step``), so its problems come from a
@@ -304,10 +306,18 @@ def test_interpreted_kernels(request, pool, index, examples):
             grid_splits = num_splits + data.draw(st.integers(0, 2), label="idle splits")
             rows = s.batch + data.draw(st.integers(0, 2), label="extra rows")
             buffer = np.full((rows, s.heads, grid_splits, s.dims[0] + 1), np.nan, np.float32)
+            # Inside NaN-poisoned allocations (the cache between NaN pages, the table
+            # between rows pointing past the pool): a read outside either shows up.
+            poison = data.draw(st.sampled_from([0, 2]), label="poison")
             job = pool.apply_async(
                 run,
                 (*case[:4], buffer),
-                dict(scale=case.scale, num_splits=num_splits, grid_splits=grid_splits),
+                dict(
+                    scale=case.scale,
+                    num_splits=num_splits,
+                    grid_splits=grid_splits,
+                    poison=poison,
+                ),
             )
             jobs.append((case, num_splits, job))
         for case, num_splits, job in jobs:
