@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import mla_jax
+from mla_jax.buffers import DEFAULT_SM_COUNT, gpu_sm_count
 
 B, H, LORA, ROPE, PAGE, PAGES = 3, 4, 32, 16, 16, 4
 
@@ -182,11 +183,14 @@ def test_donated_buffer_cannot_be_used_again():
         mla_jax.mla_decode(**args, scale=0.1, max_seq_len=64, backend="xla")
 
 
-def test_reserving_without_gpu_asks_for_sm_count():
+def test_reserving_without_gpu_plans_for_an_h100():
+    """``sm_count=None`` without a GPU plans for DEFAULT_SM_COUNT (an H100/H200's 132)
+    rather than refusing: a CPU laptop runs the snippets as written."""
     if any(d.platform == "gpu" for d in jax.devices()):
         pytest.skip("a GPU answers the question")
-    with pytest.raises(ValueError, match="Pass sm_count"):
-        mla_jax.reserve_logits_buffer(4, H, 2048, kv_lora_rank=LORA, rope_dim=ROPE)
+    buf = mla_jax.reserve_logits_buffer(4, H, 2048, kv_lora_rank=LORA, rope_dim=ROPE)
+    assert buf.sm_count == DEFAULT_SM_COUNT == 132
+    assert gpu_sm_count(jax.devices("cpu")[0]) == DEFAULT_SM_COUNT
 
 
 def test_validate_flag_stops_bad_pages_before_the_kernel():

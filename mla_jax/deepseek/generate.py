@@ -41,8 +41,8 @@ def new_decode_state(
 
     One cache per layer, ``[batch * pages, page_size, latent_dim]`` zeros in ``dtype``,
     sequence ``b`` on pages ``[b * pages, (b + 1) * pages)``; a logits buffer reserved
-    for ``max_len`` with ``sm_count`` (``None`` asks the GPU; without one, pass it,
-    e.g. 132 for an H200); positions 0.
+    for ``max_len`` with ``sm_count`` (``None`` asks the GPU, or plans for 132 SMs
+    without one: ``mla_jax.buffers.gpu_sm_count``); positions 0.
     """
     a = config.attention
     pages = -(-max_len // page_size)
