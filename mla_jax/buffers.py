@@ -19,7 +19,7 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
-from mla_jax._checks import check_positive
+from mla_jax._checks import positive_int
 from mla_jax.splits import DEFAULT_POLICY, Policy, check_policy, reserved_splits
 
 LOGITS_DTYPE = jnp.float32
@@ -68,6 +68,17 @@ class LogitsBuffer:
             f"rope_dim={self.rope_dim}, policy={self.policy!r}, sm_count={self.sm_count})"
         )
 
+    def is_donated(self) -> bool:
+        """Whether ``data`` was donated to a step (deleted): thread the returned buffer."""
+        data = self.data
+        concrete = isinstance(data, jax.Array) and not isinstance(data, jax.core.Tracer)
+        return concrete and data.is_deleted()
+
+    def __repr__(self) -> str:
+        # One line: the contents are scratch (NaN until a step writes them), and the
+        # dataclass's repr would print every float.
+        return f"<{self.describe()}{', donated' if self.is_donated() else ''}>"
+
 
 def gpu_sm_count(device: jax.Device | None = None) -> int:
     """The multiprocessor count ``sm_count=None`` stands for.
@@ -108,14 +119,14 @@ def plan_logits_buffer(
     policy: Policy,
 ) -> tuple[tuple[int, int, int, int], dict]:
     """The shape of a reservation and its static settings, after checking them."""
-    check_positive(
-        max_num_seqs=max_num_seqs,
-        num_heads=num_heads,
-        max_model_len=max_model_len,
-        kv_lora_rank=kv_lora_rank,
-        rope_dim=rope_dim,
-        sm_count=sm_count,
-    )
+    # Python ints from here on: numpy integers (accepted) would otherwise reach the
+    # split rules, which tell a static length from a traced one by ``int``.
+    max_num_seqs = positive_int("max_num_seqs", max_num_seqs)
+    num_heads = positive_int("num_heads", num_heads)
+    max_model_len = positive_int("max_model_len", max_model_len)
+    kv_lora_rank = positive_int("kv_lora_rank", kv_lora_rank)
+    rope_dim = positive_int("rope_dim", rope_dim)
+    sm_count = positive_int("sm_count", sm_count)
     check_policy(policy)
     splits = reserved_splits(
         policy, num_heads=num_heads, max_model_len=max_model_len, sm_count=sm_count

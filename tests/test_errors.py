@@ -176,11 +176,48 @@ def test_unknown_backend():
 
 
 def test_donated_buffer_cannot_be_used_again():
+    """The reused buffer is named, said to be donated, and the fix given."""
     args = inputs()
     mla_jax.mla_decode(**args, scale=0.1, max_seq_len=64, backend="xla")
     assert args["logits_buffer"].data.is_deleted()
-    with pytest.raises((RuntimeError, ValueError), match="deleted"):
+    with pytest.raises(
+        ValueError,
+        match=r"logits_buffer: LogitsBuffer\[4, 4, \d+, 33\] .* was donated to an earlier "
+        r"step and deleted; pass the buffer that step returned",
+    ):
         mla_jax.mla_decode(**args, scale=0.1, max_seq_len=64, backend="xla")
+
+
+def test_buffer_repr_is_one_line():
+    buf = buffer()
+    assert repr(buf) == f"<{buf.describe()}>" and "\n" not in repr(buf)
+    mla_jax.mla_decode(**inputs(logits_buffer=buf), scale=0.1, max_seq_len=64, backend="xla")
+    assert repr(buf).endswith(", donated>")
+
+
+def test_numpy_integers_are_ints():
+    """``np.int64`` (an array's ``max()``, a shape read back) is accepted as an int."""
+    buf = mla_jax.reserve_logits_buffer(
+        np.int64(4), np.int32(H), np.int64(2048), kv_lora_rank=LORA, rope_dim=ROPE, sm_count=4
+    )
+    assert buf.describe() == buffer().describe() and type(buf.sm_count) is int
+    with pytest.raises(ValueError, match="max_num_seqs must be a positive int, got True"):
+        mla_jax.reserve_logits_buffer(True, H, 2048, sm_count=4)
+
+
+def test_torch_tensors_come_in_through_dlpack():
+    """torch tensors as q, kv_cache, ... give the same step as JAX arrays (imported
+    with mla_jax.interop.to_jax); one JAX cannot import names to_jax."""
+    torch = pytest.importorskip("torch")
+    args = inputs()
+    want = decode(**{**args, "logits_buffer": buffer()})
+    as_torch = {k: torch.from_numpy(np.array(v)) for k, v in args.items() if k != "logits_buffer"}
+    got = decode(**as_torch, logits_buffer=buffer())
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_array_equal(got[1], want[1])
+    meta = torch.zeros(B, H, LORA + ROPE, device="meta")  # no memory to share
+    with pytest.raises(ValueError, match=r"q: got a torch.Tensor .*mla_jax\.interop\.to_jax"):
+        decode(q=meta)
 
 
 def test_reserving_without_gpu_plans_for_an_h100():
