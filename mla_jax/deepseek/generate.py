@@ -18,6 +18,7 @@ and sharding kept).
 from __future__ import annotations
 
 import functools
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Literal, NamedTuple
 
@@ -267,8 +268,6 @@ def _check_lens(prompt_lens: Any, batch: int, width: int) -> np.ndarray:
 
 def _torch_module():
     """torch, when it is imported (a torch tensor cannot exist otherwise)."""
-    import sys
-
     return sys.modules.get("torch")
 
 
