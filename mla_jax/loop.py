@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from mla_jax._checks import positive_int
 from mla_jax.buffers import LogitsBuffer, reserve_logits_buffer
 from mla_jax.cache import new_block_table
 from mla_jax.decode import Backend
@@ -68,8 +69,7 @@ def init_decode_state(
         both from the buffer); ``sm_count=None`` is the GPU's, or 132 without one
         (``mla_jax.buffers.gpu_sm_count``).
     """
-    if not isinstance(num_layers, int) or num_layers < 1:
-        raise ValueError(f"num_layers must be a positive int, got {num_layers!r}")
+    num_layers = positive_int("num_layers", num_layers)
     lens = np.asarray(prompt_lens)
     if (
         lens.shape != (num_seqs,)

@@ -238,3 +238,12 @@ def test_validate_flag_stops_bad_pages_before_the_kernel():
     with pytest.raises(ValueError, match=r"block_table\[1, 0\] = 10000 is outside \[0, 12\)"):
         mla_jax.mla_decode(**args, scale=0.1, max_seq_len=64, backend="xla", validate=True)
     assert not args["logits_buffer"].data.is_deleted()  # nothing ran, nothing was donated
+
+
+def test_layer_config_takes_numpy_integers():
+    from mla_jax.layer import MLAConfig
+
+    sizes = dict(hidden_size=64, num_heads=4, q_lora_rank=None, kv_lora_rank=32)
+    sizes.update(qk_rope_head_dim=16, qk_nope_head_dim=16, v_head_dim=16)
+    config = MLAConfig(**{k: v if v is None else np.int64(v) for k, v in sizes.items()})
+    assert config == MLAConfig(**sizes) and type(config.num_heads) is int
