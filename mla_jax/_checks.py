@@ -3,7 +3,9 @@ what it got and what it needed."""
 
 from __future__ import annotations
 
+import numbers
 import operator
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -21,6 +23,12 @@ FP8_MIN_CAPABILITY = 89  # Triton's float8_e4m3fn ("fp8e4nv") starts at Ada
 
 def shape_error(name: str, got, needed: str) -> ValueError:
     return ValueError(f"{name}: got {got}, needed {needed}")
+
+
+def is_int(value) -> bool:
+    """A Python or numpy integer scalar (``np.int64(4)`` from an array's ``max()``
+    is as good as ``4``), not a bool."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 def as_int(name: str, value, minimum: int | None = None) -> int:
@@ -127,3 +135,22 @@ def check_row_vector(name: str, x: jax.Array, batch: int) -> None:
     """int32 ``[batch]``: one value per sequence (lengths, positions)."""
     if x.dtype != jnp.int32 or x.shape != (batch,):
         raise shape_error(name, f"{x.dtype}{list(x.shape)}", f"int32 [{batch}]")
+
+
+def from_torch(name: str, x):
+    """``x`` itself, or the JAX array of a torch tensor (through DLPack, sharing its
+    memory where it can: ``mla_jax.interop.to_jax``)."""
+    # A torch tensor can only exist once torch is imported: no import here otherwise.
+    torch = sys.modules.get("torch")
+    if torch is None or not isinstance(x, torch.Tensor):
+        return x
+    from mla_jax.interop import to_jax
+
+    try:
+        return to_jax(x)
+    except (BufferError, ValueError, RuntimeError) as e:
+        raise ValueError(
+            f"{name}: got a torch.Tensor {x.dtype}{list(x.shape)} on {x.device} that JAX "
+            f"cannot import ({e}); convert it with mla_jax.interop.to_jax(t, device=...) "
+            "(a CUDA tensor needs a CUDA jaxlib, else t.cpu() first)"
+        ) from e

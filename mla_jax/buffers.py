@@ -23,6 +23,9 @@ from mla_jax._checks import positive_int
 from mla_jax.splits import DEFAULT_POLICY, Policy, check_policy, reserved_splits
 
 LOGITS_DTYPE = jnp.float32
+# What ``sm_count=None`` plans for where no GPU can be asked (a CPU machine that
+# develops, tests or exports for one): an H100/H200 SXM's multiprocessor count.
+DEFAULT_SM_COUNT = 132
 
 
 @jax.tree_util.register_dataclass
@@ -65,21 +68,35 @@ class LogitsBuffer:
             f"rope_dim={self.rope_dim}, policy={self.policy!r}, sm_count={self.sm_count})"
         )
 
+    def is_donated(self) -> bool:
+        """Whether ``data`` was donated to a step (deleted): thread the returned buffer."""
+        data = self.data
+        concrete = isinstance(data, jax.Array) and not isinstance(data, jax.core.Tracer)
+        return concrete and data.is_deleted()
+
+    def __repr__(self) -> str:
+        # One line: the contents are scratch (NaN until a step writes them), and the
+        # dataclass's repr would print every float.
+        return f"<{self.describe()}{', donated' if self.is_donated() else ''}>"
+
 
 def gpu_sm_count(device: jax.Device | None = None) -> int:
-    """The multiprocessor count of ``device`` (default: the first GPU).
+    """The multiprocessor count ``sm_count=None`` stands for.
 
-    Raises a ValueError naming the fix when there is no GPU to ask.
+    ``device``'s (default: the first GPU's); without a GPU to ask (``device`` a CPU,
+    or no GPU visible to JAX), ``DEFAULT_SM_COUNT``, so planning on a laptop plans
+    for an H100/H200. Raises a ValueError only for a GPU that does not report it.
     """
     if device is None:
         gpus = [d for d in jax.devices() if d.platform == "gpu"]
         device = gpus[0] if gpus else None
-    count = getattr(device, "core_count", None) if device is not None else None
+    if device is None or device.platform != "gpu":
+        return DEFAULT_SM_COUNT
+    count = getattr(device, "core_count", None)
     if not count:
         raise ValueError(
-            "sm_count=None reads the GPU's multiprocessor count, but no GPU is "
-            f"visible to JAX (devices: {jax.devices()}). Pass sm_count explicitly "
-            "(132 for an H200/H100 SXM) to plan for that GPU on this machine."
+            f"sm_count=None reads the GPU's multiprocessor count, but {device} does not "
+            "report one (core_count). Pass sm_count explicitly (132 for an H200/H100 SXM)."
         )
     return int(count)
 
@@ -139,7 +156,8 @@ def reserve_logits_buffer(
       kv_lora_rank, rope_dim: the cache's latent sizes (a cache row is
         ``kv_lora_rank + rope_dim`` wide); a step with another cache width raises.
       sm_count: the GPU's multiprocessor count the split rule plans for; ``None``
-        asks the GPU (``device``, else the first one).
+        asks the GPU (``device``, else the first one), or, without a GPU,
+        ``DEFAULT_SM_COUNT`` (132, an H100/H200 SXM's).
       device: where to place the buffer (a device or a sharding).
       policy: the split rule (``mla_jax.splits.kv_splits``).
 

@@ -3,7 +3,7 @@
 The step takes the ``LogitsBuffer`` reserved by ``reserve_logits_buffer``, donates
 it, lets stage 1 write its partials into it in place and returns it: thread the
 returned buffer into the next step (the one passed in is deleted, and using it
-again raises JAX's deleted-array error). Inside your own ``jit``/``scan`` the
+again raises a ValueError saying so). Inside your own ``jit``/``scan`` the
 buffer is a carry and XLA updates it in place. The split rule and SM count come
 from the buffer, so the step always plans its splits as the reservation did.
 
@@ -29,6 +29,7 @@ from mla_jax._checks import (
     check_block_table,
     check_compute_capability,
     check_row_vector,
+    from_torch,
     narrow_int32,
     shape_error,
 )
@@ -68,6 +69,12 @@ def check_buffer(logits_buffer) -> None:
             "logits_buffer.data",
             _describe(data),
             f"float32 [max_num_seqs, num_heads, max_splits, {logits_buffer.kv_lora_rank + 1}]",
+        )
+    if logits_buffer.is_donated():
+        raise ValueError(
+            f"logits_buffer: {logits_buffer.describe()} was donated to an earlier step "
+            "and deleted; pass the buffer that step returned "
+            "(out, lse, logits_buffer = mla_decode(..., logits_buffer, ...))"
         )
 
 
@@ -427,6 +434,17 @@ def mla_decode(
         what it got and what it needed, before any kernel runs.
     """
     q_nope, q_pe = split_query(q)
+    # torch tensors come in through DLPack; JAX's own error would not say how.
+    q_nope, q_pe, kv_cache, block_table, seq_lens = (
+        from_torch(name, x)
+        for name, x in (
+            ("q", q_nope),
+            ("q_pe", q_pe),
+            ("kv_cache", kv_cache),
+            ("block_table", block_table),
+            ("seq_lens", seq_lens),
+        )
+    )
     for name, x in (("kv_cache", kv_cache), ("block_table", block_table), ("seq_lens", seq_lens)):
         check_array(name, x)
     block_table = narrow_int32("block_table", block_table)

@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from mla_jax._checks import check_array, narrow_int32
+from mla_jax._checks import check_array, is_int, narrow_int32, positive_int
 from mla_jax.buffers import LogitsBuffer
 from mla_jax.cache import append_latent, write_latents
 from mla_jax.decode import Backend, mla_decode
@@ -138,15 +138,14 @@ class MLAConfig:
             "qk_nope_head_dim",
             "v_head_dim",
         ):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
-        if self.q_lora_rank is not None and (
-            not isinstance(self.q_lora_rank, int) or self.q_lora_rank < 1
-        ):
-            raise ValueError(
-                f"q_lora_rank must be a positive int or None, got {self.q_lora_rank!r}"
-            )
+            # Stored as a Python int (a numpy integer is accepted): the sizes are static.
+            object.__setattr__(self, name, positive_int(name, getattr(self, name)))
+        if self.q_lora_rank is not None:
+            if not is_int(self.q_lora_rank) or self.q_lora_rank < 1:
+                raise ValueError(
+                    f"q_lora_rank must be a positive int or None, got {self.q_lora_rank!r}"
+                )
+            object.__setattr__(self, "q_lora_rank", int(self.q_lora_rank))
         # The Triton kernels tile both latent parts with tl.arange and tl.dot.
         for name in ("kv_lora_rank", "qk_rope_head_dim"):
             value = getattr(self, name)

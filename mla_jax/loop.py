@@ -49,7 +49,7 @@ def init_decode_state(
     max_len: int,
     page_size: int,
     *,
-    sm_count: int | None,
+    sm_count: int | None = None,
     key: jax.Array,
     prompt_lens: Sequence[int] | np.ndarray,
     dtype: jnp.dtype = jnp.float32,
@@ -66,10 +66,10 @@ def init_decode_state(
       prompt_lens: ``[num_seqs]`` ints in ``[0, max_len)``.
       dtype: the caches' dtype (the attention dtype).
       sm_count, policy: what the logits buffer is reserved with (the steps read
-        both from the buffer).
+        both from the buffer); ``sm_count=None`` is the GPU's, or 132 without one
+        (``mla_jax.buffers.gpu_sm_count``).
     """
-    if not isinstance(num_layers, int) or num_layers < 1:
-        raise ValueError(f"num_layers must be a positive int, got {num_layers!r}")
+    num_layers = positive_int("num_layers", num_layers)
     lens = np.asarray(prompt_lens)
     if (
         lens.shape != (num_seqs,)

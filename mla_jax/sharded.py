@@ -102,7 +102,8 @@ def _check_divisible(scheme: Scheme, axis: str, n: int, **sizes: tuple[int, str]
 
 
 def _sm_count(mesh: Mesh, sm_count: int | None) -> int:
-    """``sm_count``, or the multiprocessor count of this process's first mesh GPU."""
+    """``sm_count``, or the multiprocessor count of this process's first mesh device
+    (``DEFAULT_SM_COUNT`` where that is not a GPU)."""
     return gpu_sm_count(mesh.local_devices[0]) if sm_count is None else sm_count
 
 

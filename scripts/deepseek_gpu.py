@@ -202,11 +202,13 @@ def _decode_throughput(params, config, batch, context, dtype, backend, sm, steps
         "return_logits": False,
     }
     start = time.perf_counter()
-    tokens, _, state = decode_loop(params, config, logits, state, jax.random.key(0), **kwargs)
+    out = decode_loop(params, config, logits, state, jax.random.key(0), **kwargs)
+    tokens, state = out.tokens, out.state
     tokens.block_until_ready()
     compile_s = time.perf_counter() - start
     start = time.perf_counter()
-    tokens, _, state = decode_loop(params, config, logits, state, jax.random.key(0), **kwargs)
+    out = decode_loop(params, config, logits, state, jax.random.key(0), **kwargs)
+    tokens, state = out.tokens, out.state
     tokens.block_until_ready()
     step_s = (time.perf_counter() - start) / steps
 

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import mla_jax
+from mla_jax.buffers import DEFAULT_SM_COUNT, gpu_sm_count
 
 B, H, LORA, ROPE, PAGE, PAGES = 3, 4, 32, 16, 16, 4
 
@@ -175,18 +176,58 @@ def test_unknown_backend():
 
 
 def test_donated_buffer_cannot_be_used_again():
+    """The reused buffer is named, said to be donated, and the fix given."""
     args = inputs()
     mla_jax.mla_decode(**args, scale=0.1, max_seq_len=64, backend="xla")
     assert args["logits_buffer"].data.is_deleted()
-    with pytest.raises((RuntimeError, ValueError), match="deleted"):
+    with pytest.raises(
+        ValueError,
+        match=r"logits_buffer: LogitsBuffer\[4, 4, \d+, 33\] .* was donated to an earlier "
+        r"step and deleted; pass the buffer that step returned",
+    ):
         mla_jax.mla_decode(**args, scale=0.1, max_seq_len=64, backend="xla")
 
 
-def test_reserving_without_gpu_asks_for_sm_count():
+def test_buffer_repr_is_one_line():
+    buf = buffer()
+    assert repr(buf) == f"<{buf.describe()}>" and "\n" not in repr(buf)
+    mla_jax.mla_decode(**inputs(logits_buffer=buf), scale=0.1, max_seq_len=64, backend="xla")
+    assert repr(buf).endswith(", donated>")
+
+
+def test_numpy_integers_are_ints():
+    """``np.int64`` (an array's ``max()``, a shape read back) is accepted as an int."""
+    buf = mla_jax.reserve_logits_buffer(
+        np.int64(4), np.int32(H), np.int64(2048), kv_lora_rank=LORA, rope_dim=ROPE, sm_count=4
+    )
+    assert buf.describe() == buffer().describe() and type(buf.sm_count) is int
+    with pytest.raises(ValueError, match="max_num_seqs must be a positive int, got True"):
+        mla_jax.reserve_logits_buffer(True, H, 2048, sm_count=4)
+
+
+def test_torch_tensors_come_in_through_dlpack():
+    """torch tensors as q, kv_cache, ... give the same step as JAX arrays (imported
+    with mla_jax.interop.to_jax); one JAX cannot import names to_jax."""
+    torch = pytest.importorskip("torch")
+    args = inputs()
+    want = decode(**{**args, "logits_buffer": buffer()})
+    as_torch = {k: torch.from_numpy(np.array(v)) for k, v in args.items() if k != "logits_buffer"}
+    got = decode(**as_torch, logits_buffer=buffer())
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_array_equal(got[1], want[1])
+    meta = torch.zeros(B, H, LORA + ROPE, device="meta")  # no memory to share
+    with pytest.raises(ValueError, match=r"q: got a torch.Tensor .*mla_jax\.interop\.to_jax"):
+        decode(q=meta)
+
+
+def test_reserving_without_gpu_plans_for_an_h100():
+    """``sm_count=None`` without a GPU plans for DEFAULT_SM_COUNT (an H100/H200's 132)
+    rather than refusing: a CPU laptop runs the snippets as written."""
     if any(d.platform == "gpu" for d in jax.devices()):
         pytest.skip("a GPU answers the question")
-    with pytest.raises(ValueError, match="Pass sm_count"):
-        mla_jax.reserve_logits_buffer(4, H, 2048, kv_lora_rank=LORA, rope_dim=ROPE)
+    buf = mla_jax.reserve_logits_buffer(4, H, 2048, kv_lora_rank=LORA, rope_dim=ROPE)
+    assert buf.sm_count == DEFAULT_SM_COUNT == 132
+    assert gpu_sm_count(jax.devices("cpu")[0]) == DEFAULT_SM_COUNT
 
 
 def test_validate_flag_stops_bad_pages_before_the_kernel():
@@ -197,3 +238,12 @@ def test_validate_flag_stops_bad_pages_before_the_kernel():
     with pytest.raises(ValueError, match=r"block_table\[1, 0\] = 10000 is outside \[0, 12\)"):
         mla_jax.mla_decode(**args, scale=0.1, max_seq_len=64, backend="xla", validate=True)
     assert not args["logits_buffer"].data.is_deleted()  # nothing ran, nothing was donated
+
+
+def test_layer_config_takes_numpy_integers():
+    from mla_jax.layer import MLAConfig
+
+    sizes = dict(hidden_size=64, num_heads=4, q_lora_rank=None, kv_lora_rank=32)
+    sizes.update(qk_rope_head_dim=16, qk_nope_head_dim=16, v_head_dim=16)
+    config = MLAConfig(**{k: v if v is None else np.int64(v) for k, v in sizes.items()})
+    assert config == MLAConfig(**sizes) and type(config.num_heads) is int

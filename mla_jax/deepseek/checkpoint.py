@@ -1,16 +1,23 @@
-"""``load_checkpoint``: a transformers DeepSeek-V2/V3 checkpoint folder into JAX arrays.
+"""``load_checkpoint``: a transformers DeepSeek-V2/V3 checkpoint into a ``DeepseekModel``.
 
+The checkpoint is a folder, or a Hugging Face Hub id resolved through
+``huggingface_hub``'s local cache (downloaded when not there and the machine can).
 Reads ``config.json`` and the ``*.safetensors`` files (one, or shards listed by
-``model.safetensors.index.json``) with ``safetensors``' flax loader (no torch).
-Expert weights come in either layout: the Hub's per-expert
-``mlp.experts.{e}.gate_proj/up_proj/down_proj.weight``, or the fused
-``mlp.experts.gate_up_proj`` / ``mlp.experts.down_proj`` of transformers' modules.
+``model.safetensors.index.json``) with ``safetensors``' flax loader (no torch), and
+the tokenizer in the same folder when there is one. Expert weights come in either
+layout: the Hub's per-expert ``mlp.experts.{e}.gate_proj/up_proj/down_proj.weight``,
+or the fused ``mlp.experts.gate_up_proj`` / ``mlp.experts.down_proj`` of
+transformers' modules.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import re
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import jax.numpy as jnp
 
@@ -19,6 +26,39 @@ from mla_jax.deepseek.model import DecoderLayerParams, DeepseekParams, MLPParams
 from mla_jax.layer import MLAParams
 
 ROUTER_DTYPE = jnp.float32  # transformers keeps the router in float32 and routes in it
+# "org/name", as the Hub spells a repository id.
+HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
+# What a Hub snapshot needs for load_checkpoint: the config, the weights, the tokenizer.
+HUB_FILES = ["*.json", "*.safetensors", "tokenizer*", "*.model", "*.txt"]
+
+
+@dataclasses.dataclass(frozen=True)
+class DeepseekModel:
+    """What ``load_checkpoint`` returns and ``generate`` takes: config, weights and
+    (when the checkpoint has one) its tokenizer.
+
+    ``config, params = model`` unpacks it as the earlier ``(config, params)`` pair.
+    """
+
+    config: DeepseekConfig
+    params: DeepseekParams
+    # transformers' tokenizer (AutoTokenizer) or a ``tokenizers.Tokenizer``; None when
+    # the folder has none. ``generate`` takes strings only with one.
+    tokenizer: Any = None
+    path: Path | None = None  # the folder it was read from
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter((self.config, self.params))
+
+    def __repr__(self) -> str:
+        # One line: the default repr would print every weight.
+        c = self.config
+        dtype = jnp.dtype(self.params.embed.dtype).name
+        tokenizer = type(self.tokenizer).__name__ if self.tokenizer is not None else None
+        return (
+            f"DeepseekModel({c.model_type}, {c.num_hidden_layers} layers, vocab "
+            f"{c.vocab_size}, {dtype}, tokenizer={tokenizer}, path={str(self.path)!r})"
+        )
 
 
 # The weights' dtypes: what the checkpoint may store and ``dtype`` may ask for (an
@@ -222,26 +262,134 @@ def _moe(t: _Tensors, prefix: str, config: DeepseekConfig, dtype) -> MoEParams:
     )
 
 
-def load_checkpoint(path: str | Path, *, dtype=None) -> tuple[DeepseekConfig, DeepseekParams]:
-    """Reads a transformers ``DeepseekV2ForCausalLM`` / ``DeepseekV3ForCausalLM`` folder.
+def resolve_checkpoint(
+    path: str | Path,
+    *,
+    revision: str | None = None,
+    cache_dir: str | Path | None = None,
+    local_files_only: bool = False,
+) -> Path:
+    """The folder of ``path``: itself when it is one, else the snapshot of the Hub
+    repository ``path`` (``"org/name"``) in ``huggingface_hub``'s cache, downloaded
+    first when it is not there (unless ``local_files_only``).
+
+    Raises:
+      ValueError naming the cache folder when the snapshot is neither cached nor
+      downloadable, or when ``path`` is neither a folder nor a Hub id.
+    """
+    folder = Path(path).expanduser()
+    if folder.is_dir():
+        return folder
+    if not HUB_ID.fullmatch(str(path)):
+        raise ValueError(
+            f"path: {str(path)!r} is neither a folder nor a Hugging Face Hub id ('org/name')"
+        )
+    try:
+        from huggingface_hub import constants, snapshot_download
+    except ImportError as e:
+        raise ValueError(
+            f"path: {str(path)!r} is not a folder, and a Hub id needs huggingface_hub "
+            "(pip install huggingface_hub; it comes with the deepseek extra)"
+        ) from e
+    cache = Path(cache_dir) if cache_dir is not None else Path(constants.HF_HUB_CACHE)
+
+    def snapshot(local: bool) -> Path:
+        return Path(
+            snapshot_download(
+                str(path),
+                revision=revision,
+                cache_dir=cache_dir,
+                allow_patterns=HUB_FILES,
+                local_files_only=local,
+            )
+        )
+
+    try:
+        return snapshot(local=True)
+    # huggingface_hub's errors for a missing entry differ between its versions.
+    except Exception as cached_error:
+        if local_files_only:
+            raise ValueError(
+                f"path: {str(path)!r} is not in the Hugging Face cache {str(cache)!r} "
+                f"({cached_error}); download it where there is a network "
+                f"(huggingface-cli download {path}) into that cache, pass a folder, or "
+                "pass local_files_only=False"
+            ) from cached_error
+    try:
+        return snapshot(local=False)
+    # Network errors come from whichever HTTP client huggingface_hub uses.
+    except Exception as e:
+        raise ValueError(
+            f"path: {str(path)!r} is not in the Hugging Face cache {str(cache)!r} and "
+            f"could not be downloaded ({type(e).__name__}: {e}); download it where there "
+            f"is a network (huggingface-cli download {path}) into that cache, or pass a folder"
+        ) from e
+
+
+def load_tokenizer(folder: str | Path) -> Any:
+    """The tokenizer saved in ``folder``, or None when there is none.
+
+    transformers' ``AutoTokenizer`` where ``tokenizer_config.json`` says how to build
+    it (special tokens, BOS) and transformers is installed; else the bare
+    ``tokenizers.Tokenizer`` of ``tokenizer.json``.
+    """
+    folder = Path(folder)
+    has_config = (folder / "tokenizer_config.json").exists()
+    has_json = (folder / "tokenizer.json").exists()
+    if has_config:
+        try:
+            from transformers import AutoTokenizer
+        except ImportError:
+            pass  # the bare tokenizer.json below, when there is one
+        else:
+            return AutoTokenizer.from_pretrained(str(folder))
+    if not has_json:
+        return None
+    try:
+        from tokenizers import Tokenizer
+    except ImportError as e:
+        raise ValueError(
+            f"{str(folder)!r} has a tokenizer.json, which needs the tokenizers package "
+            "(pip install tokenizers; it comes with the deepseek extra), or pass tokenizer=False"
+        ) from e
+    return Tokenizer.from_file(str(folder / "tokenizer.json"))
+
+
+def load_checkpoint(
+    path: str | Path,
+    *,
+    dtype=None,
+    tokenizer: bool = True,
+    revision: str | None = None,
+    cache_dir: str | Path | None = None,
+    local_files_only: bool = False,
+) -> DeepseekModel:
+    """Reads a transformers ``DeepseekV2ForCausalLM`` / ``DeepseekV3ForCausalLM``.
 
     Args:
       path: a folder with ``config.json`` and ``*.safetensors`` (sharded with
-        ``model.safetensors.index.json``, or not).
+        ``model.safetensors.index.json``, or not), or a Hugging Face Hub id such as
+        ``"deepseek-ai/DeepSeek-V2-Lite"``, read from ``huggingface_hub``'s cache
+        (``cache_dir``, default ``HF_HUB_CACHE``) and downloaded there first when
+        it is missing and ``local_files_only`` is off.
       dtype: the weights' dtype, float32, float16 or bfloat16; ``None`` keeps the
         embedding's stored dtype. The router (and V3's ``e_score_correction_bias``)
         stays float32, as in transformers.
+      tokenizer: load the folder's tokenizer when it has one (``load_tokenizer``).
+      revision: the Hub revision (branch, tag or commit); default the main branch.
 
     Returns:
-      ``(config, params)``; ``params`` is a ``DeepseekParams`` pytree of jax arrays,
-      ``W_UK``/``W_UV`` split out of ``kv_b_proj`` for absorption.
+      A ``DeepseekModel``: ``config``, ``params`` (a ``DeepseekParams`` pytree of jax
+      arrays, ``W_UK``/``W_UV`` split out of ``kv_b_proj`` for absorption),
+      ``tokenizer`` (or None) and ``path``. ``config, params = model`` still unpacks.
 
     Raises:
       ValueError naming what is unsupported (see ``config.from_hf_dict``: quantised
       weights, other RoPE scalings, ...) or missing, before any tensor is read: a
       config.json or index that is not a JSON object, a field missing or of the wrong
       type, a file that is not safetensors, a tensor missing, not float32, float16 or
-      bfloat16, or of another shape than config.json implies (naming file and tensor).
+      bfloat16, or of another shape than config.json implies (naming file and tensor);
+      and the cache folder when a Hub id can neither be found there nor downloaded.
     """
     if dtype is not None:
         try:
@@ -250,7 +398,9 @@ def load_checkpoint(path: str | Path, *, dtype=None) -> tuple[DeepseekConfig, De
             name = None
         if name not in WEIGHT_DTYPES:
             raise ValueError(f"dtype: got {dtype!r}, needed None or one of {WEIGHT_DTYPES}")
-    folder = Path(path)
+    folder = resolve_checkpoint(
+        path, revision=revision, cache_dir=cache_dir, local_files_only=local_files_only
+    )
     config_file = folder / "config.json"
     if not config_file.is_file():
         raise ValueError(f"path: {str(folder)!r} has no config.json")
@@ -299,4 +449,6 @@ def load_checkpoint(path: str | Path, *, dtype=None) -> tuple[DeepseekConfig, De
             f"checkpoint: {len(unused)} tensors this model does not read, "
             f"e.g. {unused[:3]} (an unsupported variant?)"
         )
-    return config, params
+    return DeepseekModel(
+        config, params, load_tokenizer(folder) if tokenizer else None, folder.resolve()
+    )

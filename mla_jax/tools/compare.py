@@ -28,7 +28,7 @@ import numpy as np
 
 from mla_jax import Backend, reference
 from mla_jax._checks import INT32_MAX
-from mla_jax.buffers import gpu_sm_count, reserve_logits_buffer
+from mla_jax.buffers import DEFAULT_SM_COUNT, gpu_sm_count, reserve_logits_buffer
 from mla_jax.decode import mla_decode
 from mla_jax.splits import num_kv_splits
 from mla_jax.tools.cli import Parser, fail, int_at_least, positive_int
@@ -47,7 +47,7 @@ PATHS = (
 TOLERANCE = {"float32": 1e-4, "float16": 2e-3, "bfloat16": 1.5e-2}
 # The split rules' SM count where no GPU can be asked (H200 / H100 SXM); the other
 # tools import it from here.
-H200_SM_COUNT = 132
+H200_SM_COUNT = DEFAULT_SM_COUNT
 
 
 class Unavailable(Exception):

@@ -89,6 +89,41 @@ def tiny_model(config, *, seed: int = 0):
     return model
 
 
+# The words of ``word_tokenizer``'s vocabulary, at token ids 10, 11, ...
+WORDS = ("some", "text", "other")
+
+
+def word_tokenizer(vocab_size: int, *, eos_token_id: int | None = None):
+    """transformers' fast tokenizer over a ``tokenizers`` word-level model, split on
+    whitespace: ``WORDS`` are tokens 10, 11, ..., "w{i}" is any other token ``i``
+    ("w0" also stands for unknown words), and ``eos_token_id`` is the special "</s>"."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    names = {i: f"w{i}" for i in range(vocab_size)}
+    names.update({10 + i: w for i, w in enumerate(WORDS)})
+    eos = {}
+    if eos_token_id is not None:
+        names[eos_token_id] = eos["eos_token"] = "</s>"
+    tok = Tokenizer(models.WordLevel({n: i for i, n in names.items()}, unk_token="w0"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="w0", **eos)
+
+
+def save_tiny_checkpoint(
+    folder: str | Path, model=None, *, eos_token_id: int | None = None
+) -> Path:
+    """A tiny checkpoint, as ``save_pretrained`` writes one: ``model`` (default a
+    random DeepSeek-V2 of ``tiny_config``, without q LoRA) and its ``word_tokenizer``,
+    with ``eos_token_id`` as the model's and the tokenizer's EOS. Returns the folder."""
+    if model is None:
+        model = tiny_model(tiny_config("deepseek_v2", q_lora_rank=None))
+    model.config.eos_token_id = model.generation_config.eos_token_id = eos_token_id
+    model.save_pretrained(folder)
+    word_tokenizer(model.config.vocab_size, eos_token_id=eos_token_id).save_pretrained(folder)
+    return Path(folder)
+
+
 def save_fused(folder: str | Path, out: str | Path, *, shards: int = 2) -> None:
     """Rewrites a Hub-layout checkpoint (per-expert ``experts.{e}.*_proj.weight``) in
     the fused layout of transformers' modules (``experts.gate_up_proj`` ``[E, 2I, hidden]``,
