@@ -278,7 +278,10 @@ def split_divisor(kv_dtype: str | None, num_heads: int, batch_tokens: int | None
 
 
 def gluon_kernel(
-    kv_dtype: str | None, num_heads: int, fp8_mma: bool = False, batch_tokens: int | None = None
+    kv_dtype: str | None,
+    num_heads: int = BLOCK_H,
+    fp8_mma: bool = False,
+    batch_tokens: int | None = None,
 ) -> Any:
     """The Gluon stage 1 for a cache of dtype ``kv_dtype`` (a name; None: 16-bit):
     the fp8-MMA kernel where asked on an fp8 cache from ``BLOCK_H`` heads (under that
