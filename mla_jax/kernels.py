@@ -534,7 +534,7 @@ def bf16_partials(q_dtype: str, grid_splits: int) -> bool:
     at the 8-split rows of 64 heads, the output's error against float64 2.0-2.8e-3 ->
     2.4-4.6e-3 there (docs/performance.md, "bf16 partials"). float32 for an fp16 q,
     whose output has three more mantissa bits, and a float32 one. A Gluon stage 1
-    may narrow this (``mla_jax._gluon_kernels.bf16_partials``)."""
+    may narrow this (``mla_jax.plan.gluon_bf16_partials``)."""
     return q_dtype == "bfloat16" and grid_splits > 1
 
 

@@ -1,7 +1,7 @@
-"""Checks and times the Gluon stage 1 kernels (``mla_jax._gluon_kernels``) on a Hopper GPU.
+"""Checks and times the Gluon stage 1 kernels (``mla_jax.gluon``) on a Hopper GPU.
 
 Each case launches the tl stage 1 (``kernels.mla_decode_stage1``) and the Gluon one
-for the cache's dtype (``kernel_for``: the seesaw kernel for a 16-bit cache, the fp8
+for the cache's dtype (``plan.gluon_kernel``: the seesaw kernel for a 16-bit cache, the fp8
 kernel for an fp8 one) on the same torch tensors, each into its own NaN-poisoned
 buffer, then the same tl stage 2 on each buffer, and checks:
   * out / lse after stage 2 against a float64 torch reference (both paths);
@@ -12,7 +12,7 @@ With one split stage 1 writes out / lse itself (no stage 2): the Gluon output is
 compared with the tl one, and the buffer must stay NaN.
 Cases: bf16 and fp16, H in {16, 32, 64, 128} (each with the kernel ``mla_decode`` picks
 for the problem's tokens: at 32 heads the 16-head kernel's two 16-head tiles or one
-32-head tile, at 64 and 128 in small steps its 32-head tiles, ``small_block_h``), B in
+32-head tile, at 64 and 128 in small steps its 32-head tiles, ``plan.narrow_tile``), B in
 {1, 4, 16, 128}, L in {1024, 4096, 16384}; ragged batches (zero lengths, lengths off
 the 64 grid, one past the table's capacity, rows past each length NaN, an out-of-range
 page index in the table) at several split counts, H = 96 too. Then times tl vs Gluon
@@ -30,7 +30,7 @@ bf16 (``FP8_TIMING``). Exits 1 on any mismatch. ``--skip-fp8``: the 16-bit cache
 alone.
 
 ``--only-fp8-h16`` alone: the 16-head fp8 kernel (``mla_decode_stage1_gluon_fp8_h16``, the
-one ``kernel_for`` picks for an fp8 cache under 64 heads): the same checks on an fp8
+one ``plan.gluon_kernel`` picks for an fp8 cache under 64 heads): the same checks on an fp8
 pool (H 16, 20, 32; bf16 and fp16 q; B 1/4/16/128, L 1024/4096/16384; the ragged
 cases), then its timing against the tl kernel on the fp8
 pool and on the bf16 pool it was quantised from (``H16_TIMING``; there is no Gluon
@@ -54,6 +54,7 @@ and a buffer with a fixed split axis, so each kernel compiles once per (dtype, H
 """
 
 import argparse
+import dataclasses
 import functools
 import sys
 import time
@@ -62,8 +63,8 @@ import torch
 import triton
 import triton.testing
 
-from mla_jax import _gluon_kernels as gk
 from mla_jax import kernels
+from mla_jax import plan as gk
 from mla_jax.splits import occupancy_kv_splits
 from mla_jax.tools.bench import SCALE
 
@@ -116,7 +117,7 @@ CROSSOVER = [
     (64, 64, 1024),
 ]
 # ``--crossover`` on an fp8 cache: the seesaw at 128-1024 tokens a split,
-# around its bound (``_triton_backend.SEESAW_MIN_SPLIT_TOKENS``, 128).
+# around its bound (``plan.SEESAW_MIN_SPLIT_TOKENS``, 128).
 CROSSOVER_FP8 = [
     (1, 128, 4096),
     (4, 128, 4096),
@@ -195,7 +196,7 @@ class Launch:
         batch_tokens = batch * int(lens.max())
         # Triton's launcher makes no clusters: the build whose partials stage 2 merges
         # (mla_decode merges a seesaw row's two splits in a cluster instead).
-        self.g1 = gk.launch_params(
+        problem = gk.Problem.on_sm90(
             q_dtype=q_dtype,
             kv_dtype=kv_name if fp8 else None,
             fp8_mma=fp8_mma,
@@ -203,19 +204,13 @@ class Launch:
             batch_tokens=batch_tokens,
             **geometry,
         )
+        self.g1 = gk.gluon_stage1(problem, problem.grid_splits, batch_tokens)
         # Stage 2 for the Gluon partials (bf16 where the seesaw writes them so).
-        self.g2 = gk.stage2_params(self.s2, self.g1)
-        self.gluon_kernel = gk.kernel_for(kv_name, heads, fp8_mma, batch_tokens) if gluon else None
-        assert not (gluon and routed) or gk.supports(
-            num_heads=heads,
-            page_size=PAGE,
-            kv_lora_rank=LORA,
-            rope_dim=ROPE,
-            q_dtype=q_dtype,
-            kv_dtype=kv_name,
-            kv_row_stride=pool.stride(1),
-            kv_page_stride=pool.stride(0),
+        self.g2 = gk.gluon_stage2(self.s2, self.g1)
+        self.gluon_kernel = (
+            gk.gluon_kernel(kv_name, heads, fp8_mma, batch_tokens) if gluon else None
         )
+        assert not (gluon and routed) or gk.supports(dataclasses.replace(problem, kv_dtype=kv_name))
         self.compiled = None
 
     def stage1(self, name):
@@ -248,7 +243,7 @@ class Launch:
 
     def bf16_partials(self, name):
         """Whether path ``name`` stores bf16 partials (``kernels.bf16_partials``,
-        ``gk.bf16_partials``)."""
+        ``gk.gluon_bf16_partials``)."""
         s2 = self.stage2_launch(name)
         return s2 is not None and s2["constexprs"]["BF16_PARTIALS"]
 
@@ -745,7 +740,7 @@ def run_heads(args, sm):
 
 
 def run_crossover(pool, gen, sm, shapes, kv_scale=1.0):
-    """tl at the occupancy split count against the Gluon kernel ``kernel_for`` picks at
+    """tl at the occupancy split count against the Gluon kernel ``plan.gluon_kernel`` picks at
     that count and at fewer, longer splits, on ``pool`` (bf16, or fp8 with its scale;
     bf16 q either way)."""
     kv_name = str(pool.dtype).removeprefix("torch.")

@@ -33,7 +33,7 @@ import triton.testing
 from gluon_check import give_triton_scratch
 from sweep_configs import PAGE, SCALE, SM, direct, shapes_parser, time_decode
 
-from mla_jax import _gluon_kernels, kernels
+from mla_jax import kernels, plan
 from mla_jax.splits import occupancy_kv_splits
 from mla_jax.tools import bench, bench_report
 from mla_jax.torch_ref import mla_decode_dense_torch
@@ -73,7 +73,7 @@ def launchers(
     ``batch_tokens`` (rows x length, as a static ``max_seq_len`` gives it) picks the head
     tile in versions whose ``launch_params`` take it; None: the default tile. ``gluon``:
     stage 1 is this checkout's Gluon kernel for the cache's dtype
-    (``_gluon_kernels.kernel_for``; sm_90, a problem it ``supports``), with ``fp8_mma``
+    (``plan.gluon_kernel``; sm_90, a problem it ``supports``), with ``fp8_mma``
     the one ``mla_decode(..., fp8_mma=True)`` picks (and with ``batch_tokens`` the one
     ``mla_decode`` picks at 32 heads)."""
     batch, heads, _ = q.shape
@@ -117,7 +117,7 @@ def launchers(
         kv_dtype = str(kv.dtype).removeprefix("torch.")
         problem.pop("batch_tokens", None)
         # Triton's launcher makes no clusters: the build whose partials stage 2 merges.
-        s1 = _gluon_kernels.launch_params(
+        gluon_problem = plan.Problem.on_sm90(
             q_dtype=q_dtype,
             kv_dtype=kv_dtype,
             fp8_mma=fp8_mma,
@@ -125,8 +125,9 @@ def launchers(
             batch_tokens=batch_tokens,
             **problem,
         )
-        stage1_kernel = _gluon_kernels.kernel_for(kv_dtype, heads, fp8_mma, batch_tokens)
-        s2 = _gluon_kernels.stage2_params(s2, s1)
+        s1 = plan.gluon_stage1(gluon_problem, gluon_problem.grid_splits, batch_tokens)
+        stage1_kernel = s1["kernel"]
+        s2 = plan.gluon_stage2(s2, s1)
 
     # With one split stage 1 writes out / lse and there is no stage 2 (``stage2`` is a
     # no-op); versions before that take the buffer only.

@@ -1,4 +1,4 @@
-"""The Gluon stage 1 kernels (``mla_jax._gluon_kernels``: the seesaw, on 16-bit and fp8
+"""The Gluon stage 1 kernels (``mla_jax.gluon``: the seesaw, on 16-bit and fp8
 caches, and the 16-head fp8 kernel) build for sm_90 on a CPU, and each build is what
 its design needs: warpgroup MMAs (HGMMA), cp.async loads of the latent tile, no
 register spills (no local memory), shared memory within one SM's 227 KB, global
@@ -59,6 +59,14 @@ def sass(compiled):
         ).stdout
 
 
+def gluon_launch(*, batch_tokens=None, **keywords):
+    """The Gluon stage 1's launch (``plan.gluon_stage1``) of ``Problem.on_sm90``'s."""
+    from mla_jax import plan
+
+    problem = plan.Problem.on_sm90(batch_tokens=batch_tokens, **keywords)
+    return plan.gluon_stage1(problem, problem.grid_splits, batch_tokens)
+
+
 def compile_sm90(heads=128, dtype="bf16", kv="same", splits=4, merge=True, batch_tokens=None):
     """The sm_90 build of the Gluon stage 1 for a B=128, page-64 problem: q in
     ``dtype``, the cache in ``dtype`` (``kv="same"``) or fp8 (``kv="fp8"``: the fp8
@@ -66,11 +74,11 @@ def compile_sm90(heads=128, dtype="bf16", kv="same", splits=4, merge=True, batch
     does a cluster's build (``launch_params``' ``cluster_merge=merge``);
     ``batch_tokens`` as ``launch_params`` takes it (the step's tokens, which pick the
     kernel and its tile at 32 heads)."""
-    from mla_jax import _gluon_kernels as gk
     from mla_jax import _launch, kernels
+    from mla_jax import plan as gk
 
     fp8 = kv in ("fp8", "fp8mma")
-    stage1 = gk.launch_params(
+    stage1 = gluon_launch(
         q_dtype={"bf16": "bfloat16", "fp16": "float16"}[dtype],
         kv_dtype=gk.FP8 if fp8 else None,
         fp8_mma=kv == "fp8mma",
@@ -84,7 +92,7 @@ def compile_sm90(heads=128, dtype="bf16", kv="same", splits=4, merge=True, batch
     # Then, where no stage 2 runs, the output and lse.
     runtime += [f"*{dtype}", "*fp32"] if one_kernel else []
     spec = _launch.kernel_spec(
-        gk.kernel_for(
+        gk.gluon_kernel(
             gk.FP8 if fp8 else {"bf16": "bfloat16", "fp16": "float16"}[dtype],
             heads,
             fp8_mma=kv == "fp8mma",
@@ -340,7 +348,7 @@ H16_BF16_Q_COPIES, H16_BF16_BLOCK_COPIES = 9, 36
 )
 def test_gluon_h16_stage1_sm90_build(heads, dtype, splits, batch_tokens, tile, divisor, tmp_path):
     """The 16-head kernel for a 16-bit cache, at its 16-head tile and at the 32-head
-    one (``small_block_h``): one warpgroup; tokens on the warpgroup MMA's M, the fp8
+    one (``plan.narrow_tile``): one warpgroup; tokens on the warpgroup MMA's M, the fp8
     kernel's 68 HGMMA a block (N the tile's heads), all from shared memory (no register
     A: nothing to widen); Q and the blocks by 16-byte cp.async, all landed before a
     block is read (``wait_group 0``), no global loads of them; the softmax's CTA vote;
@@ -349,10 +357,10 @@ def test_gluon_h16_stage1_sm90_build(heads, dtype, splits, batch_tokens, tile, d
     two 16-head programs an SM; the rule's at one 32-head tile a row, which it counts
     one, and at four in a small step, where it counts eight 16-head programs, two an
     SM), two by registers."""
-    from mla_jax import _gluon_kernels as gk
+    from mla_jax import plan as gk
 
     r = child_build_report(tmp_path, heads, dtype, "same", splits, batch_tokens)
-    assert gk.small_block_h("bfloat16", heads, batch_tokens) == tile
+    assert gk.narrow_tile("bfloat16", heads, batch_tokens) == tile
     check_common(r, num_warps=4)
     assert r["hgmma"] == H16_S_HGMMA + H16_PV_HGMMA and r["hgmma_register_a"] == 0, r
     q_copies = H16_BF16_Q_COPIES * tile // gk.SMALL_BLOCK_H
@@ -383,25 +391,25 @@ def test_gluon_fp8_mma_stage1_sm90_build(heads, dtype, splits, tmp_path):
     cp.async ``FP8_MMA_STAGES - 2`` blocks deep (``wait_group``); V^T by 8-byte shared
     loads; the softmax's CTA vote; no spills, no global scratch, within one CTA's
     shared memory."""
-    from mla_jax import _gluon_kernels as gk
+    from mla_jax.gluon.fp8_mma import FP8_MMA_STAGES
 
     r = child_build_report(tmp_path, heads, dtype, "fp8mma", splits)
     check_common(r)
     assert r["hgmma"] == 0, r
     assert r["qgmma_64x32"] == FP8_MMA_S_QGMMA and r["qgmma_64x64"] == FP8_MMA_PV_QGMMA, r
     assert r["qgmma_register_a"] == FP8_MMA_PV_QGMMA, r
-    stages = gk.FP8_MMA_STAGES.value
+    stages = FP8_MMA_STAGES.value
     assert r["ldgsts"] == stages * FP8_MMA_BLOCK_COPIES, r
     assert r["cp_async_waits"] == sorted(["0", str(stages - 2)]), r
     assert r["lds64"] == FP8_MMA_WORD_LOADS, r
     assert r["bar_red_or"] == 1 and r["cta_barriers_in_loops"] <= 3, r
 
 
-def test_supports_and_kernel_for():
+def test_supports_and_gluon_kernel():
     """The cache dtype rule: q 16-bit, the cache of q's dtype or float8_e4m3fn, each
-    latent row 16-byte aligned (8 16-bit elements, 16 fp8 ones); ``kernel_for`` picks
+    latent row 16-byte aligned (8 16-bit elements, 16 fp8 ones); ``plan.gluon_kernel`` picks
     the kernel by the cache's dtype."""
-    from mla_jax import _gluon_kernels as gk
+    from mla_jax import plan as gk
 
     def ok(
         q="bfloat16",
@@ -411,16 +419,8 @@ def test_supports_and_kernel_for():
         heads=128,
         page_size=64,
     ):
-        return gk.supports(
-            num_heads=heads,
-            page_size=page_size,
-            kv_lora_rank=512,
-            rope_dim=64,
-            q_dtype=q,
-            kv_dtype=kv,
-            kv_row_stride=row,
-            kv_page_stride=page,
-        )
+        problem = geometry(1, heads, 1) | dict(page_size=page_size, kv_strides=(page, row, 1))
+        return gk.supports(gk.Problem.on_sm90(q_dtype=q, kv_dtype=kv, **problem))
 
     assert ok() and ok(q="float16", kv="float16")
     assert ok(kv="float8_e4m3fn") and ok(q="float16", kv="float8_e4m3fn")
@@ -440,17 +440,17 @@ def test_supports_and_kernel_for():
     assert not ok(kv="float8_e4m3fn", heads=8) and not ok(heads=8) and not ok(heads=15)
     assert ok(heads=16) and not ok(heads=17) and not ok(heads=31)
     assert ok(heads=32) and ok(heads=63)
-    assert gk.kernel_for("float8_e4m3fn", 16) is gk.kernel_for("float8_e4m3fn", 63)
-    assert gk.kernel_for("float8_e4m3fn", 16) is gk.mla_decode_stage1_gluon_fp8_h16
+    assert gk.gluon_kernel("float8_e4m3fn", 16) is gk.gluon_kernel("float8_e4m3fn", 63)
+    assert gk.gluon_kernel("float8_e4m3fn", 16) is gk.mla_decode_stage1_gluon_fp8_h16
     for kv in ("bfloat16", "float16", None):
-        assert gk.kernel_for(kv, 16) is gk.kernel_for(kv, 31) is gk.mla_decode_stage1_gluon_h16
-        assert gk.kernel_for(kv, 32) is gk.mla_decode_stage1_gluon_seesaw
+        assert gk.gluon_kernel(kv, 16) is gk.gluon_kernel(kv, 31) is gk.mla_decode_stage1_gluon_h16
+        assert gk.gluon_kernel(kv, 32) is gk.mla_decode_stage1_gluon_seesaw
     # Half the occupancy rule's splits for the 16-bit 16-head kernel (one CTA an SM).
     assert [gk.split_divisor(kv, h) for kv in (None, gk.FP8) for h in (16, 31, 32, 64)] == [
         2, 2, 1, 1, 1, 1, 1, 1
     ]  # fmt: skip
     for kv in ("bfloat16", "float16", "float8_e4m3fn"):
-        assert gk.kernel_for(kv) is gk.kernel_for(kv, 64) is gk.mla_decode_stage1_gluon_seesaw
+        assert gk.gluon_kernel(kv) is gk.gluon_kernel(kv, 64) is gk.mla_decode_stage1_gluon_seesaw
     # At exactly 32 heads on a 16-bit cache with the step's tokens known, the 16-bit
     # 16-head kernel: at 16-head tiles (halving) in a step of at most
     # SMALL_HEADS_BATCH_TOKENS tokens, at one 32-head tile (the rule's count) in a larger
@@ -459,32 +459,32 @@ def test_supports_and_kernel_for():
     # count where it plans 16-head tiles (up to _tiling.SMALL_BATCH_TOKENS tokens, two
     # an SM, as many a row as two 32-head tiles make one), at half where it plans one
     # 64-head tile; the seesaw above and at other head counts.
-    small, large = gk.SMALL_HEADS_BATCH_TOKENS, gk.SMALL_HEADS_BATCH_TOKENS + 1
-    wide = gk.WIDE_HEADS_BATCH_TOKENS
+    small, large = gk.NARROW_BATCH_TOKENS, gk.NARROW_BATCH_TOKENS + 1
+    wide = gk.NARROW_128_HEADS_BATCH_TOKENS
     for kv in ("bfloat16", "float16", None):
         for heads, tokens in ((32, small), (32, large), (64, 1), (64, small), (128, wide)):
-            kernel = gk.kernel_for(kv, heads, batch_tokens=tokens)
+            kernel = gk.gluon_kernel(kv, heads, batch_tokens=tokens)
             assert kernel is gk.mla_decode_stage1_gluon_h16, (heads, tokens)
-        assert gk.small_block_h(kv, 32, small) == 16 and gk.small_block_h(kv, 32, large) == 32
-        assert gk.small_block_h(kv, 64, small) == gk.small_block_h(kv, 128, wide) == 32
+        assert gk.narrow_tile(kv, 32, small) == 16 and gk.narrow_tile(kv, 32, large) == 32
+        assert gk.narrow_tile(kv, 64, small) == gk.narrow_tile(kv, 128, wide) == 32
         for heads, tokens in ((32, None), (33, 1), (64, None), (64, large), (96, 1)):
-            kernel = gk.kernel_for(kv, heads, batch_tokens=tokens)
+            kernel = gk.gluon_kernel(kv, heads, batch_tokens=tokens)
             assert kernel is gk.mla_decode_stage1_gluon_seesaw, (heads, tokens)
-        assert gk.kernel_for(kv, 128, batch_tokens=wide + 1) is gk.mla_decode_stage1_gluon_seesaw
+        assert gk.gluon_kernel(kv, 128, batch_tokens=wide + 1) is gk.mla_decode_stage1_gluon_seesaw
         assert gk.split_divisor(kv, 32, small) == 2 and gk.split_divisor(kv, 32, large) == 1
         assert gk.split_divisor(kv, 64, 4096) == 1 and gk.split_divisor(kv, 64, 4097) == 2
         assert gk.split_divisor(kv, 64, small) == 2 and gk.split_divisor(kv, 128, wide) == 1
         assert gk.split_divisor(kv, 64, large) == gk.split_divisor(kv, 128, wide + 1) == 1
-        assert gk.small_block_h(kv, 16, large) == gk.small_block_h(kv, 31, large) == 16
-    assert gk.small_block_h(gk.FP8, 32, large) == gk.small_block_h(gk.FP8, 64, 1) == 16
-    assert gk.kernel_for(gk.FP8, 32, batch_tokens=small) is gk.mla_decode_stage1_gluon_fp8_h16
-    assert gk.kernel_for(gk.FP8, 64, batch_tokens=1) is gk.mla_decode_stage1_gluon_seesaw
+        assert gk.narrow_tile(kv, 16, large) == gk.narrow_tile(kv, 31, large) == 16
+    assert gk.narrow_tile(gk.FP8, 32, large) == gk.narrow_tile(gk.FP8, 64, 1) == 16
+    assert gk.gluon_kernel(gk.FP8, 32, batch_tokens=small) is gk.mla_decode_stage1_gluon_fp8_h16
+    assert gk.gluon_kernel(gk.FP8, 64, batch_tokens=1) is gk.mla_decode_stage1_gluon_seesaw
     assert gk.split_divisor(gk.FP8, 32, small) == 1
     # fp8 MMAs where asked, on an fp8 cache from 64 heads; elsewhere the flag changes
     # nothing.
-    assert gk.kernel_for(gk.FP8, 64, fp8_mma=True) is gk.mla_decode_stage1_gluon_fp8_mma
-    assert gk.kernel_for(gk.FP8, 63, fp8_mma=True) is gk.mla_decode_stage1_gluon_fp8_h16
-    assert gk.kernel_for("bfloat16", 128, fp8_mma=True) is gk.mla_decode_stage1_gluon_seesaw
+    assert gk.gluon_kernel(gk.FP8, 64, fp8_mma=True) is gk.mla_decode_stage1_gluon_fp8_mma
+    assert gk.gluon_kernel(gk.FP8, 63, fp8_mma=True) is gk.mla_decode_stage1_gluon_fp8_h16
+    assert gk.gluon_kernel("bfloat16", 128, fp8_mma=True) is gk.mla_decode_stage1_gluon_seesaw
     lp = dict(
         batch=2,
         num_heads=64,
@@ -503,35 +503,35 @@ def test_supports_and_kernel_for():
         buffer_strides=(64 * 513, 513, 513, 1),
     )
     lp["q_dtype"] = "bfloat16"
-    sixteen, fp8 = gk.launch_params(**lp), gk.launch_params(kv_dtype=gk.FP8, **lp)
+    sixteen, fp8 = gluon_launch(**lp), gluon_launch(kv_dtype=gk.FP8, **lp)
     assert fp8 == sixteen and sixteen["num_warps"] == gk.SEESAW_NUM_WARPS
-    fp8_mma = gk.launch_params(kv_dtype=gk.FP8, fp8_mma=True, **lp)
+    fp8_mma = gluon_launch(kv_dtype=gk.FP8, fp8_mma=True, **lp)
     assert fp8_mma["num_warps"] == gk.FP8_MMA_NUM_WARPS == 8
-    assert gk.launch_params(fp8_mma=True, **lp) == sixteen
+    assert gluon_launch(fp8_mma=True, **lp) == sixteen
     # The same problem constexprs; the seesaw's cluster size (1: one split) and
     # partials' dtype (float32: one split) its own.
     assert fp8_mma["grid"] == sixteen["grid"] and sixteen["constexprs"].pop("CLUSTER") == 1
     assert sixteen["constexprs"].pop("BF16_PARTIALS") is False
     assert fp8_mma["constexprs"] == sixteen["constexprs"]
-    small = gk.launch_params(kv_dtype=gk.FP8, **(lp | dict(num_heads=20)))
-    assert small["grid"] == (2, 2, 1) and small["num_warps"] == gk.SMALL_NUM_WARPS
+    small = gluon_launch(kv_dtype=gk.FP8, **(lp | dict(num_heads=20)))
+    assert small["grid"] == (2, 2, 1) and small["num_warps"] == gk.NARROW_NUM_WARPS
     assert small["constexprs"]["BLOCK_H"] == gk.SMALL_BLOCK_H
-    small16 = gk.launch_params(**(lp | dict(num_heads=20)))
-    assert small16["grid"] == (2, 2, 1) and small16["num_warps"] == gk.SMALL_NUM_WARPS
+    small16 = gluon_launch(**(lp | dict(num_heads=20)))
+    assert small16["grid"] == (2, 2, 1) and small16["num_warps"] == gk.NARROW_NUM_WARPS
     assert small16["cluster"] == 1 and "CLUSTER" not in small16["constexprs"]
     assert small16["constexprs"].pop("BF16_PARTIALS") is False  # one split
     assert small16["constexprs"] == small["constexprs"]
     # 32 heads in a small step: two 16-head tiles a row, bf16 partials at 2 splits.
-    two_tiles = gk.launch_params(batch_tokens=512, **(lp | dict(num_heads=32, grid_splits=2)))
-    assert two_tiles["grid"] == (2, 2, 2) and two_tiles["num_warps"] == gk.SMALL_NUM_WARPS
+    two_tiles = gluon_launch(batch_tokens=512, **(lp | dict(num_heads=32, grid_splits=2)))
+    assert two_tiles["grid"] == (2, 2, 2) and two_tiles["num_warps"] == gk.NARROW_NUM_WARPS
     assert two_tiles["cluster"] == 1 and two_tiles["bf16_partials"]
     assert two_tiles["constexprs"]["BLOCK_H"] == gk.SMALL_BLOCK_H
     # In a larger step: one 32-head tile a row.
-    one_tile = gk.launch_params(batch_tokens=65536, **(lp | dict(num_heads=32, grid_splits=2)))
-    assert one_tile["grid"] == (1, 2, 2) and one_tile["num_warps"] == gk.SMALL_NUM_WARPS
+    one_tile = gluon_launch(batch_tokens=65536, **(lp | dict(num_heads=32, grid_splits=2)))
+    assert one_tile["grid"] == (1, 2, 2) and one_tile["num_warps"] == gk.NARROW_NUM_WARPS
     assert one_tile["cluster"] == 1 and one_tile["bf16_partials"]
     assert one_tile["constexprs"]["BLOCK_H"] == 32
-    seesaw = gk.launch_params(**(lp | dict(num_heads=32, grid_splits=2)))
+    seesaw = gluon_launch(**(lp | dict(num_heads=32, grid_splits=2)))
     assert seesaw["grid"] == (2, 2, 1) and seesaw["cluster"] == 2
 
 
@@ -540,54 +540,56 @@ def test_cluster_size_is_two_for_a_seesaw_row_of_two_splits():
     other counts, the 16-head fp8 and the fp8-MMA kernels, and ``merge=False`` make
     none. ``launch_params`` then puts a cluster's CTAs along x, one program a split,
     and tells the kernel (``CLUSTER``)."""
-    from mla_jax import _gluon_kernels as gk
+    from mla_jax import plan as gk
 
-    assert [gk.cluster_size(gk.kernel_for(None, 64), s) for s in (1, 2, 3, 4, 8, 16)] == [
+    assert [gk.cluster_size(gk.gluon_kernel(None, 64), s) for s in (1, 2, 3, 4, 8, 16)] == [
         1, 2, 1, 1, 1, 1
     ]  # fmt: skip
-    assert gk.cluster_size(gk.kernel_for(gk.FP8, 64), 2) == 2
-    assert gk.cluster_size(gk.kernel_for(gk.FP8, 64, True), 2) == 1  # fp8 MMAs
-    assert gk.cluster_size(gk.kernel_for(gk.FP8, 32), 2) == 1  # the 16-head fp8 kernel
-    assert gk.cluster_size(gk.kernel_for(None, 16), 2) == 1  # the 16-bit 16-head kernel
-    assert gk.cluster_size(gk.kernel_for(None, 128), 2, merge=False) == 1
-    merged = gk.launch_params(q_dtype="bfloat16", **geometry(16, 128, 2))
+    assert gk.cluster_size(gk.gluon_kernel(gk.FP8, 64), 2) == 2
+    assert gk.cluster_size(gk.gluon_kernel(gk.FP8, 64, True), 2) == 1  # fp8 MMAs
+    assert gk.cluster_size(gk.gluon_kernel(gk.FP8, 32), 2) == 1  # the 16-head fp8 kernel
+    assert gk.cluster_size(gk.gluon_kernel(None, 16), 2) == 1  # the 16-bit 16-head kernel
+    assert gk.cluster_size(gk.gluon_kernel(None, 128), 2, merge=False) == 1
+    merged = gluon_launch(q_dtype="bfloat16", **geometry(16, 128, 2))
     assert (merged["grid"], merged["cluster"]) == ((2 * 2, 16, 1), 2)
     assert merged["constexprs"]["CLUSTER"] == 2
-    staged = gk.launch_params(q_dtype="bfloat16", cluster_merge=False, **geometry(16, 128, 2))
+    staged = gluon_launch(q_dtype="bfloat16", cluster_merge=False, **geometry(16, 128, 2))
     assert (staged["grid"], staged["cluster"], staged["constexprs"]["CLUSTER"]) == (
         (2, 16, 2),
         1,
         1,
     )
-    small = gk.launch_params(q_dtype="bfloat16", kv_dtype=gk.FP8, **geometry(16, 32, 2))
+    small = gluon_launch(q_dtype="bfloat16", kv_dtype=gk.FP8, **geometry(16, 32, 2))
     assert small["cluster"] == 1 and "CLUSTER" not in small["constexprs"]
 
 
 def test_bf16_partials_for_a_bf16_q_where_stage_2_merges():
     """``kernels.bf16_partials``: a bf16 q with more than one split, the tl stage 1's
-    and stage 2's ``BF16_PARTIALS`` (``kernels.launch_params``). ``gk.bf16_partials``
+    and stage 2's ``BF16_PARTIALS`` (``kernels.launch_params``). ``plan.gluon_bf16_partials``
     narrows it to the seesaw (16-bit or fp8 cache) and the 16-bit 16-head kernel (not
-    the fp8-MMA or fp8 16-head kernels) without a cluster; ``gk.launch_params`` tells
+    the fp8-MMA or fp8 16-head kernels) without a cluster; ``gluon_launch`` tells
     those kernels and ``stage2_params`` stage 2, which it drops where the cluster
     merges (and with one split)."""
-    from mla_jax import _gluon_kernels as gk
     from mla_jax import kernels
+    from mla_jax import plan as gk
 
     bf16, fp16 = "bfloat16", "float16"
     assert kernels.bf16_partials(bf16, 2)
     assert not kernels.bf16_partials(bf16, 1)  # stage 1 writes the output
     assert not kernels.bf16_partials(fp16, 8)  # fp16's three more bits
     assert not kernels.bf16_partials("float32", 8)
-    assert gk.bf16_partials(bf16, gk.kernel_for(None, 64), 8, 1)
-    assert gk.bf16_partials(bf16, gk.kernel_for(gk.FP8, 128), 4, 1)
-    assert not gk.bf16_partials(fp16, gk.kernel_for(None, 64), 8, 1)
-    assert not gk.bf16_partials(fp16, gk.kernel_for(gk.FP8, 64), 8, 1)
-    assert not gk.bf16_partials(bf16, gk.kernel_for(None, 64), 1, 1)
-    assert not gk.bf16_partials(bf16, gk.kernel_for(None, 64), 2, 2)  # the cluster merges
-    assert not gk.bf16_partials(bf16, gk.kernel_for(gk.FP8, 64, True), 8, 1)  # fp8 MMAs
-    assert not gk.bf16_partials(bf16, gk.kernel_for(gk.FP8, 32), 8, 1)  # 16-head fp8 kernel
-    assert gk.bf16_partials(bf16, gk.kernel_for(None, 16), 2, 1)  # the 16-bit 16-head kernel
-    assert not gk.bf16_partials(fp16, gk.kernel_for(None, 16), 2, 1)
+    assert gk.gluon_bf16_partials(bf16, gk.gluon_kernel(None, 64), 8, 1)
+    assert gk.gluon_bf16_partials(bf16, gk.gluon_kernel(gk.FP8, 128), 4, 1)
+    assert not gk.gluon_bf16_partials(fp16, gk.gluon_kernel(None, 64), 8, 1)
+    assert not gk.gluon_bf16_partials(fp16, gk.gluon_kernel(gk.FP8, 64), 8, 1)
+    assert not gk.gluon_bf16_partials(bf16, gk.gluon_kernel(None, 64), 1, 1)
+    assert not gk.gluon_bf16_partials(bf16, gk.gluon_kernel(None, 64), 2, 2)  # the cluster merges
+    assert not gk.gluon_bf16_partials(bf16, gk.gluon_kernel(gk.FP8, 64, True), 8, 1)  # fp8 MMAs
+    assert not gk.gluon_bf16_partials(bf16, gk.gluon_kernel(gk.FP8, 32), 8, 1)  # 16-head fp8 kernel
+    assert gk.gluon_bf16_partials(
+        bf16, gk.gluon_kernel(None, 16), 2, 1
+    )  # the 16-bit 16-head kernel
+    assert not gk.gluon_bf16_partials(fp16, gk.gluon_kernel(None, 16), 2, 1)
     for q_dtype, kv_dtype, heads, splits, merge, want in [
         (bf16, None, 64, 8, True, True),
         (fp16, None, 64, 8, True, False),
@@ -597,21 +599,19 @@ def test_bf16_partials_for_a_bf16_q_where_stage_2_merges():
         (fp16, None, 20, 4, True, False),
     ]:
         problem = geometry(16, heads, splits)
-        stage1 = gk.launch_params(
-            q_dtype=q_dtype, kv_dtype=kv_dtype, cluster_merge=merge, **problem
-        )
+        stage1 = gluon_launch(q_dtype=q_dtype, kv_dtype=kv_dtype, cluster_merge=merge, **problem)
         assert stage1["bf16_partials"] is want
         assert stage1["constexprs"].get("BF16_PARTIALS", False) is want
         tl_stage1, stage2 = kernels.launch_params(**problem, q_dtype=q_dtype)
         tl_half = q_dtype == bf16
         assert tl_stage1["constexprs"]["BF16_PARTIALS"] is tl_half
         assert stage2["constexprs"]["BF16_PARTIALS"] is tl_half
-        adapted = gk.stage2_params(stage2, stage1)
+        adapted = gk.gluon_stage2(stage2, stage1)
         assert adapted == stage2 | {"constexprs": stage2["constexprs"] | {"BF16_PARTIALS": want}}
     problem = geometry(16, 64, 2)
-    stage1 = gk.launch_params(q_dtype=bf16, **problem)  # a cluster: no stage 2
-    assert gk.stage2_params(kernels.launch_params(**problem, q_dtype=bf16)[1], stage1) is None
-    assert gk.stage2_params(None, stage1) is None
+    stage1 = gluon_launch(q_dtype=bf16, **problem)  # a cluster: no stage 2
+    assert gk.gluon_stage2(kernels.launch_params(**problem, q_dtype=bf16)[1], stage1) is None
+    assert gk.gluon_stage2(None, stage1) is None
 
 
 def test_cluster_build_syncs_its_cluster_once_on_every_path():
@@ -692,7 +692,7 @@ def test_stage1_is_the_gluon_kernel_where_it_wins(
 ):
     """``mla_decode`` lowers stage 1 to a Gluon kernel on sm_90 for a problem they
     support whose splits hold at least 128 tokens (64 for the 16-head fp8 kernel;
-    ``_triton_backend.gluon_split_divisor``): the seesaw, on a 16-bit or an fp8 cache
+    ``plan.gluon_split_divisor``): the seesaw, on a 16-bit or an fp8 cache
     (the 16-head fp8 kernel on an fp8 cache under 64 heads; the 16-bit 16-head kernel
     on a 16-bit one at 16 heads, and at 32 in a step of at most 16384 tokens, at half
     the occupancy rule's splits where its grid would hold more than a program an SM,
@@ -843,61 +843,6 @@ def test_stage2_loads_first_partials_before_branching():
         kernels.mla_decode_stage2, runtime, stage2, stage2["constexprs"], r"\bBRA\b"
     )
     assert loads > 2
-
-
-def test_ab_seesaw_variant_is_the_patched_module(tmp_path):
-    """``scripts/ab_seesaw.py`` times a variant given as patches: the kernel module with
-    each patch applied in order, imported from a copy (it supplies each problem's routed
-    kernel); ``main`` is the module itself, and a name given twice or without patches is
-    refused. The split count it times is ``mla_decode``'s: the occupancy rule's, halved
-    for the 16-bit 16-head kernel where its grid holds more programs than SMs."""
-    import difflib
-    from pathlib import Path
-
-    from mla_jax import _gluon_kernels as gk
-
-    scripts = Path(__file__).parents[1] / "scripts"
-    sys.path.insert(0, str(scripts))
-    try:
-        import ab_seesaw
-    finally:
-        sys.path.remove(str(scripts))
-    name = "mla_jax/_gluon_kernels.py"
-    texts = [Path(gk.__file__).read_text()]
-    for marker in ("# variant one\n", "# variant two\n"):
-        texts.append(texts[-1] + marker)
-    patches = []
-    for k in range(2):
-        diff = difflib.unified_diff(
-            texts[k].splitlines(keepends=True),
-            texts[k + 1].splitlines(keepends=True),
-            f"a/{name}",
-            f"b/{name}",
-        )
-        patches.append(tmp_path / f"p{k}.patch")
-        patches[-1].write_text("".join(diff))
-    folder = tmp_path / "variants"
-    variants = ab_seesaw.parse_variants(["main", f"both={patches[0]}+{patches[1]}"], str(folder))
-    assert variants["main"] is None
-    module = variants["both"]
-    assert module.__name__ == "variant_both"
-    for kernel in (gk.mla_decode_stage1_gluon_seesaw, gk.mla_decode_stage1_gluon_h16):
-        assert getattr(module, kernel.fn.__name__).fn.__module__ == "variant_both"
-    assert (folder / "both" / name).read_text() == texts[2]
-    for bad in (["main", "main"], ["other"]):
-        with pytest.raises(SystemExit):
-            ab_seesaw.parse_variants(bad, str(tmp_path / "bad"))
-    import torch
-
-    pool = torch.empty(8, 64, 576, dtype=torch.bfloat16)
-
-    def splits(batch, heads, length):
-        q = torch.empty(batch, heads, 576, dtype=torch.bfloat16)
-        return ab_seesaw.routed_splits(q, pool, batch, heads, length, 132)
-
-    assert splits(64, 16, 4096) == 2  # the rule's 4, halved
-    assert splits(1, 16, 16384) == 128  # the rule's: one wave already
-    assert splits(16, 128, 4096) == 4  # the seesaw: the rule's
 
 
 if __name__ == "__main__":

@@ -456,7 +456,7 @@ def test_fp8_cache_matches_reference_on_dequantised_values(heads, rng):
 @pytest.mark.parametrize("max_seq_len", ["static", "runtime"])
 def test_gluon_stage1_through_mla_decode(batch, heads, length, dtype, cache, max_seq_len, rng):
     """On sm_90, ``mla_decode`` at shapes whose splits are long enough for a Gluon
-    kernel (``_triton_backend.gluon_split_divisor``) lowers stage 1 to one (the seesaw
+    kernel (``plan.gluon_split_divisor``) lowers stage 1 to one (the seesaw
     from 32 heads on either cache, the 16-head fp8 kernel under 64 heads on an fp8 one,
     the 16-bit 16-head kernel at 16 heads on a 16-bit one, and with a static
     ``max_seq_len`` at 32 heads, two 16-head tiles a row in a small step, one 32-head

@@ -186,7 +186,7 @@ def test_runtime_split_grid_is_the_batch_bound(policy, batch, heads, want):
     stage 1's grid is ``(head blocks, batch, grid splits)`` in the exported module. On
     sm_90 at 16 heads on the occupancy rule that is the 16-bit 16-head Gluon kernel,
     at half of it (4 splits of the 256-token capacity: 2 of 128;
-    ``_triton_backend.gluon_split_divisor``)."""
+    ``plan.gluon_split_divisor``)."""
     spec = jax.ShapeDtypeStruct
     # Reserved splits: vLLM's rule at L=8192, or more than occupancy ever asks for.
     buf = buffer_spec(batch, heads, {"vllm": 16, "occupancy": 256}[policy], policy=policy)
@@ -225,7 +225,7 @@ def test_stage1_grid_of_the_16_bit_16_head_kernel_in_wide_heads(batch, heads, le
     at most ``SMALL_HEADS_BATCH_TOKENS`` tokens and one 32-head tile in a larger one, at
     64 heads two 32-head tiles up to ``SMALL_HEADS_BATCH_TOKENS``, at 128 four up to
     ``WIDE_HEADS_BATCH_TOKENS``; at half the occupancy rule's splits where its grid
-    would take twice the waves the rule planned (``_triton_backend.gluon_split_divisor``),
+    would take twice the waves the rule planned (``plan.gluon_split_divisor``),
     else at the rule's count."""
     spec = jax.ShapeDtypeStruct
 
@@ -260,7 +260,7 @@ def test_stage1_grid_of_the_16_bit_16_head_kernel_in_wide_heads(batch, heads, le
     "batch, heads, length, max_seq_len, batch_invariant, tile, splits, page",
     [
         # Pages of 16 tokens: a Gluon kernel takes 64-token pages where the splits hold 64
-        # tokens or more (``_triton_backend.gluon_split_divisor``), so the tl kernel's
+        # tokens or more (``plan.gluon_split_divisor``), so the tl kernel's
         # tile shows only on other pages.
         (1, 128, 4096, 4096, False, 16, 32, 16),  # 4096 tokens: 16-head tiles, 32 splits
         (1, 128, 1024, 1024, False, 16, 16, 16),  # one split per 64 tokens

@@ -12,15 +12,6 @@ Launched by ``ab_wide.py``; built on the CPU by ``build.py``.
 
 from __future__ import annotations
 
-from triton.experimental import gluon
-from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.ampere import async_copy
-from triton.experimental.gluon.language.nvidia.hopper import (
-    fence_async_shared,
-    warpgroup_mma,
-    warpgroup_mma_wait,
-)
-
 from mla_jax._gluon_kernels import (
     _CHUNK,
     _LN2,
@@ -39,6 +30,14 @@ from mla_jax._gluon_kernels import (
     _safe_page,
     _split_range,
     _write_empty_row,
+)
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import async_copy
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    warpgroup_mma,
+    warpgroup_mma_wait,
 )
 
 NUM_WARPS = 8

@@ -12,15 +12,6 @@ Launched by ``ab_ws.py``; built on the CPU by ``build.py --ws``.
 
 from __future__ import annotations
 
-from triton.experimental import gluon
-from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import (
-    fence_async_shared,
-    mbarrier,
-    warpgroup_mma,
-    warpgroup_mma_wait,
-)
-
 from mla_jax._gluon_kernels import (
     _CHUNK,
     _CHUNK_WORDS_LAYOUT,
@@ -38,6 +29,14 @@ from mla_jax._gluon_kernels import (
     _qk_chunk,
     _safe_page,
     _split_range,
+)
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    warpgroup_mma,
+    warpgroup_mma_wait,
 )
 
 NUM_WARPS = 4  # the default partition; the worker adds 4
