@@ -509,6 +509,28 @@ def _edit_field(message: bytes, number: int, edit: Callable[[bytes], bytes]) -> 
     return bytes(out)
 
 
+def _jaxlib_loads_module_image() -> bool:
+    """Whether the installed jaxlib launches a kernel's ``module_image`` (0.11.2 on)."""
+    from jaxlib.version import __version_info__
+
+    return tuple(__version_info__[:3]) >= (0, 11, 2)
+
+
+JAXLIB_LOADS_MODULE_IMAGE = _jaxlib_loads_module_image()
+
+
+def call_ptx(build: Build) -> str:
+    """The PTX field of ``build``'s call: the PTX itself for a jaxlib that compiles it;
+    for one that loads the cubin (``JAXLIB_LOADS_MODULE_IMAGE``), a one-line comment
+    naming the cubin's hash. jaxlib copies and hashes the whole serialized call at
+    every launch to find it in its cache, and the PTX, which such a jaxlib never reads,
+    was half of it. The field stays unique to the build: jaxlib keys the modules it
+    loaded by kernel name, shared memory, PTX and capability."""
+    if not JAXLIB_LOADS_MODULE_IMAGE:
+        return build.ptx
+    return f"// {build.name}: cubin sha256 {hashlib.sha256(build.cubin).hexdigest()}\n"
+
+
 def with_module_image(call: bytes, build: Build) -> bytes:
     """jaxlib's serialized ``TritonAnyKernelCall`` with ``build``'s cubin as its
     kernel's ``module_image`` (jaxlib/gpu/triton.proto: ``TritonAnyKernelCall`` field 1
@@ -583,7 +605,7 @@ def _lowering(
         build.num_warps,
         build.num_ctas * num_ctas,
         build.shared_bytes,
-        build.ptx,
+        call_ptx(build),
         "",
         cc,
     )

@@ -46,6 +46,21 @@ def pytest_configure(config):
     seed_from_env()  # a malformed MLA_JAX_SEED stops the run here, not in every test
 
 
+@pytest.fixture
+def ptx_in_calls(monkeypatch):
+    """Kernel calls carry their PTX (as for a jaxlib before 0.11.2, which compiles it)
+    for the test to read, whatever the installed jaxlib. JAX's caches are cleared
+    around it: a module lowered before would be reused as it was."""
+    import jax
+
+    from mla_jax import _launch
+
+    jax.clear_caches()
+    monkeypatch.setattr(_launch, "JAXLIB_LOADS_MODULE_IMAGE", False)
+    yield
+    jax.clear_caches()
+
+
 def has_gpu() -> bool:
     import jax
 

@@ -135,7 +135,7 @@ def test_prompt_errors_name_the_argument(saved, model):
     untokenized = DeepseekModel(model.config, model.params)
     with pytest.raises(ValueError, match="prompts: got text, but there is no tokenizer"):
         generate(untokenized, TEXTS, max_new_tokens=2)
-    with pytest.raises(ValueError, match=r"prompts\[1\]: got token ids in \[500, 500\]"):
+    with pytest.raises(ValueError, match=r"prompts\[1, 0\] = 500 is outside the vocabulary"):
         generate(model, [[1, 2], [500]], max_new_tokens=2)
     with pytest.raises(ValueError, match=r"max_new_tokens must be a positive int, got 2\.0"):
         generate(model, [[1, 2]], max_new_tokens=2.0)

@@ -273,7 +273,7 @@ def test_stage1_grid_of_the_16_bit_16_head_kernel_in_wide_heads(batch, heads, le
     ],
 )
 def test_head_tile_is_chosen_at_trace_time(
-    batch, heads, length, max_seq_len, batch_invariant, tile, splits, page
+    batch, heads, length, max_seq_len, batch_invariant, tile, splits, page, ptx_in_calls
 ):
     """A static ``max_seq_len`` whose batch holds at most ``SMALL_BATCH_TOKENS`` tokens
     lowers the tl stage 1 with 16-head tiles (``_tiling.head_tile``), 4 warps and

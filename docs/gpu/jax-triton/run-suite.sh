@@ -13,7 +13,7 @@ cat .ab/REV > "$OUT/rev.txt"
 FILES=${FILES:-"tests/test_gpu.py tests/test_safety.py tests/test_interop.py
   tests/test_kernel_cache.py tests/test_lowering.py tests/test_compare.py tests/test_demo.py
   tests/test_deepseek.py tests/test_generate.py tests/test_fp8.py tests/test_multi_token.py
-  tests/test_batch_invariant.py tests/test_vllm_kernel.py"}
+  tests/test_batch_invariant.py tests/test_vllm_kernel.py tests/test_plan.py tests/test_gluon_build.py"}
 FILES=$(for f in $FILES; do [ -e "$f" ] && echo "$f"; done)
 t0=$(date +%s)
 timeout "${LIMIT:-330}" python3 -m pytest -v -rfEs -p no:cacheprovider -n "${WORKERS:-12}" \
