@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from mla_jax._checks import check_positive
+from mla_jax._checks import check_positive, is_int, positive_int
 from mla_jax._tiling import head_tiles, programs_per_sm
 
 Policy = Literal["vllm", "occupancy"]
@@ -62,8 +62,10 @@ def check_policy(policy: str) -> None:
 
 
 def _as_length(max_seq_len):
-    """A Python int stays one (checked >= 0); anything else becomes an int32 scalar."""
-    if isinstance(max_seq_len, int):
+    """A Python or numpy integer becomes a Python int (checked >= 0); anything else an
+    int32 scalar array."""
+    if is_int(max_seq_len):
+        max_seq_len = int(max_seq_len)
         if max_seq_len < 0:
             raise ValueError(f"max_seq_len must be >= 0, got {max_seq_len}")
         return max_seq_len
@@ -85,7 +87,7 @@ def num_kv_splits(max_seq_len: int | jax.Array, sm_count: int) -> int | jax.Arra
       A Python int for an int input, otherwise an int32 scalar array; both give
       the same value for the same input.
     """
-    check_positive(sm_count=sm_count)
+    sm_count = positive_int("sm_count", sm_count)
     cap = MAX_SPLITS_PER_SM * sm_count
     n = _as_length(max_seq_len)
     if isinstance(n, int):
@@ -112,8 +114,9 @@ def occupancy_kv_splits(
     twice the tiles a row), so the count at ``batch = 1, max_model_len`` with the
     default tile covers every smaller problem (``reserved_splits``).
     """
-    check_positive(sm_count=sm_count)
-    check_positive(batch=batch, num_heads=num_heads)
+    sm_count = positive_int("sm_count", sm_count)
+    batch = positive_int("batch", batch)
+    num_heads = positive_int("num_heads", num_heads)
     n = _as_length(max_seq_len)
     return _occupancy_splits(
         batch, num_heads, n, sm_count, batch_tokens=batch * n if isinstance(n, int) else None

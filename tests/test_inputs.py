@@ -878,3 +878,90 @@ def test_reserve_logits_buffer_property(arg, value):
         **kw,
     )
     assert buf.data.shape == shape
+
+
+# the split rules, validate_inputs and write_latents ---------------------------------
+
+
+@PROPERTY
+@given(
+    max_seq_len=st.integers(-5, 2**20),
+    sm_count=st.one_of(st.integers(-2, 300), st.just(True), st.just(2.0)),
+    int_type=st.sampled_from(["int", "int32", "int64"]),
+)
+def test_split_rules_property(max_seq_len, sm_count, int_type):
+    """vLLM's rule against its formula, from a Python int, a numpy integer or a traced
+    array alike; a negative length or a bad ``sm_count`` is an error naming it."""
+    valid_sm = isinstance(sm_count, int) and not isinstance(sm_count, bool) and sm_count >= 1
+    length = max_seq_len if int_type == "int" else np.dtype(int_type).type(max_seq_len)
+    if not valid_sm or max_seq_len < 0:
+        with pytest.raises(ERRORS, match="sm_count" if not valid_sm else "max_seq_len"):
+            mla_jax.num_kv_splits(length, sm_count)
+        return
+    tokens = int(length)
+    want = min(1 << max(0, max(1, tokens // 512) - 1).bit_length(), 2 * sm_count)
+    assert mla_jax.num_kv_splits(length, sm_count) == want
+    assert int(jax.jit(mla_jax.num_kv_splits, static_argnums=1)(jnp.int32(tokens), sm_count)) == (
+        want
+    )
+    for policy in ("vllm", "occupancy"):
+        got = mla_jax.kv_splits(
+            policy, batch=np.int64(2), num_heads=16, max_seq_len=length, sm_count=sm_count
+        )
+        assert 1 <= int(got) <= max(want, 128)
+
+
+@PROPERTY
+@given(
+    length=st.integers(-3, CAPACITY + 3),
+    page=st.integers(-2, NUM_PAGES + 2),
+    wide=st.booleans(),
+)
+def test_validate_inputs_property(length, page, wide):
+    """A length outside ``[0, capacity]`` or a live page outside the pool is an error
+    naming the entry; anything else passes; int64 arrays are read as they are."""
+    dtype = np.int64 if wide else np.int32
+    pages_per_seq = CAPACITY // PAGE
+    table = np.arange(2 * pages_per_seq, dtype=dtype).reshape(2, pages_per_seq) % NUM_PAGES
+    table[1, 0] = page
+    lens = np.array([CAPACITY, length], dtype)
+    kv = jax.ShapeDtypeStruct((NUM_PAGES, PAGE, LORA + ROPE), jnp.float32)
+    bad_len = not 0 <= length <= CAPACITY
+    bad_page = length > 0 and not 0 <= page < NUM_PAGES and not bad_len
+    if bad_len or bad_page:
+        with pytest.raises(ValueError, match=r"seq_lens\[1\]|block_table\[1, 0\]"):
+            mla_jax.validate_inputs(kv, table, lens)
+    else:
+        mla_jax.validate_inputs(kv, table, lens)
+
+
+@PROPERTY
+@given(
+    starts=st.lists(st.integers(-3, CAPACITY + 3), min_size=2, max_size=2),
+    lengths=st.lists(st.integers(0, 4), min_size=2, max_size=2),
+    seed=st.integers(0, 2**16),
+)
+def test_write_latents_property(starts, lengths, seed):
+    """``write_latents`` against a numpy scatter: rows past a length, or at positions
+    outside the table, write nothing; int64 positions are checked, then narrowed."""
+    from mla_jax.cache import write_latents
+
+    rng = np.random.default_rng(seed)
+    pages_per_seq = CAPACITY // PAGE
+    cache = rng.standard_normal((NUM_PAGES, PAGE, 8)).astype(np.float32)
+    table = rng.permutation(NUM_PAGES)[: 2 * pages_per_seq].reshape(2, pages_per_seq)
+    latents = rng.standard_normal((2, 4, 8)).astype(np.float32)
+    want = cache.copy()
+    for b in range(2):
+        for t in range(lengths[b]):
+            pos = starts[b] + t
+            if 0 <= pos < CAPACITY:
+                want[table[b, pos // PAGE], pos % PAGE] = latents[b, t]
+    got = write_latents(
+        jnp.asarray(cache),
+        jnp.asarray(latents),
+        table.astype(np.int64),
+        np.array(starts, np.int64),
+        np.array(lengths, np.int64),
+    )
+    np.testing.assert_array_equal(np.asarray(got), want)
