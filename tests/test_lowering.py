@@ -130,7 +130,9 @@ def test_seesaw_rows_of_two_splits_are_clusters_that_write_the_output():
     "heads, stage1_name, lse_stores",
     [(16, "mla_decode_stage1", 1), (128, "mla_decode_stage1_gluon_seesaw", 2)],
 )
-def test_stage_1_and_stage_2_agree_on_the_partials_dtype(heads, stage1_name, lse_stores):
+def test_stage_1_and_stage_2_agree_on_the_partials_dtype(
+    heads, stage1_name, lse_stores, ptx_in_calls
+):
     """With 4 splits (vLLM's rule at L=2048) stage 1 writes partials for stage 2, the
     tl kernel at H=16 and the seesaw at H=128: for a bf16 q in bf16
     (``kernels.bf16_partials``), so stage 1 has half a float32 build's global stores
