@@ -71,7 +71,8 @@ def main(argv: list[str]) -> int:
     rc = Path(tempfile.mkdtemp()) / "matplotlibrc"
     rc.write_text("figure.dpi: 72\n")
     os.environ["MATPLOTLIBRC"] = str(rc)
-    paths = [Path(a).resolve() for a in args.notebooks] or sorted((ROOT / "notebooks").glob("*.ipynb"))
+    paths = [Path(a).resolve() for a in args.notebooks]
+    paths = paths or sorted((ROOT / "notebooks").glob("*.ipynb"))
     for path in paths:
         execute(path)
     return 0
