@@ -13,6 +13,7 @@ tests/test_notebooks.py checks that the committed notebooks have outputs and plo
 
 from __future__ import annotations
 
+import argparse
 import base64
 import io
 import os
@@ -59,13 +60,19 @@ def palette_png(data: str) -> str:
 
 
 def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        description="Execute notebooks in place (CPU, inline backend, 72 dpi palette PNGs)."
+    )
+    parser.add_argument("notebooks", nargs="*", help="the .ipynb files (default: notebooks/)")
+    args = parser.parse_args(argv)
     # The kernel inherits the environment: the inline backend stores each figure as PNG.
     os.environ["MPLBACKEND"] = "module://matplotlib_inline.backend_inline"
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     rc = Path(tempfile.mkdtemp()) / "matplotlibrc"
     rc.write_text("figure.dpi: 72\n")
     os.environ["MATPLOTLIBRC"] = str(rc)
-    paths = [Path(a).resolve() for a in argv] or sorted((ROOT / "notebooks").glob("*.ipynb"))
+    paths = [Path(a).resolve() for a in args.notebooks]
+    paths = paths or sorted((ROOT / "notebooks").glob("*.ipynb"))
     for path in paths:
         execute(path)
     return 0

@@ -8,8 +8,6 @@
 #   tests-a, tests-b   its files test_a* to test_l*, then the rest (two shorter runs)
 #   extras             compare tables (with vLLM), the triton demo, the fp8 bench
 #   steps              step timing: donated buffer vs allocated vs scan
-#   ab                 both stages' device time at every sweep shape, this checkout's kernels
-#                      against the previous release's in build/prev (scripts/ab_kernels.py)
 #   ncu                Nsight Compute's full report of stage 1 at the target shapes and
 #                      one-block shapes, and of stage 2 at B=1 (needs hardware counters)
 #   ncu-gluon          the same for the Gluon stage 1 kernels (sm_90) at their target shapes
@@ -22,6 +20,10 @@
 # Merge the two bench parts with `python -m mla_jax bench --report-only small.json large.json`.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+if [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ]; then
+    sed -n '2,/^set /p' "$0" | sed '$d' | cut -c3-
+    exit 0
+fi
 if [ "${1:-}" != "--out" ] || [ -z "${2:-}" ]; then
     echo "usage: scripts/gpu_checks.sh --out DIR MODE [MODE ...]" >&2
     exit 2
@@ -83,12 +85,6 @@ for mode in "$@"; do
             128x16x16384,64x16x4096,4x16x16384,1x16x16384,1x128x4096,4x128x4096,16x128x4096 \
             2>&1 | grep -v Warning | tee "$OUT/sweep.log" | grep BEST
         ;;
-    ab)
-        # build/prev holds the previous release's mla_jax (scripts/ab_kernels.py says how).
-        timeout 400 python3 scripts/ab_kernels.py --prev build/prev/mla_jax/kernels.py \
-            --out "$OUT/ab_kernels.json" 2>&1 | grep -v Warning | tee "$OUT/ab_kernels.log" \
-            | tail -40
-        ;;
     ncu)
         # The third launch of each kernel (the first two warm up), clocks left alone.
         profile() {  # stage, shape
@@ -130,7 +126,7 @@ for mode in "$@"; do
         ;;
     bench-small) bench_part small 1,4 ;;
     bench-large) bench_part large 16,64,128 ;;
-    *) echo "usage: scripts/gpu_checks.sh --out DIR {tests|tests-a|tests-b|extras|steps|experiments|ab|ncu|ncu-gluon|bench-small|bench-large|deepseek}..." >&2
+    *) echo "usage: scripts/gpu_checks.sh --out DIR {tests|tests-a|tests-b|extras|steps|experiments|ncu|ncu-gluon|bench-small|bench-large|deepseek|gluon|first-call}..." >&2
        exit 2 ;;
     esac
 done

@@ -1,1 +1,0 @@
-../h16-fp8-crossover/common.sh
