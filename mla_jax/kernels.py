@@ -458,12 +458,9 @@ def stage2_tiling(
     the batch's (row, head) pairs (at least ``MIN_COL_BLOCK``); then up to
     ``MAX_SPLIT_BLOCK`` splits fill the tile of ``STAGE2_TILE`` partial values (32
     registers a thread at 4 warps); then heads, while the programs stay that many.
-    Measured on the H200 (``scripts/sweep_stage2.py``; docs/performance.md, "Stage 2's
-    tiling"): one program per (row, head, 128 columns) made 65536 tiny programs at
-    B=128, H=128, one split (52 us to move 48 MB); with 128 pairs, 64 splits, 256
-    columns at 16 splits an iteration beat 128 at 32 (4.8 against 5.2 us), and with
-    512 pairs, 16 splits, whole
-    rows at 8 splits beat 256 columns at 16 (4.0 against 4.5 us).
+    Why these blocks: one program per (row, head, 128 columns) made tens of thousands
+    of tiny programs at large batch, and the measured sweep of the blocks is in
+    docs/performance.md's decision log.
     """
 
     def programs(head_block, col_block):
