@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import pytest
 
 import mla_jax
-from mla_jax.tools import bench, bench_report
+from mla_jax.tools import bench, bench_report, chain_calls
 
 # Two shapes cover every code path (and a merge of two parts); the dry run's default
 # sweep has four, which only costs more compiles.
@@ -455,21 +455,23 @@ def test_lowered_chain_keeps_both_stages_of_every_call():
     buf = mla_jax.reserve_logits_buffer(2, 16, 256, sm_count=132, policy="occupancy")
     lower = lambda chain: chain.trace(*inputs, buf).lower(lowering_platforms=("cuda",)).as_text()
     calls = 3
-    good = bench.stablehlo_custom_calls(
+    good = chain_calls.stablehlo_custom_calls(
         lower(bench.timed_chain(triton_decode, calls, perturb_table=False, keep_outs=False))
     )
     assert good == (2 * calls, 2 * calls)
-    bench.check_chain_calls("triton", good.reaching_return, calls, 2, "in the lowered module")
+    chain_calls.check_chain_calls("triton", good.reaching_return, calls, 2, "in the lowered module")
 
     # The unrolled fori_loop shares one body function over K call sites: its text has
     # 2 custom calls, its call sites 2 K, of which only the last stage 2 is used.
-    bad = bench.stablehlo_custom_calls(lower(last_call_only(calls)))
+    bad = chain_calls.stablehlo_custom_calls(lower(last_call_only(calls)))
     assert bad == (2 * calls, calls + 1)
     with pytest.raises(
-        bench.ChainCheckError,
+        chain_calls.ChainCheckError,
         match=r"has 4 live kernel launches .* in the lowered module, not 6",
     ):
-        bench.check_chain_calls("triton", bad.reaching_return, calls, 2, "in the lowered module")
+        chain_calls.check_chain_calls(
+            "triton", bad.reaching_return, calls, 2, "in the lowered module"
+        )
 
 
 def test_custom_call_walk_on_a_handwritten_module():
@@ -497,12 +499,12 @@ def test_custom_call_walk_on_a_handwritten_module():
 }"""
     # Live: @pair's first (returned as %0#0) and the while body's; dead: @pair's second
     # (%0#1 is unused) and %1 (named only inside a string).
-    assert bench.stablehlo_custom_calls(module, targets=["t"]) == (4, 2)
+    assert chain_calls.stablehlo_custom_calls(module, targets=["t"]) == (4, 2)
     compiled = (
         'x = f32[] custom-call(y), custom_call_target="t", z = custom-call(), '
         'custom_call_target="u"'
     )
-    assert bench.compiled_custom_calls(compiled, targets=["t"]) == 1
+    assert chain_calls.compiled_custom_calls(compiled, targets=["t"]) == 1
 
 
 def test_time_loop_threads_the_state_and_time_wall_counts_calls():

@@ -179,13 +179,17 @@ def test_decode_lowers_to_two_jaxlib_ffi_calls_carrying_their_cubins(monkeypatch
     assert calls[0].attributes["shared"] > 48 * 1024
 
 
-def test_a_tl_kernel_lowers_as_jax_triton_lowers_it(ptx_in_calls):
+def test_a_tl_kernel_lowers_as_jax_triton_lowers_it(ptx_in_calls, monkeypatch, tmp_path):
     """The same kernel through ``launch`` and through a plain ``triton_call`` (lowered
     by jax-triton's own rule, untouched by ``_launch``): the same PTX, kernel, grid,
     warps, shared memory and parameters; ours is jaxlib's FFI call with the cubin,
-    jax-triton's its legacy ``triton_kernel_call``."""
+    jax-triton's its legacy ``triton_kernel_call``. Both are built here: a build from
+    Triton's cache would carry the path of the checkout that first built it in its
+    debug line info, which Triton's key leaves out."""
     import jax_triton  # after _launch, which keeps TRITON_CACHE_DIR as it was
 
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    _launch._build.cache_clear()
     x, c = S((256,), jnp.float32), S((1,), jnp.float32)
 
     def theirs(x, c):
