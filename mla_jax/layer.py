@@ -300,9 +300,16 @@ def _latent_row(params: MLAParams, config: MLAConfig, x, positions):
     return jnp.concatenate([kv_c, k_pe], axis=-1)
 
 
+def _check_float(name: str, x: jax.Array) -> None:
+    """Hidden states are floats: an integer array would be multiplied as one."""
+    if not jnp.issubdtype(x.dtype, jnp.floating):
+        raise ValueError(f"{name}: got {x.dtype}{list(x.shape)}, needed a float array")
+
+
 def _check_x(config: MLAConfig, x: jax.Array, positions: jax.Array) -> None:
     if x.ndim != 2 or x.shape[1] != config.hidden_size:
         raise ValueError(f"x: got {list(x.shape)}, needed [B, {config.hidden_size}]")
+    _check_float("x", x)
     if positions.dtype != jnp.int32 or positions.shape != x.shape[:1]:
         raise ValueError(
             f"positions: got {positions.dtype}{list(positions.shape)}, needed int32 [{x.shape[0]}]"
@@ -416,6 +423,7 @@ def mla_prefill_layer(
     """
     if x.ndim != 3 or x.shape[2] != config.hidden_size:
         raise ValueError(f"x: got {list(x.shape)}, needed [B, T, {config.hidden_size}]")
+    _check_float("x", x)
     if lengths.dtype != jnp.int32 or lengths.shape != x.shape[:1]:
         raise ValueError(
             f"lengths: got {lengths.dtype}{list(lengths.shape)}, needed int32 [{x.shape[0]}]"

@@ -965,3 +965,90 @@ def test_write_latents_property(starts, lengths, seed):
         np.array(lengths, np.int64),
     )
     np.testing.assert_array_equal(np.asarray(got), want)
+
+
+# the sharded op and the layer ---------------------------------------------------------
+
+
+@PROPERTY
+@given(
+    scheme=st.sampled_from(["heads", "batch", "rows"]),
+    lens=st.lists(st.integers(-2, CAPACITY + 2), min_size=B, max_size=B),
+    wide=st.booleans(),
+    q_dtype=st.sampled_from(["float32", "int32"]),
+)
+def test_sharded_mla_decode_property(scheme, lens, wide, q_dtype):
+    """On a one-device mesh: the float64 reference (lengths clamped as documented),
+    int64 tables and lengths as int32 ones, and a clear error for an unknown scheme or
+    an integer q."""
+    from jax.sharding import Mesh
+
+    from mla_jax.sharded import reserve_sharded_logits_buffer, sharded_mla_decode
+
+    mesh = Mesh(np.array(jax.devices()[:1]), ("d",))
+    args = problem()
+    table = args["block_table"].astype(np.int64 if wide else np.int32)
+    seq_lens = np.array(lens, np.int64 if wide else np.int32)
+    q = jnp.asarray(args["q"]).astype(q_dtype)
+
+    def run():
+        buf = reserve_sharded_logits_buffer(
+            mesh, "d", scheme, B, H, CAPACITY, kv_lora_rank=LORA, rope_dim=ROPE, sm_count=4
+        )
+        return sharded_mla_decode(
+            mesh, "d", scheme, q, jnp.asarray(args["kv_cache"]), table, seq_lens, buf,
+            scale=SCALE, backend="xla",
+        )  # fmt: skip
+
+    if scheme == "rows" or q_dtype == "int32":
+        with pytest.raises(ERRORS, match="scheme" if scheme == "rows" else "q"):
+            run()
+        return
+    out, lse, _ = run()
+    close_to_reference(out, lse, table, seq_lens)
+
+
+@PROPERTY
+@given(
+    position=st.integers(-2, 2**33),
+    x_dtype=st.sampled_from(["float32", "bfloat16", "int32"]),
+    x_rank=st.sampled_from([1, 2]),
+)
+def test_mla_decode_layer_property(position, x_dtype, x_rank):
+    """The layer's step: int64 positions past int32 are refused by name; an integer or
+    wrongly ranked ``x`` is an error naming it; valid inputs give finite outputs equal
+    to the int32-position step's."""
+    from mla_jax.layer import mla_decode_layer
+
+    config = PRESETS["tiny"]
+    params = init_layer(config, jax.random.key(0))
+    x = jax.random.normal(jax.random.key(2), (2, config.hidden_size)).astype(x_dtype)
+    if x_rank == 1:
+        x = x[0]
+    positions = np.array([min(max(position, 0), 15), 3], np.int64)
+    wide = np.array([position, 3], np.int64)
+
+    def step(pos):  # each on a state of its own: a step donates the buffer
+        state = init_decode_state(
+            config, 1, 2, 16, 4, sm_count=4, key=jax.random.key(1), prompt_lens=[3, 3]
+        )
+        return mla_decode_layer(
+            params, config, x, state.kv_caches[0], state.block_table, pos, state.logits_buffer,
+            backend="xla",
+        )  # fmt: skip
+
+    if x_dtype == "int32" or x_rank == 1:
+        with pytest.raises(ERRORS, match="x"):
+            step(positions)
+        return
+    if not 0 <= position < 2**31:
+        if position >= 2**31:
+            with pytest.raises(ValueError, match=r"positions\[0\] = \d+ is outside int32"):
+                step(wide)
+        return
+    out, cache, _ = step(wide)
+    want, want_cache, _ = step(positions.astype(np.int32))
+    assert np.isfinite(np.asarray(out, np.float32)).all()
+    if position < 16:  # inside the table: the same write and the same attention
+        np.testing.assert_array_equal(np.asarray(out), np.asarray(want))
+        np.testing.assert_array_equal(np.asarray(cache), np.asarray(want_cache))
