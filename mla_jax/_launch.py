@@ -229,6 +229,11 @@ class Build:
     global_scratch_size: int  # bytes a program (0: none)
     global_scratch_align: int
 
+    @functools.cached_property
+    def cubin_sha256(self) -> str:
+        """Hashed once a build: every lowering of a call to it names the hash."""
+        return hashlib.sha256(self.cubin).hexdigest()
+
     @property
     def scratch_align(self) -> int:
         """The alignment the global scratch needs (at least every array's)."""
@@ -239,11 +244,11 @@ class Build:
         return self.global_scratch_size * grid[0] * grid[1] * grid[2] * self.num_ctas
 
 
-def triton_type(dtype: Any) -> str:
-    """Triton's name for an array element type, as jax-triton spells it (``*`` + this
-    is a pointer)."""
+def pointer_type(dtype: Any) -> str:
+    """Triton's type of a pointer to an array of ``dtype`` (``*bf16``...), as jax-triton
+    spells it."""
     try:
-        return _jt.get_triton_type(jax.core.ShapedArray((), jnp.dtype(dtype)))[1:]
+        return _jt.get_triton_type(jax.core.ShapedArray((), jnp.dtype(dtype)))
     except KeyError:
         raise TypeError(f"no Triton type for arrays of {jnp.dtype(dtype).name}") from None
 
@@ -528,7 +533,7 @@ def call_ptx(build: Build) -> str:
     loaded by kernel name, shared memory, PTX and capability."""
     if not JAXLIB_LOADS_MODULE_IMAGE:
         return build.ptx
-    return f"// {build.name}: cubin sha256 {hashlib.sha256(build.cubin).hexdigest()}\n"
+    return f"// {build.name}: cubin sha256 {build.cubin_sha256}\n"
 
 
 def with_module_image(call: bytes, build: Build) -> bytes:
@@ -679,8 +684,8 @@ def launch(
     for i, x in enumerate(arrays):
         if not hasattr(x, "dtype") or not hasattr(x, "shape"):
             raise TypeError(f"input {i} is a {type(x).__name__}, not an array")
-    arg_types = ["*" + triton_type(x.dtype) for x in arrays]
-    arg_types += ["*" + triton_type(s.dtype) for s in out_shapes]
+    arg_types = [pointer_type(x.dtype) for x in arrays]
+    arg_types += [pointer_type(s.dtype) for s in out_shapes]
     constexprs = dict(constexprs or {})
     kernel_spec(kernel, arg_types, constexprs, num_warps=num_warps, num_stages=num_stages)
     aliases = {}

@@ -268,6 +268,19 @@ def _prompt_rows(prompts: Any, prompt_lens: Any, tokenizer: Any) -> list[np.ndar
     )
 
 
+def _check_ids(ids: np.ndarray, vocab_size: int, hint: str = "", row: int | None = None) -> None:
+    """Every token id in ``[0, vocab_size)``; else an error naming the first outside as
+    ``prompts[b, t]`` (``ids`` a ``[B, T]`` array, or prompt ``row``'s ids)."""
+    outside = np.argwhere((ids < 0) | (ids >= vocab_size))
+    if outside.size:
+        index = tuple(int(i) for i in outside[0])
+        where = index if row is None else (row, *index)
+        raise ValueError(
+            f"prompts[{', '.join(map(str, where))}] = {ids[index]} is outside the vocabulary "
+            f"[0, {vocab_size})" + (f" ({hint})" if hint else "")
+        )
+
+
 def _check_lens(prompt_lens: Any, batch: int, width: int) -> np.ndarray:
     """``prompt_lens`` as host ints, ``batch`` of them in ``[1, width]``."""
     torch = _torch_module()
@@ -404,13 +417,7 @@ def _generation(
         # A global array over other processes' devices cannot be read here (each
         # process checks the prompts it contributes); any other is checked whole.
         if prompts.is_fully_addressable:
-            host = np.asarray(prompts)
-            if host.min() < 0 or host.max() >= config.vocab_size:
-                b, t = (int(i) for i in np.argwhere((host < 0) | (host >= config.vocab_size))[0])
-                raise ValueError(
-                    f"prompts[{b}, {t}] = {host[b, t]} is outside the vocabulary [0, "
-                    f"{config.vocab_size}) (padding too: pad with any valid id, e.g. 0)"
-                )
+            _check_ids(np.asarray(prompts), config.vocab_size, "padding too: pad with any valid id")
         tokens = jnp.asarray(prompts, jnp.int32)  # every id checked to fit
         batch, width = tokens.shape
         if prompt_lens is None:
@@ -423,13 +430,7 @@ def _generation(
         for i, row in enumerate(rows):
             if row.size < 1:
                 raise ValueError(f"prompts[{i}]: got no tokens, needed at least one")
-            outside = np.flatnonzero((row < 0) | (row >= config.vocab_size))
-            if outside.size:
-                t = int(outside[0])
-                raise ValueError(
-                    f"prompts[{i}, {t}] = {row[t]} is outside the vocabulary [0, "
-                    f"{config.vocab_size})"
-                )
+            _check_ids(row, config.vocab_size, row=i)
         # Padded to a few shapes: batch and width rounded up to powers of two, the
         # padding rows one token long and done from the start.
         padded_batch = max(MIN_BATCH, _next_pow2(batch))
