@@ -60,12 +60,13 @@ all of libtriton), so an index beside the builds (``mla_jax_index/`` in the same
 folder) names each build's sub-folder, one small file a build. Its key holds the same
 things, cheaper: the Triton version, its Python files, libtriton's size and
 modification time, the kernel's source key as Triton computes it (its source and
-that of every ``@jit`` function it calls), the signature, constexprs and options,
-the backend's hash for the target (which holds ptxas's version) and the environment
-variables Triton says change a build. A build the index names is read from its
-files without ``triton.compile``; one it does not (or whose files are gone) goes
-through ``triton.compile`` as before and is indexed. Constexprs other than
-``bool``, ``int``, ``float``, ``str`` and ``None`` skip the index.
+that of every ``@jit`` function it calls), the signature, constexprs and options
+(ptxas's among them), the backend's hash for the target (which holds ptxas's
+version) and the environment variables Triton says change a build. A build the
+index names is read from its files without ``triton.compile``; one it does not (or
+whose files are gone) goes through ``triton.compile`` as before and is indexed.
+Constexprs other than ``bool``, ``int``, ``float``, ``str`` and ``None`` skip the
+index.
 
 How to clear it: delete the folder (``rm -rf ~/.triton/cache``, or the one
 ``TRITON_CACHE_DIR`` names); one build is the sub-folder holding its
@@ -353,6 +354,7 @@ def _index_file(spec: KernelSpec, compute_capability: int) -> Path | None:
             spec.constexprs,
             spec.num_warps,
             spec.num_stages,
+            ptxas_options(),
             compute_capability,
         )
     )
@@ -388,7 +390,12 @@ def compile_kernel(spec: KernelSpec, compute_capability: int) -> Any:
     ``CompiledKernel`` (``.asm``, ``.metadata``, ``.metadata_group``: its files), from
     the disk cache when built before. Not memoised (``_build`` is)."""
     target = GPUTarget("cuda", compute_capability, 32)
-    options = {"num_warps": spec.num_warps, "num_stages": spec.num_stages, "num_ctas": 1}
+    options = {
+        "num_warps": spec.num_warps,
+        "num_stages": spec.num_stages,
+        "num_ctas": 1,
+        "ptx_options": ptxas_options(),
+    }
     if knobs.cache.dir:
         return triton.compile(_source(spec), target=target, options=options)
     # TRITON_CACHE_DIR="" (``import jax_triton`` sets it) leaves Triton nowhere to
@@ -396,6 +403,17 @@ def compile_kernel(spec: KernelSpec, compute_capability: int) -> Any:
     with _CACHE_DIR_LOCK, knobs.cache.scope():
         knobs.cache.dir = _cache_dir()
         return triton.compile(_source(spec), target=target, options=options)
+
+
+def ptxas_options() -> str:
+    """ptxas's options for a build: ``PTXAS_OPTIONS`` (Triton's setting), then
+    ``-suppress-debug-info``. Triton passes ``-lineinfo``, so a cubin would carry its
+    line table, three quarters of its bytes; jaxlib copies and hashes the whole
+    serialized call, cubin included, at every launch. Without the table ptxas emits
+    the same instructions and the call is a quarter the size; a profiler then maps
+    instructions to no source line (the build's PTX in its cache folder still has
+    them)."""
+    return " ".join(filter(None, [knobs.nvidia.ptxas_options, "-suppress-debug-info"]))
 
 
 def check_resources(metadata: Any, compute_capability: int, name: str) -> None:

@@ -179,6 +179,68 @@ def test_decode_lowers_to_two_jaxlib_ffi_calls_carrying_their_cubins(monkeypatch
     assert calls[0].attributes["shared"] > 48 * 1024
 
 
+def _nvidia_tool(name: str) -> str:
+    return str(Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / name)
+
+
+def _sass(cubin: bytes, tmp: Path) -> list[str]:
+    """The instructions of ``cubin`` (cuobjdump), without their encodings."""
+    path = tmp / "k.cubin"
+    path.write_bytes(cubin)
+    dump = subprocess.run(
+        [_nvidia_tool("cuobjdump"), "-sass", str(path)], capture_output=True, text=True, check=True
+    ).stdout
+    return [
+        line.split(";")[0].strip()
+        for line in dump.splitlines()
+        if re.match(r"\s+/\*[0-9a-f]{4}\*/", line)
+    ]
+
+
+def _sections(cubin: bytes) -> set[str]:
+    """The ELF section names of ``cubin`` (a 64-bit little-endian ELF)."""
+    shoff = int.from_bytes(cubin[0x28:0x30], "little")
+    size, count, names = (int.from_bytes(cubin[o : o + 2], "little") for o in (0x3A, 0x3C, 0x3E))
+    header = lambda i: cubin[shoff + i * size : shoff + (i + 1) * size]
+    strtab = int.from_bytes(header(names)[0x18:0x20], "little")
+    out = set()
+    for i in range(count):
+        start = strtab + int.from_bytes(header(i)[0:4], "little")
+        out.add(cubin[start : cubin.index(b"\0", start)].decode())
+    return out
+
+
+def test_the_cubin_carries_no_line_table_and_the_same_instructions(monkeypatch, tmp_path):
+    """jaxlib copies and hashes a call's cubin at every launch, so the builds leave out
+    ptxas's line table (``_launch.ptxas_options``): both stages' cubins have no debug
+    line section, and ptxas run on the same PTX as Triton runs it by default (with
+    ``-lineinfo``) emits the same instructions in a cubin over twice the size."""
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    _launch._build.cache_clear()
+    jax.clear_caches()
+    calls = kernel_calls(lower_decode())
+    assert len(calls) == 2
+    for c in calls:
+        build = Path(_index(tmp_path)[c.kernel_name], c.kernel_name)
+        sections = _sections(c.cubin)
+        assert ".nv.info" in sections and not any("debug_line" in s for s in sections)
+        lined = tmp_path / "lined.cubin"
+        subprocess.run(
+            [
+                _nvidia_tool("ptxas"),
+                "-lineinfo",
+                "--gpu-name=sm_90a",
+                str(build.with_suffix(".ptx")),
+                "-o",
+                str(lined),
+            ],
+            check=True,
+        )
+        assert any("debug_line" in s for s in _sections(lined.read_bytes()))
+        assert _sass(c.cubin, tmp_path) == _sass(lined.read_bytes(), tmp_path)
+        assert len(lined.read_bytes()) > 2 * len(c.cubin)
+
+
 def test_a_tl_kernel_lowers_as_jax_triton_lowers_it(ptx_in_calls, monkeypatch, tmp_path):
     """The same kernel through ``launch`` and through a plain ``triton_call`` (lowered
     by jax-triton's own rule, untouched by ``_launch``): the same PTX, kernel, grid,
