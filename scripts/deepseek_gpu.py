@@ -166,7 +166,7 @@ def throughput(args, sm: int, lines: list[str]) -> dict:
             f"(compile + run) {entry['decode_compile_s']:.1f} s",
         )
     for batch in args.prefill_batches:
-        seconds = _prefill_time(params, config, batch, context, dtype, sm)
+        seconds = _prefill_time(params, config, batch, context, dtype, sm, backend)
         results.setdefault("prefill", {})[batch] = {
             "seconds": seconds,
             "tokens_per_s": batch * context / seconds,
@@ -253,15 +253,18 @@ def _decode_throughput(params, config, batch, context, dtype, backend, sm, steps
     }
 
 
-def _prefill_time(params, config, batch, context, dtype, sm) -> float:
-    """Median seconds to prefill ``batch`` prompts of ``context`` tokens."""
+def _prefill_time(params, config, batch, context, dtype, sm, backend) -> float:
+    """Median seconds to prefill ``batch`` prompts of ``context`` tokens (``backend``
+    the MoE layers')."""
     state = new_decode_state(config, batch, context, page_size=64, dtype=dtype, sm_count=sm)
     prompts = jax.random.randint(jax.random.key(5), (batch, context), 0, config.vocab_size)
     lens = jnp.full(batch, context, jnp.int32)
     caches = [state.kv_caches]
 
     def run():
-        logits, caches[0] = _prefill(params, config, prompts, lens, caches[0], state.block_table)
+        logits, caches[0] = _prefill(
+            params, config, prompts, lens, caches[0], state.block_table, backend=backend
+        )
         logits.block_until_ready()
 
     return timed(run, repeats=2)

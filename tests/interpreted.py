@@ -169,3 +169,77 @@ def run_stage2(buffer, seq_lens, num_splits, *, grid_splits, bf16_partials):
         buf_t, sl_t, ns_t, out_t, lse_t, **stage2["constexprs"]
     )
     return out_t.numpy(), lse_t.numpy()
+
+
+@contextlib.contextmanager
+def _bf16_dots():
+    """The interpreter's ``tl.dot`` with bfloat16 operands done in float32 while inside.
+
+    The interpreter holds bfloat16 as its uint16 bits and multiplies those; bfloat16 to
+    float32 is exact, and a float32 product of two bfloat16 values is too, so the
+    float32 dot is what the GPU's bf16 MMA with float32 accumulation computes (up to
+    the order of the sums)."""
+    import triton.language as tl
+    from triton.runtime import interpreter
+
+    builder = interpreter.InterpreterBuilder
+    real = builder.create_dot
+
+    def widen(h):
+        if h.dtype.scalar != tl.bfloat16:
+            return h
+        data = interpreter._convert_float(h.data, tl.bfloat16, tl.float32, None)
+        return interpreter.TensorHandle(data.view(np.float32), tl.float32)
+
+    builder.create_dot = lambda self, a, b, *rest: real(self, widen(a), widen(b), *rest)
+    try:
+        yield
+    finally:
+        builder.create_dot = real
+
+
+def _torch(a: np.ndarray):
+    """A torch CPU tensor of ``a``; an ml_dtypes bfloat16 array crosses as its bits."""
+    import torch
+
+    a = np.ascontiguousarray(a)
+    if a.dtype.name == "bfloat16":
+        return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(a)
+
+
+def run_moe(x, weights, experts, gate, up, down, pairs, block_experts, num_padded, config):
+    """Both fused-MoE kernels (``mla_jax.moe.kernel``) on numpy inputs and the
+    ``Alignment`` (numpy) ``config.block_m`` gave, in a pool worker. Returns float32
+    numpy ``(h, out)``, the per-pair outputs, each poisoned with NaN before the
+    kernels ran so an unwritten row shows."""
+    import torch
+
+    from mla_jax.moe import kernel
+
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        raise RuntimeError("run_moe() belongs in a worker of interpreter_pool()")
+    tokens, top_k = experts.shape
+    num_experts, hidden, inter = gate.shape
+    x_t, gate_t, up_t, down_t = map(_torch, (x, gate, up, down))
+    pairs_t, block_t, padded_t = map(_torch, (pairs, block_experts, num_padded))
+    routing = _torch(np.asarray(weights, np.float32).reshape(-1))
+    h = torch.full((tokens * top_k, inter), float("nan"), dtype=x_t.dtype)
+    out = torch.full((tokens * top_k, hidden), float("nan"), dtype=torch.float32)
+    gate_up, down_launch = kernel.launch_params(
+        num_pairs=tokens * top_k,
+        top_k=top_k,
+        num_experts=num_experts,
+        hidden=hidden,
+        intermediate=inter,
+        float32=x.dtype == np.float32,
+        config=config,
+    )
+    with _bf16_dots():
+        kernel.moe_gate_up[gate_up["grid"]](
+            x_t, gate_t, up_t, pairs_t, block_t, padded_t, h, **gate_up["constexprs"]
+        )
+        kernel.moe_down[down_launch["grid"]](
+            h, down_t, pairs_t, block_t, padded_t, routing, out, **down_launch["constexprs"]
+        )
+    return h.float().numpy(), out.numpy()

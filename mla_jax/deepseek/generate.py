@@ -114,7 +114,9 @@ def _sample(logits, key, step, temperature, top_k):
 
 
 _prefill = jax.jit(
-    prefill, static_argnames=("config", "all_logits"), donate_argnames=("kv_caches",)
+    prefill,
+    static_argnames=("config", "all_logits", "backend", "compute_capability"),
+    donate_argnames=("kv_caches",),
 )
 
 
@@ -447,7 +449,9 @@ def _generation(
         config, padded_batch, max_len, page_size=page_size, dtype=dtype, sm_count=sm_count
     )
     yield _Plan(batch, new_tokens, steps, eos, tokenizer, host_rows=rows is not None)
-    logits, caches = _prefill(params, config, tokens, lengths, state.kv_caches, state.block_table)
+    logits, caches = _prefill(
+        params, config, tokens, lengths, state.kv_caches, state.block_table, backend=backend
+    )
     state = state._replace(kv_caches=caches, positions=lengths)
     key = jax.random.key(0) if key is None else key
     for call in range(calls):
@@ -577,8 +581,9 @@ def generate(
       steps_per_call: tokens per call of the jitted loop (the callback, the bar and
         the early stop move this often); default ``max_new_tokens`` rounded up to a
         power of two, at most 16 (a multiple of it is generated and the rest cut).
-      backend: ``mla_decode``'s backend for the decode steps (``"auto"``: Triton on a
-        GPU, XLA elsewhere).
+      backend: the decode steps' attention (``mla_decode``) and every MoE layer's
+        routed experts (``moe``, prefill too) run on it (``"auto"``: Triton on a GPU,
+        XLA elsewhere).
       return_logits: also return the float32 logits each token was chosen from.
       cache_dtype: the paged caches' dtype (the attention dtype); default the
         embedding's.

@@ -3,7 +3,9 @@
 ``prefill`` runs right-padded prompts through every layer with causal attention and
 writes their latent rows into the paged caches; ``decode_step`` runs one token per
 sequence through the absorbed attention (``mla_jax.mla_decode``, any backend). Both
-return float32 logits. The math is transformers' ``DeepseekV2ForCausalLM`` /
+return float32 logits. The MoE layers' routed experts run on the same ``backend``:
+XLA's gathered or ``ragged_dot`` matmuls, or the fused Triton kernels
+(``mla_jax.moe.fused_moe``). The math is transformers' ``DeepseekV2ForCausalLM`` /
 ``DeepseekV3ForCausalLM`` (pre-norm residual layers, SwiGLU MLPs).
 """
 
@@ -14,11 +16,12 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from mla_jax.decode import Backend
+from mla_jax.decode import Backend, resolve_backend
 from mla_jax.deepseek.config import DeepseekConfig
 from mla_jax.layer import MLAParams, mla_decode_layer, mla_prefill_layer, rms_norm
 from mla_jax.layer import init_params as init_attention
 from mla_jax.loop import DecodeState
+from mla_jax.moe import fused_moe
 
 
 class MLPParams(NamedTuple):
@@ -176,18 +179,44 @@ def _experts_grouped(params: MoEParams, x, weights, experts):
     return jnp.zeros((n, x.shape[1]), jnp.float32).at[order // k].add(out)
 
 
-def moe(params: MoEParams, config: DeepseekConfig, x: jax.Array) -> jax.Array:
+def moe(
+    params: MoEParams,
+    config: DeepseekConfig,
+    x: jax.Array,
+    *,
+    backend: Backend = "auto",
+    compute_capability: int | None = None,
+) -> jax.Array:
     """The mixture of experts on ``x [..., hidden]``, plus the shared experts.
 
-    Reference-grade, jit-able and exact, not a tuned kernel: at decode sizes
-    (``tokens * k <= experts``) each token gathers its experts' weights; otherwise the
-    (token, expert) pairs are sorted by expert and run through ``jax.lax.ragged_dot``.
+    ``backend`` (``mla_jax.decode.resolve_backend``'s rule: ``"auto"`` is Triton on a
+    CUDA GPU or when lowering for ``compute_capability``, else XLA):
+
+    - ``"xla"``: reference-grade, jit-able and exact, not a tuned kernel: at decode
+      sizes (``tokens * k <= experts``) each token gathers its experts' weights (a
+      copy of them); otherwise the (token, expert) pairs are sorted by expert and run
+      through ``jax.lax.ragged_dot``.
+    - ``"triton"``: ``mla_jax.moe.fused_moe``, the pairs sorted by expert and two
+      Triton kernels that read each routed expert's weights in place, once per block
+      of its pairs (the SwiGLU in float32, rounded once to x's dtype, where XLA
+      rounds each matmul's output first).
+
     The weighted sum of the experts is taken in float32.
     """
     shape = x.shape
     x = x.reshape(-1, shape[-1])
     weights, experts = route(params, config, x)
-    if experts.size <= config.n_routed_experts:
+    if resolve_backend(backend, compute_capability) == "triton":
+        y = fused_moe(
+            x,
+            weights,
+            experts,
+            params.gate,
+            params.up,
+            params.down,
+            compute_capability=compute_capability,
+        )
+    elif experts.size <= config.n_routed_experts:
         y = _experts_gathered(params, x, weights, experts)
     else:
         y = _experts_grouped(params, x, weights, experts)
@@ -197,12 +226,18 @@ def moe(params: MoEParams, config: DeepseekConfig, x: jax.Array) -> jax.Array:
     return y.reshape(shape)
 
 
-def _ffn(layer: DecoderLayerParams, config: DeepseekConfig, h: jax.Array) -> jax.Array:
-    """The residual MLP/MoE half of a decoder layer."""
+def _ffn(
+    layer: DecoderLayerParams,
+    config: DeepseekConfig,
+    h: jax.Array,
+    backend: Backend,
+    compute_capability: int | None,
+) -> jax.Array:
+    """The residual MLP/MoE half of a decoder layer (``backend`` the MoE's)."""
     x = rms_norm(h, layer.post_attn_norm, config.rms_norm_eps)
-    return h + (
-        moe(layer.mlp, config, x) if isinstance(layer.mlp, MoEParams) else mlp(layer.mlp, x)
-    )
+    if isinstance(layer.mlp, MoEParams):
+        return h + moe(layer.mlp, config, x, backend=backend, compute_capability=compute_capability)
+    return h + mlp(layer.mlp, x)
 
 
 def _logits(params: DeepseekParams, config: DeepseekConfig, h: jax.Array) -> jax.Array:
@@ -228,6 +263,8 @@ def prefill(
     block_table: jax.Array,
     *,
     all_logits: bool = False,
+    backend: Backend = "auto",
+    compute_capability: int | None = None,
 ) -> tuple[jax.Array, tuple[jax.Array, ...]]:
     """Right-padded prompts through the model, their latent rows written to the caches.
 
@@ -237,6 +274,8 @@ def prefill(
       kv_caches: one paged cache per layer, ``[num_pages, page_size, latent_dim]``.
       block_table: int32 ``[B, pages_per_seq]``, shared by the layers.
       all_logits: return every position's logits, not only each prompt's last.
+      backend, compute_capability: the MoE layers' (``moe``); the prefill's attention
+        is XLA's on every backend.
 
     Returns:
       float32 logits ``[B, vocab]`` at each prompt's last token (``[B, T, vocab]``
@@ -255,7 +294,7 @@ def prefill(
         attn, cache = mla_prefill_layer(
             layer.attn, config.attention, x, cache, block_table, lengths
         )
-        h = _ffn(layer, config, h + attn)
+        h = _ffn(layer, config, h + attn, backend, compute_capability)
         caches.append(cache)
     if not all_logits:
         h = jnp.take_along_axis(h, jnp.maximum(lengths - 1, 0)[:, None, None], axis=1)[:, 0]
@@ -277,9 +316,9 @@ def decode_step(
       tokens: int32 ``[B]``, the token at ``state.positions``.
       state: per-layer caches, block table, logits buffer, positions (tokens
         ``[0, positions)`` cached).
-      backend, compute_capability: passed to ``mla_decode`` (lowering for
-        ``compute_capability`` needs no GPU). The split rule and SM count are the
-        ones ``state.logits_buffer`` was reserved with.
+      backend, compute_capability: passed to ``mla_decode`` and the MoE layers
+        (``moe``; lowering for ``compute_capability`` needs no GPU). The split rule
+        and SM count are the ones ``state.logits_buffer`` was reserved with.
 
     Returns:
       float32 logits ``[B, vocab]`` for the next token, and the state one token on.
@@ -300,7 +339,7 @@ def decode_step(
             backend=backend,
             compute_capability=compute_capability,
         )
-        h = _ffn(layer, config, h + attn)
+        h = _ffn(layer, config, h + attn, backend, compute_capability)
         caches.append(cache)
     return _logits(params, config, h), DecodeState(
         tuple(caches), state.block_table, buffer, state.positions + 1

@@ -1,0 +1,28 @@
+"""A fused mixture of experts for JAX: Triton kernels over the (token, expert) pairs
+sorted by expert, reading each routed expert's weights once (vLLM's ``fused_moe``
+design, written for ``mla_jax._launch``).
+
+    y = mla_jax.moe.fused_moe(x, weights, experts, gate, up, down)  # float32 [N, hidden]
+
+- ``api``: ``fused_moe``, the entry point (checks, alignment, two launches, the sum).
+- ``align``: ``moe_align``, the pairs sorted and padded per expert (JAX ops).
+- ``kernel``: the Triton kernels and their launch parameters (no JAX).
+- ``config``: ``MoEConfig``, the tiles, and ``default_config``, the rule that picks them.
+- ``reference``: the float64 numpy reference.
+
+Importing this package needs no Triton; ``fused_moe`` does (the ``triton`` extra).
+"""
+
+from mla_jax.moe.align import Alignment, moe_align
+from mla_jax.moe.api import fused_moe
+from mla_jax.moe.config import MoEConfig, default_config
+from mla_jax.moe.reference import fused_moe_reference
+
+__all__ = [
+    "Alignment",
+    "MoEConfig",
+    "default_config",
+    "fused_moe",
+    "fused_moe_reference",
+    "moe_align",
+]

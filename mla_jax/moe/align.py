@@ -1,0 +1,77 @@
+"""The (token, expert) pairs sorted by expert and padded to the kernels' block of pairs.
+
+Pair ``p = token * top_k + j`` is token ``token``'s ``j``-th choice, ``experts[token,
+j]``. The kernels take the pairs in blocks of ``block_m``, each block all of one
+expert, so each expert's pairs are padded to a multiple of ``block_m`` with ``-1``
+(no pair). Everything is JAX ops of static shapes (jit-able): the padded length is
+the bound ``config.max_blocks`` gives, and how much of it is used, ``num_padded``,
+travels to the kernels as an int32 array, whose programs past it exit at once.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from mla_jax.moe.config import max_blocks
+
+NO_PAIR = -1  # a padding slot of ``Alignment.pairs``
+
+
+class Alignment(NamedTuple):
+    """The pairs in the kernels' order.
+
+    ``pairs``: int32 ``[max_blocks * block_m]``, pair ids grouped by expert in
+    increasing expert order (within an expert, in increasing pair id), each expert's
+    run padded with ``NO_PAIR`` to a multiple of ``block_m``; past ``num_padded``,
+    ``NO_PAIR`` only. ``block_experts``: int32 ``[max_blocks]``, the expert of each
+    block (past ``num_padded``: the last expert, never read). ``num_padded``: int32
+    ``[1]``, the slots in use (a multiple of ``block_m``).
+    """
+
+    pairs: jax.Array
+    block_experts: jax.Array
+    num_padded: jax.Array
+
+
+def moe_align(experts: jax.Array, num_experts: int, block_m: int) -> Alignment:
+    """``experts`` (int ``[tokens, top_k]``, each in ``[0, num_experts)``) as the
+    kernels' ``Alignment`` for blocks of ``block_m`` pairs.
+
+    An expert id outside ``[0, num_experts)`` cannot be checked in a traced array; its
+    pair is in no block (its output rows are left unwritten) and nothing is read or
+    written outside the arrays.
+    """
+    flat = experts.reshape(-1).astype(jnp.int32)
+    num_pairs = flat.shape[0]
+    blocks = max_blocks(num_pairs, num_experts, block_m)
+    # Stable: within an expert the pairs keep token order, so a token's output does not
+    # depend on how a sort breaks ties (and is the same run to run).
+    order = jnp.argsort(flat, stable=True).astype(jnp.int32)
+    expert = flat[order]
+    # Each expert's run in sorted order, by search rather than bincount: an id out of
+    # range then lands in no expert's run (bincount would clip a negative one to 0).
+    ids = jnp.arange(num_experts, dtype=jnp.int32)
+    first_pair = jnp.searchsorted(expert, ids, side="left").astype(jnp.int32)
+    counts = jnp.searchsorted(expert, ids, side="right").astype(jnp.int32) - first_pair
+    expert_blocks = (counts + block_m - 1) // block_m
+    first_block = jnp.cumsum(expert_blocks) - expert_blocks
+    inside = (expert >= 0) & (expert < num_experts)
+    safe = jnp.clip(expert, 0, num_experts - 1)
+    rank = jnp.arange(num_pairs, dtype=jnp.int32)  # place in sorted order
+    slot = first_block[safe] * block_m + rank - first_pair[safe]
+    # Out-of-range experts go past the end (each to its own slot, keeping the indices
+    # unique), which the scatter drops.
+    slot = jnp.where(inside, slot, blocks * block_m + rank)
+    pairs = (
+        jnp.full(blocks * block_m, NO_PAIR, jnp.int32)
+        .at[slot]
+        .set(order, mode="drop", unique_indices=True)
+    )
+    block_experts = jnp.repeat(
+        jnp.arange(num_experts, dtype=jnp.int32), expert_blocks, total_repeat_length=blocks
+    )
+    num_padded = (expert_blocks.sum() * block_m).astype(jnp.int32).reshape(1)
+    return Alignment(pairs, block_experts, num_padded)

@@ -1,0 +1,153 @@
+"""``fused_moe``: the routed experts of a mixture of SwiGLU experts through the Triton
+kernels (``mla_jax.moe.kernel``), computing only the pairs the router chose.
+
+Three steps, jit-able: the pairs sorted by expert and padded to the kernels' blocks
+(``moe_align``, JAX ops); ``moe_gate_up``; ``moe_down`` with the routing weights;
+then each token's ``top_k`` rows summed in float32. A decode step's token reads only
+its experts' weights, each once, straight from the stacked arrays.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from mla_jax._checks import check_array, check_compute_capability
+from mla_jax.moe.align import moe_align
+from mla_jax.moe.config import MoEConfig, default_config
+
+DTYPES = (jnp.bfloat16, jnp.float16, jnp.float32)
+BF16_MIN_CAPABILITY = 80  # Triton's bf16 dot starts at Ampere
+
+
+def _check(
+    x: jax.Array,
+    weights: jax.Array,
+    experts: jax.Array,
+    gate: jax.Array,
+    up: jax.Array,
+    down: jax.Array,
+) -> None:
+    """Shapes and dtypes, each error naming the argument and what it needed."""
+    for name, a in dict(x=x, weights=weights, experts=experts, gate=gate, up=up, down=down).items():
+        check_array(name, a)
+    if x.ndim != 2 or x.dtype not in DTYPES:
+        raise ValueError(
+            f"x: got {x.dtype}{list(x.shape)}, needed [tokens, hidden] in bfloat16, float16 "
+            "or float32 (reshape a [..., hidden] input to 2-D)"
+        )
+    tokens, hidden = x.shape
+    if gate.ndim != 3 or gate.shape[1] != hidden:
+        raise ValueError(
+            f"gate: got {list(gate.shape)}, needed [experts, {hidden}, intermediate] "
+            "(x @ w layout: transpose a [experts, intermediate, hidden] checkpoint array)"
+        )
+    num_experts, _, inter = gate.shape
+    for name, a, shape in (
+        ("up", up, (num_experts, hidden, inter)),
+        ("down", down, (num_experts, inter, hidden)),
+    ):
+        if a.shape != shape:
+            raise ValueError(f"{name}: got {list(a.shape)}, needed {list(shape)} (gate's)")
+    for name, a in (("gate", gate), ("up", up), ("down", down)):
+        if a.dtype != x.dtype:
+            raise ValueError(
+                f"{name}: got {a.dtype}, needed x's dtype {x.dtype} (cast one of them)"
+            )
+    if (
+        experts.ndim != 2
+        or experts.shape[0] != tokens
+        or not jnp.issubdtype(experts.dtype, jnp.integer)
+    ):
+        raise ValueError(
+            f"experts: got {experts.dtype}{list(experts.shape)}, needed integer [{tokens}, top_k]"
+        )
+    if not 1 <= experts.shape[1] <= num_experts:
+        raise ValueError(
+            f"experts: got top_k = {experts.shape[1]}, needed 1 to {num_experts} (the experts)"
+        )
+    if weights.shape != experts.shape or not jnp.issubdtype(weights.dtype, jnp.floating):
+        raise ValueError(
+            f"weights: got {weights.dtype}{list(weights.shape)}, needed floating "
+            f"{list(experts.shape)} (experts')"
+        )
+
+
+def fused_moe(
+    x: jax.Array,
+    weights: jax.Array,
+    experts: jax.Array,
+    gate: jax.Array,
+    up: jax.Array,
+    down: jax.Array,
+    *,
+    compute_capability: int | None = None,
+    config: MoEConfig | None = None,
+) -> jax.Array:
+    """``sum_j weights[t, j] * down_e(silu(x[t] @ gate_e) * (x[t] @ up_e))``, with ``e =
+    experts[t, j]``, for each token ``t``: the routed experts, on a CUDA GPU.
+
+    Args:
+      x: ``[tokens, hidden]``, bfloat16, float16 or float32.
+      weights: floating ``[tokens, top_k]``, the routing weights (used in float32).
+      experts: integer ``[tokens, top_k]``, each in ``[0, E)`` (a traced id cannot be
+        checked: one outside leaves its pair out and its token's sum unspecified).
+      gate, up: ``[E, hidden, intermediate]``; down: ``[E, intermediate, hidden]``
+        (``x @ w`` layout), in x's dtype.
+      compute_capability: the CUDA capability to build for (e.g. 90: lowering needs
+        no GPU); None asks device 0 at lowering.
+      config: the kernels' tiles (``MoEConfig``); None: ``default_config``'s choice.
+
+    Returns:
+      float32 ``[tokens, hidden]``. ``h``, the SwiGLU between the kernels, is rounded
+      to x's dtype, the rest is float32.
+    """
+    from mla_jax import _launch  # Triton: an optional dependency
+    from mla_jax.moe import kernel
+
+    _check(x, weights, experts, gate, up, down)
+    cc = check_compute_capability(compute_capability)
+    if x.dtype == jnp.bfloat16 and cc is not None and cc < BF16_MIN_CAPABILITY:
+        raise ValueError(
+            f"compute_capability: got {cc}, but bfloat16 weights need >= "
+            f"{BF16_MIN_CAPABILITY}; use float16 weights there, or the xla backend"
+        )
+    if config is not None and not isinstance(config, MoEConfig):
+        raise ValueError(f"config: got a {type(config).__name__}, needed a MoEConfig or None")
+    tokens, hidden = x.shape
+    num_experts, _, inter = gate.shape
+    top_k = experts.shape[1]
+    num_pairs = tokens * top_k
+    if num_pairs == 0:
+        return jnp.zeros((tokens, hidden), jnp.float32)
+    if config is None:
+        config = default_config(
+            tokens=tokens, top_k=top_k, num_experts=num_experts, itemsize=x.dtype.itemsize
+        )
+    aligned = moe_align(experts, num_experts, config.block_m)
+    gate_up, down_launch = kernel.launch_params(
+        num_pairs=num_pairs,
+        top_k=top_k,
+        num_experts=num_experts,
+        hidden=hidden,
+        intermediate=inter,
+        float32=x.dtype == jnp.float32,
+        config=config,
+    )
+    blocks = (aligned.pairs, aligned.block_experts, aligned.num_padded)
+    (h,) = _launch.launch(
+        kernel.moe_gate_up,
+        [x, gate, up, *blocks],
+        out_shapes=[jax.ShapeDtypeStruct((num_pairs, inter), x.dtype)],
+        compute_capability=cc,
+        **gate_up,
+    )
+    routing = weights.reshape(-1).astype(jnp.float32)
+    (out,) = _launch.launch(
+        kernel.moe_down,
+        [h, down, *blocks, routing],
+        out_shapes=[jax.ShapeDtypeStruct((num_pairs, hidden), jnp.float32)],
+        compute_capability=cc,
+        **down_launch,
+    )
+    return out.reshape(tokens, top_k, hidden).sum(axis=1)

@@ -1,0 +1,359 @@
+"""The fused MoE (``mla_jax.moe``): its alignment in JAX, its kernels in the Triton
+interpreter against the float64 reference, its sm_90 builds at DeepSeek-V2-Lite's
+shapes, and the model's MoE layers on the triton backend lowered for CUDA."""
+
+from __future__ import annotations
+
+import re
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+
+from mla_jax.moe import MoEConfig, default_config, moe_align
+from mla_jax.moe.config import max_blocks
+from mla_jax.moe.reference import pair_outputs_reference
+from tests.interpreted import run_moe
+
+S = jax.ShapeDtypeStruct
+HIDDEN, INTER = 64, 48  # gate+up: 48 columns in 64-wide tiles; down: a 48-long reduction
+
+# What the kernels' rounding allows, relative to the largest reference value. bf16: h
+# is rounded to bf16 between the kernels (the interpreter truncates, 2^-7 at most,
+# the GPU rounds to nearest); float32: the float32 accumulation alone.
+H_RTOL = {np.float32: 1e-5, ml_dtypes.bfloat16: 2**-7}
+OUT_TOL = {np.float32: 1e-5, ml_dtypes.bfloat16: 2**-6}
+
+
+def routing(rng, tokens, num_experts, top_k):
+    """Skewed routing: each token's ``top_k`` distinct experts drawn with weights 2^-e,
+    the last expert never (so some experts get many pairs, some none), and positive
+    routing weights."""
+    p = 0.5 ** np.arange(num_experts)
+    p[-1] = 0
+    p /= p.sum()
+    experts = np.stack([rng.choice(num_experts, top_k, replace=False, p=p) for _ in range(tokens)])
+    weights = rng.uniform(0.1, 1.0, (tokens, top_k))
+    return experts.astype(np.int32), weights.astype(np.float32)
+
+
+def problem(rng, tokens, num_experts, top_k, dtype):
+    """x ``[tokens, HIDDEN]`` and weights scaled so every product is O(1)."""
+    experts, weights = routing(rng, tokens, num_experts, top_k)
+    x = rng.standard_normal((tokens, HIDDEN))
+    gate = rng.standard_normal((num_experts, HIDDEN, INTER)) * HIDDEN**-0.5
+    up = rng.standard_normal((num_experts, HIDDEN, INTER)) * HIDDEN**-0.5
+    down = rng.standard_normal((num_experts, INTER, HIDDEN)) * INTER**-0.5
+    cast = lambda a: a.astype(dtype)
+    return cast(x), weights, experts, cast(gate), cast(up), cast(down)
+
+
+def aligned(experts, num_experts, block_m):
+    """``moe_align``'s arrays as numpy (jitted: one compilation, not one an op)."""
+    a = jax.jit(moe_align, static_argnums=(1, 2))(jnp.asarray(experts), num_experts, block_m)
+    return tuple(np.asarray(v) for v in a)
+
+
+# ------------------------------------------------------------------------ align
+
+
+@pytest.mark.parametrize("tokens, num_experts, top_k, block_m", [(1, 64, 6, 16), (37, 8, 3, 4)])
+def test_align_groups_pairs_by_expert_in_padded_blocks(rng, tokens, num_experts, top_k, block_m):
+    experts, _ = routing(rng, tokens, num_experts, top_k)
+    pairs, block_experts, num_padded = aligned(experts, num_experts, block_m)
+    blocks = max_blocks(tokens * top_k, num_experts, block_m)
+    assert pairs.shape == (blocks * block_m,) and block_experts.shape == (blocks,)
+    assert pairs.dtype == block_experts.dtype == num_padded.dtype == np.int32
+    counts = np.bincount(experts.reshape(-1), minlength=num_experts)
+    padded = int(num_padded[0])
+    assert padded == (-(-counts // block_m) * block_m).sum()
+    assert (pairs[padded:] == -1).all()
+    # Every pair once, in its expert's blocks, in increasing order within the expert.
+    used = pairs[:padded].reshape(-1, block_m)
+    assert sorted(used[used >= 0].tolist()) == list(range(tokens * top_k))
+    flat = experts.reshape(-1)
+    for block, expert in zip(used, block_experts[: padded // block_m]):
+        assert (flat[block[block >= 0]] == expert).all()
+    for e in range(num_experts):
+        got = [p for b, x in zip(used, block_experts) if x == e for p in b if p >= 0]
+        assert got == np.flatnonzero(flat == e).tolist()
+
+
+def test_align_bound_is_reached_and_out_of_range_ids_are_dropped():
+    # Each expert one pair past a block: the most padding there can be.
+    block_m, num_experts = 4, 3
+    experts = np.repeat(np.arange(num_experts), block_m + 1).reshape(-1, 1).astype(np.int32)
+    pairs, _, num_padded = aligned(experts, num_experts, block_m)
+    assert int(num_padded[0]) == pairs.size == max_blocks(experts.size, num_experts, block_m) * 4
+    bad = np.array([[0, -1], [5, 1]], np.int32)
+    pairs, block_experts, num_padded = aligned(bad, 3, 4)
+    assert int(num_padded[0]) == 8 and block_experts[:2].tolist() == [0, 1]
+    assert pairs[:8].tolist() == [0, -1, -1, -1, 3, -1, -1, -1] and (pairs[8:] == -1).all()
+
+
+# ------------------------------------------------------------------ interpreter
+
+CASES = [
+    # (tokens, experts, top_k, dtype)
+    (1, 8, 2, ml_dtypes.bfloat16),
+    (1, 16, 6, np.float32),
+    (3, 8, 6, np.float32),
+    (3, 16, 2, ml_dtypes.bfloat16),
+    (64, 8, 2, np.float32),
+    (64, 8, 6, ml_dtypes.bfloat16),
+    (64, 16, 2, ml_dtypes.bfloat16),
+    (64, 16, 6, np.float32),
+]
+CONFIGS = {
+    "default": None,
+    # 16-wide tiles: no padded columns, a reduction 16 at a time, grouped programs.
+    "small-tiles": MoEConfig(block_m=16, block_n=16, block_k=16, group_m=3),
+}
+# Every case at the default config, the 64-token ones at the small tiles too.
+RUNS = [(*c, "default") for c in CASES] + [(*c, "small-tiles") for c in CASES if c[0] == 64]
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize(
+    "tokens, num_experts, top_k, dtype, config", RUNS, ids=lambda v: getattr(v, "__name__", v)
+)
+def test_kernels_match_float64(pool, rng, tokens, num_experts, top_k, dtype, config):
+    """Both kernels against the float64 reference, pair by pair: every row of h and of
+    out written (NaN before), h within its rounding, out within float32's of the h the
+    kernel stored, and the per-token sum within the dtype's tolerance."""
+    x, weights, experts, gate, up, down = problem(rng, tokens, num_experts, top_k, dtype)
+    cfg = CONFIGS[config] or default_config(
+        tokens=tokens, top_k=top_k, num_experts=num_experts, itemsize=np.dtype(dtype).itemsize
+    )
+    counts = np.bincount(experts.reshape(-1), minlength=num_experts)
+    assert counts[-1] == 0  # an expert with no pair
+    alignment = aligned(experts, num_experts, cfg.block_m)
+    h, out = pool.apply(run_moe, (x, weights, experts, gate, up, down, *alignment, cfg))
+    assert not np.isnan(h).any() and not np.isnan(out).any()
+    ref_h, ref_out = pair_outputs_reference(x, weights, experts, gate, up, down)
+    h_err = np.abs(h - ref_h)
+    assert (h_err <= H_RTOL[dtype] * np.abs(ref_h) + 1e-6 * np.abs(ref_h).max()).all()
+    # down alone, from the h the first kernel stored: float32 accumulation only.
+    e = experts.reshape(-1)
+    exact = weights.reshape(-1, 1) * np.einsum("pi,pih->ph", h, down[e].astype(np.float64))
+    np.testing.assert_allclose(out, exact, rtol=0, atol=1e-5 * np.abs(exact).max())
+    y = out.reshape(tokens, top_k, HIDDEN).sum(axis=1)
+    ref_y = ref_out.reshape(tokens, top_k, HIDDEN).sum(axis=1)
+    np.testing.assert_allclose(y, ref_y, rtol=0, atol=OUT_TOL[dtype] * np.abs(ref_y).max())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    "tokens, num_experts, top_k, dtype",
+    [(1, 64, 6, ml_dtypes.bfloat16), (3, 16, 6, np.float32), (200, 16, 6, ml_dtypes.bfloat16)],
+    ids=lambda v: getattr(v, "__name__", v),
+)
+def test_fused_moe_on_the_gpu_matches_float64(rng, tokens, num_experts, top_k, dtype):
+    """``fused_moe`` itself on a CUDA GPU (the default config, compiled for the
+    device): the per-token sum against float64 (200 tokens: 32-pair blocks)."""
+    from mla_jax.moe import fused_moe, fused_moe_reference
+
+    args = problem(rng, tokens, num_experts, top_k, dtype)
+    y = np.asarray(jax.jit(fused_moe)(*map(jnp.asarray, args)))
+    assert y.dtype == np.float32 and y.shape == (tokens, HIDDEN)
+    want = fused_moe_reference(*args)
+    np.testing.assert_allclose(y, want, rtol=0, atol=OUT_TOL[dtype] * np.abs(want).max())
+
+
+# ----------------------------------------------------------------- sm_90 builds
+
+
+def lowered(fn, *args) -> str:
+    return jax.jit(fn).trace(*args).lower(lowering_platforms=("cuda",)).as_text()
+
+
+@pytest.mark.parametrize("tokens", [1, 64, 512, 4096])
+def test_v2_lite_builds_for_sm90(tokens):
+    """DeepSeek-V2-Lite's routed experts (hidden 2048, 1408 per expert, 64 experts,
+    top-6) at decode (1, 64 tokens), between (512) and prefill sizes (4096): two
+    jaxlib FFI calls carrying sm_90 cubins, each within sm_90's shared memory, on the
+    grid ``launch_params`` gives for the config ``default_config`` picks."""
+    from mla_jax import _launch
+    from mla_jax.moe import fused_moe, kernel
+    from tests.kernel_calls import kernel_calls
+
+    experts, hidden, inter, top_k = 64, 2048, 1408, 6
+    args = (
+        S((tokens, hidden), jnp.bfloat16),
+        S((tokens, top_k), jnp.float32),
+        S((tokens, top_k), jnp.int32),
+        S((experts, hidden, inter), jnp.bfloat16),
+        S((experts, hidden, inter), jnp.bfloat16),
+        S((experts, inter, hidden), jnp.bfloat16),
+    )
+    text = lowered(lambda *a: fused_moe(*a, compute_capability=90), *args)
+    calls = kernel_calls(text)
+    assert [c.kernel_name for c in calls] == ["moe_gate_up", "moe_down"]
+    assert len(re.findall(r"custom_call @", text)) == 2  # no gathered weights either
+    config = default_config(tokens=tokens, top_k=top_k, num_experts=experts, itemsize=2)
+    launches = kernel.launch_params(
+        num_pairs=tokens * top_k,
+        top_k=top_k,
+        num_experts=experts,
+        hidden=hidden,
+        intermediate=inter,
+        float32=False,
+        config=config,
+    )
+    for call, launch in zip(calls, launches):
+        assert call.target == "triton_kernel_call_ffi" and call.cubin.startswith(b"\x7fELF")
+        assert call.attributes["cc"] == 90
+        assert 0 < call.attributes["shared"] <= _launch.MAX_SHARED_BYTES[90]
+        assert call.grid == (launch["grid"][0], 1, 1)
+        assert call.num_warps == config.num_warps
+    if tokens == 1:  # six blocks (one an expert) of 22 and 32 column tiles
+        assert [c.grid[0] for c in calls] == [6 * 22, 6 * 32]
+    # No copy of any expert's weights: the only arrays of an expert's shape are the
+    # stacked inputs (the xla path's gather makes a [tokens, 6, 2048, 1408] one).
+    weight_types = set(re.findall(r"tensor<[0-9x]*(?:2048x1408|1408x2048)xbf16>", text))
+    assert weight_types == {"tensor<64x2048x1408xbf16>", "tensor<64x1408x2048xbf16>"}
+
+
+def test_float32_builds_for_sm90():
+    """float32 weights (IEEE dots) at V2-Lite's decode and prefill shapes fit sm_90."""
+    from mla_jax.moe import fused_moe
+    from tests.kernel_calls import kernel_calls
+
+    for tokens in (1, 4096):
+        args = (S((tokens, 2048), jnp.float32), S((tokens, 6), jnp.float32))
+        args += (S((tokens, 6), jnp.int32), S((64, 2048, 1408), jnp.float32))
+        args += (S((64, 2048, 1408), jnp.float32), S((64, 1408, 2048), jnp.float32))
+        calls = kernel_calls(lowered(lambda *a: fused_moe(*a, compute_capability=90), *args))
+        assert [c.kernel_name for c in calls] == ["moe_gate_up", "moe_down"]
+
+
+# ------------------------------------------------------------------------ model
+
+
+def tiny_model():
+    from mla_jax.deepseek import DeepseekConfig, init_params
+    from mla_jax.layer import PRESETS
+
+    config = DeepseekConfig(
+        model_type="deepseek_v2",
+        vocab_size=64,
+        num_hidden_layers=2,
+        attention=PRESETS["tiny"],
+        intermediate_size=64,
+        moe_intermediate_size=32,
+        n_routed_experts=8,
+        n_shared_experts=1,
+        num_experts_per_tok=2,
+        first_k_dense_replace=1,
+    )
+    return config, jax.eval_shape(lambda: init_params(config, jax.random.key(0)))
+
+
+def test_model_on_the_triton_backend_lowers_for_cuda():
+    """decode_step and prefill with backend="triton": the MoE layer's two kernels (and
+    the attention's) in the lowered step; prefill's MoE the same kernels, its attention
+    XLA's. backend="xla" lowers no kernel."""
+    from mla_jax.deepseek import decode_step, new_decode_state, prefill
+    from tests.kernel_calls import kernel_calls
+
+    config, params = tiny_model()
+    state = jax.eval_shape(lambda: new_decode_state(config, 2, 64, sm_count=132))
+
+    def calls(fn, *args):
+        return [c.kernel_name for c in kernel_calls(lowered(fn, *args))]
+
+    def step(backend):
+        return lambda p, t, s: decode_step(p, config, t, s, backend=backend, compute_capability=90)
+
+    def fill(backend):
+        return lambda p, *a: prefill(p, config, *a, backend=backend, compute_capability=90)
+
+    args = (params, S((2,), jnp.int32), state)
+    names = calls(step("triton"), *args)
+    assert names.count("moe_gate_up") == names.count("moe_down") == 1  # one MoE layer
+    assert any(n.startswith("mla_decode_stage1") for n in names)
+    assert calls(step("xla"), *args) == []
+    args = (params, S((2, 16), jnp.int32), S((2,), jnp.int32), state.kv_caches, state.block_table)
+    assert calls(fill("triton"), *args) == ["moe_gate_up", "moe_down"]
+    assert calls(fill("xla"), *args) == []
+
+
+def test_model_moe_xla_path_is_unchanged():
+    """moe(backend="xla") is the gathered path at decode sizes and ragged_dot above."""
+    from mla_jax.deepseek import init_params, moe
+    from mla_jax.deepseek.model import _experts_gathered, _experts_grouped, route
+
+    config, _ = tiny_model()
+    params = init_params(config, jax.random.key(0), jnp.float32)
+    layer = params.layers[1].mlp
+    for tokens, path in ((3, _experts_gathered), (9, _experts_grouped)):
+        x = jax.random.normal(jax.random.key(tokens), (tokens, 64), jnp.float32)
+
+        def want(x, path=path):
+            weights, experts = route(layer, config, x)
+            shared = layer.shared
+            dense = (jax.nn.silu(x @ shared.gate) * (x @ shared.up)) @ shared.down
+            return path(layer, x, weights, experts) + dense
+
+        # One compilation for both (XLA:CPU compiles take a second or two each).
+        got, wanted = jax.jit(lambda x, w=want: (moe(layer, config, x, backend="xla"), w(x)))(x)
+        np.testing.assert_allclose(got, wanted, rtol=1e-6, atol=1e-6)
+
+
+# ------------------------------------------------------------------------ errors
+
+X, W, E = S((2, 64), jnp.bfloat16), S((2, 2), jnp.float32), S((2, 2), jnp.int32)
+G, D = S((8, 64, 32), jnp.bfloat16), S((8, 32, 64), jnp.bfloat16)
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (dict(x=S((2, 3, 64), jnp.bfloat16)), r"x: got bfloat16\[2, 3, 64\], needed \[tokens"),
+        (dict(x=S((2, 64), jnp.int32)), "x: .* in bfloat16, float16 or float32"),
+        (dict(gate=S((8, 32, 64), jnp.bfloat16)), r"gate: got \[8, 32, 64\], needed \[experts, 64"),
+        (dict(up=S((8, 64, 16), jnp.bfloat16)), r"up: got \[8, 64, 16\], needed \[8, 64, 32\]"),
+        (dict(down=S((8, 64, 32), jnp.bfloat16)), r"down: got \[8, 64, 32\], needed \[8, 32, 64\]"),
+        (dict(down=S((8, 32, 64), jnp.float32)), "down: got float32, needed x's dtype bfloat16"),
+        (dict(experts=S((2, 2), jnp.float32)), r"experts: got float32\[2, 2\], needed integer"),
+        (dict(experts=S((2, 9), jnp.int32)), "experts: got top_k = 9, needed 1 to 8"),
+        (dict(weights=S((2, 3), jnp.float32)), r"weights: .* needed floating \[2, 2\]"),
+        (dict(compute_capability=75), "bfloat16 weights need >= 80"),
+        (dict(compute_capability=91), "compute_capability: got 91"),
+        (dict(config={"block_m": 16}), "config: got a dict, needed a MoEConfig"),
+    ],
+)
+def test_bad_arguments_are_named(change, message):
+    from mla_jax.moe import fused_moe
+
+    args = dict(x=X, weights=W, experts=E, gate=G, up=G, down=D) | change
+    options = {k: args.pop(k) for k in ("compute_capability", "config") if k in args}
+    with pytest.raises(ValueError, match=message):
+        jax.eval_shape(lambda a: fused_moe(**a, **options), args)
+
+
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("block_m", 8, "block_m: got 8, needed a power of two >= 16"),
+        ("block_n", 48, "block_n: got 48"),
+        ("group_m", 0, "group_m: got 0, needed an int >= 1"),
+        ("num_warps", 3, "num_warps: got 3, needed a power of two"),
+    ],
+)
+def test_config_is_checked(field, value, message):
+    with pytest.raises(ValueError, match=message):
+        MoEConfig(**{field: value})
+
+
+def test_default_config_by_pairs_per_expert():
+    pick = lambda tokens, itemsize=2: default_config(
+        tokens=tokens, top_k=6, num_experts=64, itemsize=itemsize
+    )
+    assert pick(1) == pick(64) == MoEConfig(16, 64, 128, 1, 4, 4)
+    assert pick(512).block_m == 32 and pick(4096).block_m == 64
+    assert pick(1, itemsize=4).block_k == 64  # 256 bytes of a weight row
+    assert MoEConfig(block_n=64, block_k=128).tile(2048, 48) == (128, 64)
+    assert MoEConfig(block_n=128, block_k=128).tile(32, 20) == (32, 32)
