@@ -16,7 +16,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from mla_jax.decode import Backend, resolve_backend
+from mla_jax.decode import Backend
 from mla_jax.deepseek.config import DeepseekConfig
 from mla_jax.layer import MLAParams, mla_decode_layer, mla_prefill_layer, rms_norm
 from mla_jax.layer import init_params as init_attention
@@ -189,8 +189,9 @@ def moe(
 ) -> jax.Array:
     """The mixture of experts on ``x [..., hidden]``, plus the shared experts.
 
-    ``backend`` (``mla_jax.decode.resolve_backend``'s rule: ``"auto"`` is Triton on a
-    CUDA GPU or when lowering for ``compute_capability``, else XLA):
+    ``backend``: ``"triton"`` runs the fused kernels; ``"auto"`` and ``"xla"`` run
+    XLA's matmuls (the fused kernels are chosen by name only until a GPU run has
+    measured them against XLA's; ``docs/deepseek.md``):
 
     - ``"xla"``: reference-grade, jit-able and exact, not a tuned kernel: at decode
       sizes (``tokens * k <= experts``) each token gathers its experts' weights (a
@@ -206,7 +207,7 @@ def moe(
     shape = x.shape
     x = x.reshape(-1, shape[-1])
     weights, experts = route(params, config, x)
-    if resolve_backend(backend, compute_capability) == "triton":
+    if backend == "triton":
         y = fused_moe(
             x,
             weights,
