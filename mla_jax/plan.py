@@ -25,7 +25,8 @@ Stage 1 is one of:
 A traced ``max_seq_len`` leaves ``batch_tokens`` None (the step's tokens are unknown at
 trace time): then the tl stage 1 takes its default head tile, not the 16-head one of
 small steps, and the 16-bit narrow kernel runs only at 16 heads (where it needs no
-step size); the fp8 kernels and the seesaw are chosen alike (``tests/test_plan.py``).
+step size); the fp8 kernels and the seesaw are chosen alike
+(``tests/kernels/test_plan.py``).
 """
 
 from __future__ import annotations

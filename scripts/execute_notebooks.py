@@ -8,7 +8,7 @@ notebooks/, with matplotlib's inline backend, so every figure is stored as an
 image/png output. To keep the repository light the figures are drawn at 72 dpi (a
 matplotlibrc for the run) and stored as 256-colour palette PNGs. Run it on a machine without a
 GPU: the committed outputs are the CPU's (XLA backend), which anyone can reproduce.
-tests/test_notebooks.py checks that the committed notebooks have outputs and plots.
+tests/tools/test_notebooks.py checks that the committed notebooks have outputs and plots.
 """
 
 from __future__ import annotations

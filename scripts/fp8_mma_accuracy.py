@@ -4,7 +4,7 @@ What ``mla_decode(..., fp8_mma=True)`` trades (docs/performance.md, "fp8 MMAs"):
 MMAs on an fp8 cache mean q (for S = Q K^T) and P (for O = P V) in e4m3 too. This
 script rounds each operand as such a kernel does and measures the result against
 float64 on the dequantised cache, with the metric of
-``tests/test_gpu.py`` (``||out - ref|| / ||ref||``, bf16 bound 1e-2; lse absolute),
+``tests/gpu/test_gpu.py`` (``||out - ref|| / ||ref||``, bf16 bound 1e-2; lse absolute),
 next to the current fp8 path (16-bit MMAs: q as given, P in q's dtype). The softmax is
 taken as the kernels take it: 64-token blocks, base 2, the running max moved only when
 a row grows past it by ``2^RESCALE_THRESHOLD`` (so P stays under 2^8, inside e4m3's

@@ -5,7 +5,7 @@
 #   scripts/gpu_checks.sh --out DIR MODE [MODE ...]
 # Modes:
 #   tests              the test suite on the GPU (the interpreter and notebook tests are CI's)
-#   tests-a, tests-b   its files test_a* to test_l*, then the rest (two shorter runs)
+#   tests-a, tests-b   its folders gpu, kernels, model and tools, then api (two shorter runs)
 #   extras             compare tables (with vLLM), the triton demo, the fp8 bench
 #   steps              step timing: donated buffer vs allocated vs scan
 #   ncu                Nsight Compute's full report of stage 1 at the target shapes and
@@ -47,15 +47,16 @@ for mode in "$@"; do
         # the fuzz suite (xla backend and interpreter) and the sm_90 build checks (compiled
         # in child processes, no GPU used) are CI's, on CPU.
         case "$mode" in
-        tests) pattern='tests/test_*.py' ;;
-        tests-a) pattern='tests/test_[a-l]*.py' ;;
-        tests-b) pattern='tests/test_[m-z]*.py' ;;
+        tests) pattern='tests/*/test_*.py' ;;
+        tests-a) pattern='tests/gpu/test_*.py tests/kernels/test_*.py tests/model/test_*.py
+                 tests/tools/test_*.py' ;;
+        tests-b) pattern='tests/api/test_*.py' ;;
         esac
         files=()
         for f in $pattern; do
             case "$f" in
-            tests/test_notebooks.py | tests/test_fuzz.py | tests/test_gluon_build.py \
-                | tests/test_kernel_build.py) ;;
+            tests/tools/test_notebooks.py | tests/api/test_fuzz.py \
+                | tests/kernels/test_gluon_build.py | tests/kernels/test_kernel_build.py) ;;
             *) files+=("$f") ;;
             esac
         done

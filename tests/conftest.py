@@ -3,7 +3,7 @@ the interpreter ``pool``, and the seeded ``rng``.
 
 Every random draw in the suite is seeded. A test takes ``rng`` (a numpy
 ``Generator``) or ``seed`` (an int); the seed is a stable hash of the test's node id
-(``tests/test_x.py::test_y[param]``), the same on every run, machine and xdist
+(``tests/api/test_x.py::test_y[param]``), the same on every run, machine and xdist
 worker, or ``MLA_JAX_SEED`` when that is set. A failed test that used it says so in
 its report: ``seed N (MLA_JAX_SEED=N to rerun)``.
 """
@@ -89,8 +89,13 @@ def pytest_collection_modifyitems(config, items):
 # bench dry run) or compilations (the demo's in-process runs). Each is one xdist work
 # unit, so one worker does that work once.
 WHOLE_MODULES = frozenset(
-    f"tests/{name}.py"
-    for name in ("test_bench", "test_deepseek", "test_demo", "test_multihost", "test_sharded")
+    {
+        "tests/api/test_multihost.py",
+        "tests/api/test_sharded.py",
+        "tests/model/test_deepseek.py",
+        "tests/tools/test_bench.py",
+        "tests/tools/test_demo.py",
+    }
 )
 
 
@@ -104,6 +109,9 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Producer) -> LoadSco
     under pytest 9.2, xdist 3.8 ignores the marks, pytest-dev/pytest-xdist#1386.)"""
     if config.getvalue("dist") != "load":
         return None
+    missing = sorted(m for m in WHOLE_MODULES if not (config.rootpath / m).is_file())
+    if missing:  # a module moved or renamed, and its tests would be shared out
+        raise pytest.UsageError(f"conftest.WHOLE_MODULES names no file: {missing}")
     from xdist.scheduler import LoadScopeScheduling
 
     class Scheduling(LoadScopeScheduling):

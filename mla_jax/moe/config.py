@@ -97,7 +97,7 @@ def default_config(*, tokens: int, top_k: int, num_experts: int, itemsize: int) 
     kernel's two 64 x 128 float32 accumulators in 64 registers a thread. Between
     them, 32-pair blocks.
     Every config's shared memory fits sm_80 and sm_90 at 16 and 32-bit weights (the
-    sm_90 builds are checked in tests/test_moe.py).
+    sm_90 builds are checked in tests/kernels/test_moe.py).
     """
     per_expert = tokens * top_k / max(num_experts, 1)
     step = max(MIN_DOT, 256 // itemsize)  # 256 bytes of a weight row

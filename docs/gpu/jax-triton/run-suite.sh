@@ -10,10 +10,11 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false TRITON_CACHE_DIR=/tmp/tc-new
 export PYTHONPATH="/tmp/site:$PWD" MLA_JAX_VLLM_KERNEL="$PWD/.vllm/triton_decode_attention.py"
 cat .ab/REV > "$OUT/rev.txt"
-FILES=${FILES:-"tests/test_gpu.py tests/test_safety.py tests/test_interop.py
-  tests/test_kernel_cache.py tests/test_lowering.py tests/test_compare.py tests/test_demo.py
-  tests/test_deepseek.py tests/test_generate.py tests/test_fp8.py tests/test_multi_token.py
-  tests/test_batch_invariant.py tests/test_vllm_kernel.py tests/test_plan.py tests/test_gluon_build.py"}
+FILES=${FILES:-"tests/gpu/test_gpu.py tests/api/test_safety.py tests/api/test_interop.py
+  tests/kernels/test_kernel_cache.py tests/kernels/test_lowering.py tests/tools/test_compare.py
+  tests/tools/test_demo.py tests/model/test_deepseek.py tests/model/test_generate.py
+  tests/api/test_fp8.py tests/api/test_multi_token.py tests/api/test_batch_invariant.py
+  tests/kernels/test_vllm_kernel.py tests/kernels/test_plan.py tests/kernels/test_gluon_build.py"}
 FILES=$(for f in $FILES; do [ -e "$f" ] && echo "$f"; done)
 t0=$(date +%s)
 timeout "${LIMIT:-330}" python3 -m pytest -v -rfEs -p no:cacheprovider -n "${WORKERS:-12}" \

@@ -27,7 +27,7 @@ echo "bench rc=${PIPESTATUS[0]} $(( $(date +%s) - t0 )) s" | tee -a "$OUT/bench.
 left=$(( ${CALL_S:-560} - ($(date +%s) - t0) - 15 ))
 if [ $left -gt 60 ]; then
   timeout "$left" python3 -m pytest -q -rfEs -p no:cacheprovider --durations=10 \
-    tests/test_moe.py tests/test_deepseek.py > "$OUT/gpu-tests.log" 2>&1
+    tests/kernels/test_moe.py tests/model/test_deepseek.py > "$OUT/gpu-tests.log" 2>&1
   echo "rc=$? $(( $(date +%s) - t0 )) s" >> "$OUT/gpu-tests.log"
   tail -n 25 "$OUT/gpu-tests.log"
 else

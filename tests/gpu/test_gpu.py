@@ -591,7 +591,7 @@ def test_global_scratch_reaches_the_kernel(kind, rng):
     """Kernels that make TMA descriptors on the device run through the launch route:
     their global scratch is the call's hidden last result, each of the four programs
     writing its descriptors into its own part of it (``test_kernel_cache``)."""
-    from tests import test_kernel_cache as k
+    from tests.kernels import test_kernel_cache as k
 
     kernel = k.tma_add_one if kind == "tl" else k.gluon_tma_add_one
     x = jnp.asarray(rng.standard_normal((256, 64)), jnp.float32)

@@ -23,6 +23,8 @@ import jax
 import jax.numpy as jnp
 import pytest
 
+# The repository, two folders up: the child builds run there and import from it.
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SM90_SHARED_BYTES = 232448  # 227 KB: the most one block may ask for on an H100/H200
 
 
@@ -212,7 +214,7 @@ def child_build_report(tmp_path, heads, dtype, kv="same", splits=4, batch_tokens
         text=True,
         timeout=600,
         env=env,
-        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+        cwd=ROOT,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -846,5 +848,5 @@ def test_stage2_loads_first_partials_before_branching():
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    sys.path.insert(0, ROOT)
     print(json.dumps(build_report(int(sys.argv[1]), *sys.argv[2:])))

@@ -331,7 +331,7 @@ def test_stage1_sass_uses_the_expected_mma(heads, mma, tmp_path):
     import sys
     from pathlib import Path
 
-    script = Path(__file__).parents[1] / "scripts" / "inspect_kernel.py"
+    script = Path(__file__).resolve().parents[2] / "scripts" / "inspect_kernel.py"
     # A fresh Triton cache keeps the run self-contained (it compiles the build anew).
     env = os.environ | {"TRITON_CACHE_DIR": str(tmp_path)}
     proc = subprocess.run(

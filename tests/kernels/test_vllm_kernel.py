@@ -15,7 +15,7 @@ from mla_jax.reference import mla_decode_reference_np
 from mla_jax.tools import vllm_kernel
 from tests.cases import DEEPSEEK, random_case
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 REAL_FILE = Path(
     os.environ.get(vllm_kernel.ENV_VAR) or ROOT / ".vllm" / "triton_decode_attention.py"
 )

@@ -88,7 +88,7 @@ def test_cli_defaults():
 
 def test_step_timing_dry_run(tmp_path):
     out = tmp_path / "timing.json"
-    script = Path(__file__).parents[1] / "scripts" / "step_timing.py"
+    script = Path(__file__).resolve().parents[2] / "scripts" / "step_timing.py"
     proc = subprocess.run(
         [sys.executable, str(script), "--dry-run", "--steps", "4", "--out", str(out)],
         capture_output=True,

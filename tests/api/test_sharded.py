@@ -36,6 +36,8 @@ import pytest
 
 from tests.cases import seed_for
 
+# The repository, two folders up: the children import from it.
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEVICES = 8
 MESHES = (1, 2, 4, 8)  # 1-D meshes, all of them for the buffer shapes
 MESHES_ENV = "MLA_JAX_SHARDED_MESHES"
@@ -634,11 +636,10 @@ def child(request):
     """
     seed = seed_for(request.node)
     flags = os.environ.get("XLA_FLAGS", "")
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = dict(
         os.environ,
         JAX_PLATFORMS="cpu",
-        PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p),
+        PYTHONPATH=os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p),
         XLA_FLAGS=f"{flags} --xla_force_host_platform_device_count={DEVICES}".strip(),
     )
     procs = [

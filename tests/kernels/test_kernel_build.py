@@ -17,7 +17,7 @@ SM90_SHARED_BYTES = 232448  # 227 KB: the most one block may ask for on an H100/
 
 @pytest.mark.parametrize("heads, dtype", [(128, "fp32"), (32, "fp32"), (128, "bf16")])
 def test_stage1_fits_sm90_shared_memory(heads, dtype, tmp_path):
-    script = Path(__file__).parents[1] / "scripts" / "inspect_kernel.py"
+    script = Path(__file__).resolve().parents[2] / "scripts" / "inspect_kernel.py"
     env = os.environ | {"TRITON_CACHE_DIR": str(tmp_path)}
     proc = subprocess.run(
         [sys.executable, str(script), "--heads", str(heads), "--dtype", dtype],

@@ -34,7 +34,7 @@ from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
 from mla_jax import _launch
 from tests.kernel_calls import kernel_call_fields, kernel_calls, proto_fields, proto_items
 
-ROOT = Path(__file__).parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def sha256(data: bytes) -> str:
@@ -337,7 +337,7 @@ import hashlib, json, os, sys
 sys.path.insert(0, {root!r})
 import jax
 from triton import knobs
-from tests.test_kernel_cache import decode_args, decode_step
+from tests.kernels.test_kernel_cache import decode_args, decode_step
 
 events = []
 knobs.compilation.listener = lambda src, cache_hit, **_: events.append([src.name, cache_hit])

@@ -42,7 +42,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "multihost_decode.py"
 GENERATE = REPO / "scripts" / "multihost_generate.py"
 LAUNCH_TIMEOUT = 300.0  # seconds for one launch (80 s seen on a shared 2-core machine)
