@@ -14,7 +14,8 @@
 #   bench-small        the sweep at B = 1, 4 (all H, L; L=65536 included)
 #   bench-large        the sweep at B = 16, 64, 128
 #   experiments        each stage's device time, then the stage-1 config sweep
-#   deepseek           DeepSeek parity through triton and decode throughput
+#   deepseek           the model bench: DeepSeek-V2-Lite's decode and prefill against the
+#                      floors and transformers, and DeepSeek parity through triton
 #   gluon              the Gluon stage 1 against float64 and the tl kernel, and both timed
 #   first-call         the first mla_decode in three new processes sharing a new kernel cache
 # Merge the two bench parts with `python -m mla_jax bench --report-only small.json large.json`.
@@ -122,8 +123,8 @@ for mode in "$@"; do
         done | tee "$OUT/first_call.log"
         ;;
     deepseek)
-        timeout 300 python3 scripts/deepseek_gpu.py --out "$OUT/deepseek" 2>&1 \
-            | tee "$OUT/deepseek_gpu.log" | tail -30
+        timeout 540 python3 -m mla_jax model-bench --time-budget 450 --out "$OUT/model-bench" \
+            2>&1 | tee "$OUT/model-bench.out" | tail -30
         ;;
     bench-small) bench_part small 1,4 ;;
     bench-large) bench_part large 16,64,128 ;;

@@ -57,60 +57,82 @@ class DeepseekParams(NamedTuple):
     lm_head: jax.Array  # [hidden, vocab]
 
 
-def init_params(
-    config: DeepseekConfig, key: jax.Array, dtype: jnp.dtype = jnp.bfloat16
-) -> DeepseekParams:
-    """Random weights of the right shapes (normal, variance 1/fan_in; norms 1): for
-    throughput runs, not a trained model. Jit it to build big models on the device."""
-    hidden, experts = config.hidden_size, config.n_routed_experts
+def _normal(key, shape, fan_in, dtype):
+    return (jax.random.normal(key, shape, jnp.float32) * fan_in**-0.5).astype(dtype)
 
-    def normal(k, shape, fan_in, dt=dtype):
-        return (jax.random.normal(k, shape, jnp.float32) * fan_in**-0.5).astype(dt)
+
+def init_layer(
+    config: DeepseekConfig, key: jax.Array, dtype: jnp.dtype = jnp.bfloat16, *, moe: bool
+) -> DecoderLayerParams:
+    """One decoder layer's random weights (``init_params``' layer drawn from ``key``):
+    the MoE block when ``moe``, else the dense MLP. Jitted with ``config``, ``dtype``
+    and ``moe`` static, it builds any layer of a model with one of two compilations."""
+    hidden, experts = config.hidden_size, config.n_routed_experts
 
     def mlp(k, width, lead=()):
         kg, ku, kd = jax.random.split(k, 3)
         return (
-            normal(kg, (*lead, hidden, width), hidden),
-            normal(ku, (*lead, hidden, width), hidden),
-            normal(kd, (*lead, width, hidden), width),
+            _normal(kg, (*lead, hidden, width), hidden, dtype),
+            _normal(ku, (*lead, hidden, width), hidden, dtype),
+            _normal(kd, (*lead, width, hidden), width, dtype),
         )
 
-    k_embed, k_head, *k_layers = jax.random.split(key, config.num_hidden_layers + 2)
-    layers = []
-    for i, k in enumerate(k_layers):
-        k_attn, k_mlp, k_router, k_shared = jax.random.split(k, 4)
-        if config.is_moe_layer(i):
-            shared = (
-                MLPParams(*mlp(k_shared, config.n_shared_experts * config.moe_intermediate_size))
-                if config.n_shared_experts
-                else None
-            )
-            bias = jnp.zeros(experts, jnp.float32) if config.model_type == "deepseek_v3" else None
-            gate, up, down = mlp(k_mlp, config.moe_intermediate_size, (experts,))
-            block: MLPParams | MoEParams = MoEParams(
-                router=normal(k_router, (hidden, experts), hidden, jnp.float32),
-                router_bias=bias,
-                gate=gate,
-                up=up,
-                down=down,
-                shared=shared,
-            )
-        else:
-            block = MLPParams(*mlp(k_mlp, config.intermediate_size))
-        layers.append(
-            DecoderLayerParams(
-                jnp.ones(hidden, dtype),
-                init_attention(config.attention, k_attn, dtype),
-                jnp.ones(hidden, dtype),
-                block,
-            )
+    k_attn, k_mlp, k_router, k_shared = jax.random.split(key, 4)
+    if moe:
+        shared = (
+            MLPParams(*mlp(k_shared, config.n_shared_experts * config.moe_intermediate_size))
+            if config.n_shared_experts
+            else None
         )
-    return DeepseekParams(
-        normal(k_embed, (config.vocab_size, hidden), 1.0),
-        tuple(layers),
+        bias = jnp.zeros(experts, jnp.float32) if config.model_type == "deepseek_v3" else None
+        gate, up, down = mlp(k_mlp, config.moe_intermediate_size, (experts,))
+        block: MLPParams | MoEParams = MoEParams(
+            router=_normal(k_router, (hidden, experts), hidden, jnp.float32),
+            router_bias=bias,
+            gate=gate,
+            up=up,
+            down=down,
+            shared=shared,
+        )
+    else:
+        block = MLPParams(*mlp(k_mlp, config.intermediate_size))
+    return DecoderLayerParams(
         jnp.ones(hidden, dtype),
-        normal(k_head, (hidden, config.vocab_size), hidden),
+        init_attention(config.attention, k_attn, dtype),
+        jnp.ones(hidden, dtype),
+        block,
     )
+
+
+def layer_keys(config: DeepseekConfig, key: jax.Array) -> tuple[jax.Array, jax.Array, list]:
+    """``(embedding key, lm_head key, one key per layer)``, as ``init_params`` draws them."""
+    k_embed, k_head, *k_layers = jax.random.split(key, config.num_hidden_layers + 2)
+    return k_embed, k_head, k_layers
+
+
+def init_embeddings(
+    config: DeepseekConfig, k_embed: jax.Array, k_head: jax.Array, dtype: jnp.dtype
+) -> tuple[jax.Array, jax.Array]:
+    """``(embed [vocab, hidden], lm_head [hidden, vocab])``, as ``init_params`` draws them."""
+    hidden, vocab = config.hidden_size, config.vocab_size
+    return _normal(k_embed, (vocab, hidden), 1.0, dtype), _normal(
+        k_head, (hidden, vocab), hidden, dtype
+    )
+
+
+def init_params(
+    config: DeepseekConfig, key: jax.Array, dtype: jnp.dtype = jnp.bfloat16
+) -> DeepseekParams:
+    """Random weights of the right shapes (normal, variance 1/fan_in; norms 1): for
+    throughput runs, not a trained model. Jit it to build small models on the device;
+    a big one builds faster a layer at a time (``init_layer`` jitted, per layer key of
+    ``layer_keys``: the same draws)."""
+    k_embed, k_head, k_layers = layer_keys(config, key)
+    layers = tuple(
+        init_layer(config, k, dtype, moe=config.is_moe_layer(i)) for i, k in enumerate(k_layers)
+    )
+    embed, lm_head = init_embeddings(config, k_embed, k_head, dtype)
+    return DeepseekParams(embed, layers, jnp.ones(config.hidden_size, dtype), lm_head)
 
 
 def mlp(params: MLPParams, x: jax.Array) -> jax.Array:

@@ -1,7 +1,7 @@
 """``python -m mla_jax <command>``: each command lives in its own module.
 
-Commands are imported only when run, so ``demo`` on a CPU never imports torch and
-``bench`` is the only one that needs a GPU.
+Commands are imported only when run, so ``demo`` on a CPU never imports torch, and
+only ``bench`` and ``model-bench`` need a GPU (each has a ``--dry-run`` without one).
 
 Every error a command reports about its flags or paths, from its parser or after it,
 is one line on stderr, ``mla_jax <command>: error: <flag>: got ..., needed ...``,
@@ -22,6 +22,10 @@ COMMANDS = {
     "demo": ("mla_jax.tools.demo", "a jit-compiled decode loop with the facts about its buffer"),
     "compare": ("mla_jax.tools.compare", "every available path on one random problem, as a table"),
     "bench": ("mla_jax.tools.bench", "the H200 benchmark sweep against vLLM and XLA"),
+    "model-bench": (
+        "mla_jax.tools.model_bench",
+        "a whole DeepSeek model's decode and prefill: floors, time split, transformers",
+    ),
 }
 
 USAGE_ERROR = 2
@@ -103,7 +107,7 @@ def positive_float(text: str) -> float:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] in (["-h"], ["--help"]):
-        lines = [f"  {name:8s} {help_}" for name, (_, help_) in COMMANDS.items()]
+        lines = [f"  {name:12s} {help_}" for name, (_, help_) in COMMANDS.items()]
         print(
             "usage: python -m mla_jax {" + ",".join(COMMANDS) + "} [options]\n" + "\n".join(lines)
         )

@@ -1,8 +1,8 @@
 """Tiny random transformers DeepSeek models and their outputs, for parity checks.
 
 Needs ``torch`` and ``transformers`` (the test extra). Used by the tests, the
-DeepSeek notebook and ``scripts/deepseek_gpu.py``; nothing here is needed to load or
-run a model.
+DeepSeek notebook and the model bench's parity check (``hf_baseline.parity``); nothing
+here is needed to load or run a model.
 """
 
 from __future__ import annotations

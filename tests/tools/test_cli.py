@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from mla_jax.tools import bench, cli, compare, demo
+from mla_jax.tools import bench, cli, compare, demo, model_bench
 
 
 def run(*args: str) -> subprocess.CompletedProcess:
@@ -25,6 +25,7 @@ def run(*args: str) -> subprocess.CompletedProcess:
         ("-m", "mla_jax", "--help"),
         ("-m", "mla_jax", "demo", "--help"),
         ("-m", "mla_jax", "compare", "--help"),
+        ("-m", "mla_jax", "model-bench", "--help"),
     ],
 )
 def test_no_log_noise(args):
@@ -103,6 +104,23 @@ BAD_FLAGS = [
     (["bench", "--report-only", "{tmp}/missing.json:xla", "--out", "{tmp}/o"], "--report-only"),
     (["bench", "--report-only", "{tmp}/list.json", "--out", "{tmp}/o"], "--report-only"),
     (["bench", "--report-only", "{tmp}/garbage.json", "--out", "{tmp}/o"], "--report-only"),
+    (["model-bench", "--model", "v4"], "--model"),
+    (["model-bench", "--layers", "0"], "--layers"),
+    (["model-bench", "--batch", "1,0"], "--batch"),
+    (["model-bench", "--contexts", "x"], "--contexts"),
+    (["model-bench", "--steps", "0"], "--steps"),
+    (["model-bench", "--repeats", "-3"], "--repeats"),
+    (["model-bench", "--prefill-len", "0"], "--prefill-len"),
+    (["model-bench", "--torch=1"], "--torch"),
+    (["model-bench", "--split=no"], "--split"),
+    (["model-bench", "--hbm-tbps", "0"], "--hbm-tbps"),
+    (["model-bench", "--tflops", "nan"], "--tflops"),
+    (["model-bench", "--memory-gib", "-1"], "--memory-gib"),
+    (["model-bench", "--memory-gib", "40", "--dry-run"], "--memory-gib"),  # v2-lite
+    (["model-bench", "--dry-run", "--out", "{tmp}/file/out"], "--out"),
+    (["model-bench", "--dry-run=1"], "--dry-run"),
+    (["model-bench", "--out", "{tmp}/o"], "--dry-run"),  # no GPU here
+    (["model-bench", "--time-budget", "-1"], "--time-budget"),
     ([], "command"),
     (["nope"], "command"),
 ]
@@ -146,7 +164,13 @@ def test_the_one_line_reads_got_and_needed(capsys):
 
 
 @pytest.mark.parametrize(
-    "name, parser", [("demo", demo._parser), ("compare", compare._parser), ("bench", bench._parser)]
+    "name, parser",
+    [
+        ("demo", demo._parser),
+        ("compare", compare._parser),
+        ("bench", bench._parser),
+        ("model-bench", model_bench._parser),
+    ],
 )
 def test_every_flag_has_a_bad_value_above(name, parser):
     flags = {
