@@ -32,7 +32,8 @@ import numpy as np
 from mla_jax._checks import check_array, is_int, narrow_int32, positive_int
 from mla_jax.buffers import LogitsBuffer
 from mla_jax.cache import append_latent, write_latents
-from mla_jax.decode import Backend, mla_decode
+from mla_jax.decode import Backend, mla_decode, resolve_backend
+from mla_jax.prefill import flash_prefill
 from mla_jax.validate import validate_inputs
 
 
@@ -395,6 +396,21 @@ def _dense_attention(params: MLAParams, config: MLAConfig, q_nope, q_pe, rows, l
     return jnp.einsum("bhst,bthv->bshv", weights, values)
 
 
+def _flash_inputs(params: MLAParams, config: MLAConfig, q_nope, q_pe, rows):
+    """``flash_prefill``'s operands for queries ``[B, T, H, *]`` over latent ``rows
+    [B, T, C + rope]``, all in the queries' dtype: ``q [B, T, H, nope + rope]``, the
+    keys as MLA's pair (``k_nope [B, T, H, nope]`` decompressed as ``_dense_attention``
+    does, in float32 then rounded; the rows' ``k_pe [B, T, rope]``, one for all
+    heads) and ``v [B, T, H, v_head]``."""
+    f32 = jnp.float32
+    dtype = jnp.result_type(q_nope, q_pe)
+    kv_c, k_pe = rows[..., : config.kv_lora_rank], rows[..., config.kv_lora_rank :]
+    k_nope = jnp.einsum("btc,chn->bthn", kv_c, params.w_uk, preferred_element_type=f32)
+    values = jnp.einsum("btc,chv->bthv", kv_c, params.w_uv, preferred_element_type=f32)
+    q = jnp.concatenate([q_nope, q_pe], axis=-1).astype(dtype)
+    return q, (k_nope.astype(dtype), k_pe.astype(dtype)), values.astype(dtype)
+
+
 def mla_prefill_layer(
     params: MLAParams,
     config: MLAConfig,
@@ -402,12 +418,24 @@ def mla_prefill_layer(
     kv_cache: jax.Array,
     block_table: jax.Array,
     lengths: jax.Array,
+    *,
+    backend: Backend = "auto",
+    compute_capability: int | None = None,
 ) -> tuple[jax.Array, jax.Array]:
     """A whole prompt through the MLA layer, its rows written into the paged cache.
 
-    Causal attention over the prompt, dense and masked (keys decompressed, logits and
-    softmax in float32): memory ``B * H * T * T`` floats, so long prompts at a large
-    batch are better prefilled a few sequences at a time (the cache is shared).
+    Causal attention over the prompt, in the non-absorbed form (each head's keys and
+    values decompressed from the latent rows), on one of two paths:
+
+    - ``backend="auto"`` or ``"xla"``: dense and masked (logits and softmax in
+      float32): memory ``B * H * T * T`` floats, so long prompts at a large batch are
+      better prefilled a few sequences at a time (the cache is shared). ``"auto"``
+      keeps this path until a GPU run has measured the kernel against it.
+    - ``backend="triton"``, asked by name: ``mla_jax.prefill.flash_prefill``, one
+      causal flash-attention kernel (memory linear in ``T``) on operands in the
+      queries' dtype (``k_nope`` and ``v`` decompressed in float32, then rounded to
+      it; the rope keys read once a token for all heads). Needs a CUDA GPU, or
+      ``compute_capability`` to lower for one.
 
     Args:
       x: ``[B, T, hidden]``, right-padded: token ``t`` of sequence ``b`` is real when
@@ -416,11 +444,18 @@ def mla_prefill_layer(
         of each sequence are written (``mla_jax.cache.write_latents``), padding is not.
       block_table: int32 ``[B, pages_per_seq]``.
       lengths: int32 ``[B]`` in ``[0, T]``; the prompt starts at position 0.
+      backend: ``"auto"``, ``"xla"`` or ``"triton"`` (above).
+      compute_capability: the CUDA capability the kernel is built for on
+        ``"triton"`` (e.g. 90; lowering needs no GPU); None asks device 0.
 
     Returns:
       ``y [B, T, hidden]`` in x's dtype (rows past a length are padding: computed,
-      not meaningful), and the cache with the prompt's rows.
+      not meaningful, on ``"triton"`` zeros), and the cache with the prompt's rows.
     """
+    if backend not in ("auto", "triton", "xla"):
+        raise ValueError(f"backend must be 'auto', 'triton' or 'xla', got {backend!r}")
+    if backend == "triton":
+        resolve_backend(backend, compute_capability)  # a GPU, or a capability to lower for
     if x.ndim != 3 or x.shape[2] != config.hidden_size:
         raise ValueError(f"x: got {list(x.shape)}, needed [B, T, {config.hidden_size}]")
     _check_float("x", x)
@@ -435,10 +470,17 @@ def mla_prefill_layer(
     kv_cache = write_latents(
         kv_cache, rows.astype(kv_cache.dtype), block_table, jnp.zeros_like(lengths), lengths
     )
-    t = jnp.arange(steps)
-    live = (t[None, None, :] <= t[None, :, None]) & (t[None, None, :] < lengths[:, None, None])
     # The keys as the cache holds them, so prefill and decode see the same rows.
-    heads = _dense_attention(params, config, q_nope, q_pe, rows.astype(kv_cache.dtype), live)
+    rows = rows.astype(kv_cache.dtype)
+    if backend == "triton":
+        q, k, v = _flash_inputs(params, config, q_nope, q_pe, rows)
+        heads = flash_prefill(
+            q, k, v, lengths, scale=config.softmax_scale, compute_capability=compute_capability
+        )
+    else:
+        t = jnp.arange(steps)
+        live = (t[None, None, :] <= t[None, :, None]) & (t[None, None, :] < lengths[:, None, None])
+        heads = _dense_attention(params, config, q_nope, q_pe, rows, live)
     y = jnp.einsum("bshv,hvd->bsd", heads.astype(x.dtype), params.wo)
     return y, kv_cache
 

@@ -243,3 +243,56 @@ def run_moe(x, weights, experts, gate, up, down, pairs, block_experts, num_padde
             h, down_t, pairs_t, block_t, padded_t, routing, out, **down_launch["constexprs"]
         )
     return h.float().numpy(), out.numpy()
+
+
+def run_prefill(q, k, v, lengths, *, scale, config=None):
+    """The prefill attention kernel (``mla_jax.prefill.kernel``) on numpy inputs, in a
+    pool worker: ``k`` one ``[B, T, H, D]`` array or the pair ``(k_nope, k_pe)``, as
+    ``flash_prefill`` takes them; ``config`` None for ``default_config``'s. Returns the
+    output as float32 numpy, poisoned with NaN before the kernel ran so an unwritten
+    row shows."""
+    import torch
+
+    from mla_jax.prefill import api, default_config, kernel
+
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        raise RuntimeError("run_prefill() belongs in a worker of interpreter_pool()")
+    batch, tokens, heads, dim_qk = q.shape
+    shared = isinstance(k, tuple | list)
+    if shared:
+        dim_rope = k[1].shape[-1]
+        dim_nope = dim_qk - dim_rope
+        keys = [_torch(a) for a in k]
+    else:
+        dim_nope, dim_rope = api.split_dims(dim_qk)
+        keys = [_torch(k)] * 2
+    dim_v = v.shape[-1]
+    if config is None:
+        config = default_config(
+            tokens=tokens,
+            dim_nope=dim_nope,
+            dim_rope=dim_rope,
+            dim_v=dim_v,
+            itemsize=q.dtype.itemsize,
+        )
+    q_t, v_t = _torch(q), _torch(v)
+    out = torch.full((batch, tokens, heads, dim_v), float("nan"), dtype=q_t.dtype)
+    params = kernel.launch_params(
+        batch=batch,
+        tokens=tokens,
+        heads=heads,
+        dim_nope=dim_nope,
+        dim_rope=dim_rope,
+        dim_v=dim_v,
+        shared_pe=shared,
+        scale=scale,
+        float32=q.dtype == np.float32,
+        config=config,
+    )
+    lengths_t = _torch(np.asarray(lengths, np.int32))
+    tokens_t = torch.tensor([tokens], dtype=torch.int32)
+    with _bf16_dots():
+        kernel.flash_prefill_fwd[params["grid"]](
+            q_t, *keys, v_t, lengths_t, tokens_t, out, **params["constexprs"]
+        )
+    return out.float().numpy()

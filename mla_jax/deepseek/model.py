@@ -1,8 +1,10 @@
 """The DeepSeek-V2/V3 decoder in JAX: weights, MLP and MoE, prefill and one decode step.
 
-``prefill`` runs right-padded prompts through every layer with causal attention and
-writes their latent rows into the paged caches; ``decode_step`` runs one token per
-sequence through the absorbed attention (``mla_jax.mla_decode``, any backend). Both
+``prefill`` runs right-padded prompts through every layer with causal attention (dense
+XLA attention, or on ``backend="triton"`` the flash-attention kernel of
+``mla_jax.prefill``) and writes their latent rows into the paged caches;
+``decode_step`` runs one token per sequence through the absorbed attention
+(``mla_jax.mla_decode``, any backend). Both
 return float32 logits. The MoE layers' routed experts run on the same ``backend``:
 XLA's gathered or ``ragged_dot`` matmuls, or the fused Triton kernels
 (``mla_jax.moe.fused_moe``). The math is transformers' ``DeepseekV2ForCausalLM`` /
@@ -297,8 +299,9 @@ def prefill(
       kv_caches: one paged cache per layer, ``[num_pages, page_size, latent_dim]``.
       block_table: int32 ``[B, pages_per_seq]``, shared by the layers.
       all_logits: return every position's logits, not only each prompt's last.
-      backend, compute_capability: the MoE layers' (``moe``); the prefill's attention
-        is XLA's on every backend.
+      backend, compute_capability: the attention's (``mla_prefill_layer``: the
+        causal flash-attention kernel on ``"triton"``, dense XLA attention on
+        ``"auto"`` and ``"xla"``) and the MoE layers' (``moe``).
 
     Returns:
       float32 logits ``[B, vocab]`` at each prompt's last token (``[B, T, vocab]``
@@ -315,7 +318,14 @@ def prefill(
     for layer, cache in zip(params.layers, kv_caches):
         x = rms_norm(h, layer.input_norm, config.rms_norm_eps)
         attn, cache = mla_prefill_layer(
-            layer.attn, config.attention, x, cache, block_table, lengths
+            layer.attn,
+            config.attention,
+            x,
+            cache,
+            block_table,
+            lengths,
+            backend=backend,
+            compute_capability=compute_capability,
         )
         h = _ffn(layer, config, h + attn, backend, compute_capability)
         caches.append(cache)

@@ -253,8 +253,9 @@ def tiny_model():
 
 def test_model_on_the_triton_backend_lowers_for_cuda():
     """decode_step and prefill with backend="triton": the MoE layer's two kernels (and
-    the attention's) in the lowered step; prefill's MoE the same kernels, its attention
-    XLA's. backend="xla" lowers no kernel."""
+    the attention's) in the lowered step; prefill's MoE the same kernels after the
+    layers' flash-attention kernels (tests/test_prefill.py). backend="xla" lowers no
+    kernel."""
     from mla_jax.deepseek import decode_step, new_decode_state, prefill
     from tests.kernel_calls import kernel_calls
 
@@ -276,7 +277,8 @@ def test_model_on_the_triton_backend_lowers_for_cuda():
     assert any(n.startswith("mla_decode_stage1") for n in names)
     assert calls(step("xla"), *args) == []
     args = (params, S((2, 16), jnp.int32), S((2,), jnp.int32), state.kv_caches, state.block_table)
-    assert calls(fill("triton"), *args) == ["moe_gate_up", "moe_down"]
+    names = calls(fill("triton"), *args)
+    assert names == ["flash_prefill_fwd", "flash_prefill_fwd", "moe_gate_up", "moe_down"]
     assert calls(fill("xla"), *args) == []
 
 
