@@ -63,7 +63,7 @@ class PrefillConfig:
 def shared_bytes_estimate(config: PrefillConfig, dim_qk: int, dim_v: int, itemsize: int) -> int:
     """A rough upper bound on the kernel's shared memory: the query tile plus
     ``num_stages`` buffered key and value tiles, each at its padded width (the build
-    reports the real figure; tests/test_prefill.py checks the sm_90 ones)."""
+    reports the real figure; tests/kernels/test_prefill.py checks the sm_90 ones)."""
     c = config
     return itemsize * (c.block_m * dim_qk + c.num_stages * c.block_n * (dim_qk + dim_v))
 

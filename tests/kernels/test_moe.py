@@ -254,7 +254,7 @@ def tiny_model():
 def test_model_on_the_triton_backend_lowers_for_cuda():
     """decode_step and prefill with backend="triton": the MoE layer's two kernels (and
     the attention's) in the lowered step; prefill's MoE the same kernels after the
-    layers' flash-attention kernels (tests/test_prefill.py). backend="xla" lowers no
+    layers' flash-attention kernels (tests/kernels/test_prefill.py). backend="xla" lowers no
     kernel."""
     from mla_jax.deepseek import decode_step, new_decode_state, prefill
     from tests.kernel_calls import kernel_calls

@@ -9,7 +9,7 @@
 #      against a measured bf16 matmul and the spec peak), outputs against the dense
 #      path; a ragged batch; then a small sweep of PrefillConfigs. Under 4 minutes
 #      (timeout 240).
-#   2. With time left (CALL_S, default 560 s, the call's limit): tests/test_prefill.py
+#   2. With time left (CALL_S, default 560 s, the call's limit): tests/kernels/test_prefill.py
 #      on the GPU but its interpreter tests (the kernel and the layer's
 #      backend="triton" against float64 and the dense path, built for the device; the
 #      sm_90 build checks) and test_moe.py's model lowering test.
@@ -31,7 +31,7 @@ echo "bench rc=${PIPESTATUS[0]} $(( $(date +%s) - t0 )) s" | tee -a "$OUT/bench.
 left=$(( ${CALL_S:-560} - ($(date +%s) - t0) - 15 ))
 if [ $left -gt 60 ]; then
   timeout "$left" python3 -m pytest -q -rfEs -p no:cacheprovider --durations=10 \
-    -m "not interpreter" tests/test_prefill.py "tests/test_moe.py::test_model_on_the_triton_backend_lowers_for_cuda" \
+    -m "not interpreter" tests/kernels/test_prefill.py "tests/kernels/test_moe.py::test_model_on_the_triton_backend_lowers_for_cuda" \
     > "$OUT/gpu-tests.log" 2>&1
   echo "rc=$? $(( $(date +%s) - t0 )) s" >> "$OUT/gpu-tests.log"
   tail -n 25 "$OUT/gpu-tests.log"
