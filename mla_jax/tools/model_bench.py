@@ -301,12 +301,12 @@ def _op_steps(q, caches, block_table, seq_lens, buffer, *, steps, scale, backend
     return lax.fori_loop(0, steps, body, (total, buffer))
 
 
-@functools.partial(jax.jit, static_argnames=("config", "steps", "moe"))
-def _ffn_steps(params, config, h, *, steps, moe):
+@functools.partial(jax.jit, static_argnames=("config", "steps", "moe", "backend"))
+def _ffn_steps(params, config, h, *, steps, moe, backend):
     def body(_, h):
         for index, layer in enumerate(params.layers):
             if config.is_moe_layer(index) == moe:
-                h = _ffn(layer, config, h)
+                h = _ffn(layer, config, h, backend, None)
         return h
 
     return lax.fori_loop(0, steps, body, h)
@@ -390,7 +390,7 @@ def measure_batch_parts(params, config, batch, s: Settings, env: dict) -> dict:
 
         def ffn_call(is_moe=is_moe) -> float:
             start = time.perf_counter()
-            out = _ffn_steps(params, config, h, steps=s.steps, moe=is_moe)
+            out = _ffn_steps(params, config, h, steps=s.steps, moe=is_moe, backend=env["backend"])
             np.asarray(jax.block_until_ready(out))
             return time.perf_counter() - start
 
@@ -417,7 +417,9 @@ def measure_prefill(params, config, length, s: Settings, env: dict) -> dict:
 
     def call() -> float:
         start = time.perf_counter()
-        logits, box[0] = _prefill(params, config, prompts, lengths, box[0], state.block_table)
+        logits, box[0] = _prefill(
+            params, config, prompts, lengths, box[0], state.block_table, backend=env["backend"]
+        )
         jax.block_until_ready((logits, box[0]))
         np.asarray(logits)
         return time.perf_counter() - start
