@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Device call (about 9 minutes, one GPU; carry .whl, .vllm and .ab): logs to $OUT.
+# Device call (about 8 minutes, one GPU; carry .whl, .vllm and .ab): logs to $OUT.
 #   first-call.log  the first mla_decode in new processes, this tree (NEW) against
 #                   .ab/old (OLD, 30be8da, mla_jax's own FFI handler), with every
 #                   module byte-compiled first, as an installed package is (the device
@@ -43,12 +43,12 @@ FILES="tests/gpu/test_gpu.py tests/api/test_safety.py tests/api/test_interop.py
   tests/api/test_fp8.py tests/api/test_multi_token.py tests/api/test_batch_invariant.py
   tests/kernels/test_vllm_kernel.py tests/kernels/test_plan.py tests/kernels/test_gluon_build.py
   tests/kernels/test_moe.py tests/kernels/test_prefill.py"
-(echo "rev $(cat .ab/REV)"; timeout 230 python3 -m pytest -q -rfEs -p no:cacheprovider -n 12 -m "not interpreter" \
+(echo "rev $(cat .ab/REV)"; timeout 200 python3 -m pytest -q -rfEs -p no:cacheprovider -n 12 -m "not interpreter" \
   --durations=10 $FILES 2>&1; echo "rc=$? $(( $(date +%s) - t0 )) s") > $OUT/gpu-suite.log
 tail -n 30 $OUT/gpu-suite.log
-timeout 110 python3 docs/gpu/moe/bench_moe.py --out /tmp/moe --sweep-seconds 20 2>&1 | grep -v "^WARNING" > $OUT/moe-bench.log
+timeout 95 python3 docs/gpu/moe/bench_moe.py --out /tmp/moe --sweep-seconds 10 2>&1 | grep -v "^WARNING" > $OUT/moe-bench.log
 echo "rc=${PIPESTATUS[0]} $(el)" >> $OUT/moe-bench.log; cp /tmp/moe/*.json $OUT/ 2>/dev/null
 tail -n 30 $OUT/moe-bench.log
-timeout 100 python3 docs/gpu/prefill/bench_prefill.py --out /tmp/prefill --sweep-seconds 15 2>&1 | grep -v "^WARNING" > $OUT/prefill-bench.log
+timeout 85 python3 docs/gpu/prefill/bench_prefill.py --out /tmp/prefill --sweep-seconds 10 2>&1 | grep -v "^WARNING" > $OUT/prefill-bench.log
 echo "rc=${PIPESTATUS[0]} $(el)" >> $OUT/prefill-bench.log; cp /tmp/prefill/*.json $OUT/ 2>/dev/null
 tail -n 30 $OUT/prefill-bench.log
