@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Device call (about 8 minutes): this tree (NEW: jax_triton.triton_call lowered to
+# Device call (about 5 minutes; it ran on an H100 on 2026-12-07, logs/*3.*): this tree (NEW: jax_triton.triton_call lowered to
 # jaxlib's triton_kernel_call_ffi, cubins without their line table, the plan's import
 # hashing no kernel) against the tree before the jax-triton change (OLD, .ab/old =
 # 30be8da: mla_jax's own FFI handler, built with g++), side by side in one lease.
-# Logs to $OUT (eight files):
+# Logs to $OUT (seven files; in logs/ with a 3 after the name):
 #   check.log       every stage 1, bf16 and fp8, by both trees: bitwise equal, float64
 #   first-call.log  the first mla_decode in new processes, cold and warm, both trees;
 #                   then where a warm one spends its time (cProfile, NEW)
