@@ -3,7 +3,7 @@
 # benchmark of DeepSeek-V2-Lite's shapes (27 layers, random bf16 weights), with
 # transformers' DeepseekV2ForCausalLM on the same weights beside it. Run from the
 # repository root with the jax-triton wheel carried in .whl/ (carry: [".whl"]), as
-# docs/gpu/sweep/common.sh. Logs and results to $OUT:
+# docs/gpu/session-1207/run.sh. Logs and results to $OUT:
 #   env.txt              the card and the versions
 #   model-bench.out      the run's output as it went
 #   v2-lite/             results.json, model-bench.md (the tables), model-bench.log
