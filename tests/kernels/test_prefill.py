@@ -359,7 +359,7 @@ def test_model_prefill_on_the_triton_backend_lowers_for_cuda():
     (ahead of that layer's MoE kernels); "auto" and "xla" lower no kernel."""
     from mla_jax.deepseek import prefill
     from tests.kernel_calls import kernel_calls
-    from tests.test_moe import tiny_model
+    from tests.kernels.test_moe import tiny_model
 
     config, params = tiny_model()
     caches = tuple(S((8, 16, 48), jnp.float32) for _ in range(2))
