@@ -16,13 +16,13 @@ process to jax-triton's rule unchanged:
   ``triton.compile`` on the kernel's kind of source, through Triton's disk cache and
   an index beside it (below), so a new process compiles nothing it built before.
 - It emits jaxlib's legacy ``triton_kernel_call``, which carries PTX that jaxlib
-  compiles with ptxas in every new process (about 1 s for the largest kernel) and
-  which XLA never captures in a command buffer. Here the call is jaxlib's typed FFI
-  ``triton_kernel_call_ffi`` (command-buffer compatible), whose serialized
-  ``TritonKernelCall`` carries the PTX and, as its kernel's ``module_image``, the
-  cubin: jaxlib >= 0.11.2 loads the cubin and runs no ptxas; an older jaxlib ignores
-  the field and compiles the PTX. jaxlib's Python binding cannot set that field, so it
-  is added to the serialized message (plain protobuf) here.
+  compiles with ptxas in every new process (about 1 s for the largest kernel).
+  Here the call is jaxlib's typed FFI ``triton_kernel_call_ffi`` (command-buffer
+  compatible), whose serialized ``TritonKernelCall`` carries the PTX and, as its
+  kernel's ``module_image``, the cubin: jaxlib >= 0.11.2 loads the cubin and runs no
+  ptxas; an older jaxlib ignores the field and compiles the PTX. jaxlib's Python
+  binding cannot set that field, so it is added to the serialized message (plain
+  protobuf) here.
 
 The rule checks what jax-triton binds: the module refuses a jax-triton other than
 ``JAX_TRITON_VERSION`` and a lowering rule whose parameters are not the ones it reads,
