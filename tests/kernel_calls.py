@@ -1,10 +1,14 @@
 """The kernel launches in a lowered module: jaxlib's ``triton_kernel_call_ffi`` calls
 that ``mla_jax._launch`` emits, read back from their serialized ``TritonAnyKernelCall``
-(jaxlib/gpu/triton.proto) by a protobuf reader of their own."""
+(jaxlib/gpu/triton.proto) by a protobuf reader of their own; and the NVIDIA tools
+Triton bundles (ptxas, cuobjdump) run on a build's PTX or cubin."""
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import tempfile
 import zlib
 from typing import NamedTuple
 
@@ -134,3 +138,39 @@ def kernel_call(line: str) -> KernelCall:
 def kernel_calls(text: str) -> list[KernelCall]:
     """Every kernel launch in a lowered module's text, in order."""
     return [kernel_call(line) for line in text.splitlines() if CALL.search(line)]
+
+
+# ------------------------------------------------------- Triton's bundled tools
+
+
+def nvidia_tool(name: str) -> str:
+    """The path of ``name`` (ptxas, cuobjdump...) among the tools Triton bundles."""
+    import triton
+
+    return os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", name)
+
+
+def ptxas_log(ptx: str) -> str:
+    """``ptxas -v``'s report (registers, spills, shared memory) of a PTX build for
+    sm_90a."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "k.ptx")
+        with open(path, "w") as f:
+            f.write(ptx)
+        return subprocess.run(
+            [nvidia_tool("ptxas"), "-v", "--gpu-name", "sm_90a", "-o", os.devnull, path],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stderr
+
+
+def sass(cubin: bytes) -> str:
+    """``cuobjdump -sass`` of a cubin."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "k.cubin")
+        with open(path, "wb") as f:
+            f.write(cubin)
+        return subprocess.run(
+            [nvidia_tool("cuobjdump"), "-sass", path], capture_output=True, text=True, check=True
+        ).stdout

@@ -71,7 +71,14 @@ from mla_jax.tools.chain_calls import (
     compiled_custom_calls,
     stablehlo_custom_calls,
 )
-from mla_jax.tools.cli import Parser, fail, positive_float, positive_int, positive_ints
+from mla_jax.tools.cli import (
+    Parser,
+    fail,
+    positive_float,
+    positive_int,
+    positive_ints,
+    unwritable_folder,
+)
 from mla_jax.tools.compare import H200_SM_COUNT, default_sm_count
 from mla_jax.tools.problem import QK_NOPE_HEAD_DIM, softmax_scale
 
@@ -1015,14 +1022,9 @@ def unwritable(out_dir: Path, markdown: Path | None) -> str | None:
     """Why the outputs cannot be written (``--out`` or ``--markdown`` under a file or a
     folder this user cannot write), or None; checked before a sweep, not after it."""
     page = (markdown or out_dir.with_name(out_dir.name + ".md")).resolve()
-    for flag, folder in (("--out", out_dir.resolve()), ("--markdown", page.parent)):
-        # The nearest part of the path that exists must be a writable folder (the
-        # rest is made when the outputs are written); nothing is created here.
-        existing = next(p for p in (folder, *folder.parents) if p.exists())
-        if not existing.is_dir():
-            return f"{flag}: {str(existing)!r} is not a folder (in {str(folder)!r})"
-        if not os.access(existing, os.W_OK | os.X_OK):
-            return f"{flag}: {str(existing)!r} is not writable (in {str(folder)!r})"
+    for flag, folder in (("--out", out_dir), ("--markdown", page.parent)):
+        if reason := unwritable_folder(flag, folder):
+            return reason
     if page.is_dir():
         return f"--markdown: {str(page)!r} is a folder, needed a file path"
     return None

@@ -13,9 +13,11 @@ from __future__ import annotations
 import argparse
 import importlib
 import math
+import os
 import re
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import NoReturn
 
 COMMANDS = {
@@ -102,6 +104,19 @@ def positive_float(text: str) -> float:
     if not (value > 0 and math.isfinite(value)):
         raise argparse.ArgumentTypeError(f"got {text!r}, needed a finite number > 0")
     return value
+
+
+def unwritable_folder(flag: str, folder: Path) -> str | None:
+    """Why ``flag``'s ``folder`` cannot be made and written (the nearest part of the
+    path that exists is a file, or a folder this user cannot write), or None; nothing
+    is created here."""
+    folder = folder.resolve()
+    existing = next(p for p in (folder, *folder.parents) if p.exists())
+    if not existing.is_dir():
+        return f"{flag}: {str(existing)!r} is not a folder (in {str(folder)!r})"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"{flag}: {str(existing)!r} is not writable (in {str(folder)!r})"
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -65,7 +65,14 @@ from mla_jax.deepseek.generate import _prefill, decode_loop
 from mla_jax.deepseek.model import _ffn, _logits, init_embeddings, init_layer, layer_keys
 from mla_jax.layer import mla_decode_layer, rms_norm
 from mla_jax.tools import model_floors as floors
-from mla_jax.tools.cli import Parser, fail, positive_float, positive_int, positive_ints
+from mla_jax.tools.cli import (
+    Parser,
+    fail,
+    positive_float,
+    positive_int,
+    positive_ints,
+    unwritable_folder,
+)
 
 COMMAND = "model-bench"
 BATCHES = (1, 64, 8)  # the order they run in: the ends of the range first
@@ -935,13 +942,7 @@ def write_outputs(results: dict, logs: list[str], out: Path) -> None:
 
 def unwritable(out: Path) -> str | None:
     """Why ``--out`` cannot be written (under a file, or not writable), or None."""
-    folder = out.resolve()
-    existing = next(p for p in (folder, *folder.parents) if p.exists())
-    if not existing.is_dir():
-        return f"--out: {str(existing)!r} is not a folder (in {str(folder)!r})"
-    if not os.access(existing, os.W_OK | os.X_OK):
-        return f"--out: {str(existing)!r} is not writable (in {str(folder)!r})"
-    return None
+    return unwritable_folder("--out", out)
 
 
 class _Stopped(Exception):

@@ -17,11 +17,13 @@ import os
 import re
 import subprocess
 import sys
-import tempfile
 
 import jax
 import jax.numpy as jnp
 import pytest
+
+from tests.kernel_calls import ptxas_log
+from tests.kernel_calls import sass as cubin_sass
 
 # The repository, two folders up: the child builds run there and import from it.
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -52,13 +54,7 @@ def geometry(batch, heads, splits):
 
 def sass(compiled):
     """The SASS of a build (``cuobjdump``)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        cubin = os.path.join(tmp, "k.cubin")
-        with open(cubin, "wb") as f:
-            f.write(compiled.asm["cubin"])
-        return subprocess.run(
-            [_tool("cuobjdump"), "-sass", cubin], capture_output=True, text=True, check=True
-        ).stdout
+    return cubin_sass(compiled.asm["cubin"])
 
 
 def gluon_launch(*, batch_tokens=None, **keywords):
@@ -108,12 +104,6 @@ def compile_sm90(heads=128, dtype="bf16", kv="same", splits=4, merge=True, batch
     return _launch.compile_kernel(spec, 90)  # what mla_decode's lowering builds
 
 
-def _tool(name):
-    import triton
-
-    return os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", name)
-
-
 def _mma_in_flight_across_wait(ptx):
     """Whether some warpgroup MMA group is committed and, before the next
     ``wgmma.wait_group``, an mbarrier wait runs: the MMA is left on the tensor cores
@@ -144,16 +134,7 @@ def build_report(heads=128, dtype="bf16", kv="same", splits=4, batch_tokens=None
 def compiled_report(compiled):
     """``build_report``'s counts for any sm_90 build (a ``CompiledKernel``)."""
     ptx = compiled.asm["ptx"]
-    with tempfile.TemporaryDirectory() as tmp:
-        ptx_path = os.path.join(tmp, "k.ptx")
-        with open(ptx_path, "w") as f:
-            f.write(ptx)
-        log = subprocess.run(
-            [_tool("ptxas"), "-v", "--gpu-name", "sm_90a", "-o", os.devnull, ptx_path],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stderr
+    log = ptxas_log(ptx)
     code = sass(compiled)
     count = lambda pat, text: len(re.findall(pat, text))
     return {

@@ -32,7 +32,14 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
 
 from mla_jax import _launch
-from tests.kernel_calls import kernel_call_fields, kernel_calls, proto_fields, proto_items
+from tests.kernel_calls import (
+    kernel_call_fields,
+    kernel_calls,
+    nvidia_tool,
+    proto_fields,
+    proto_items,
+    sass,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -179,20 +186,11 @@ def test_decode_lowers_to_two_jaxlib_ffi_calls_carrying_their_cubins(monkeypatch
     assert calls[0].attributes["shared"] > 48 * 1024
 
 
-def _nvidia_tool(name: str) -> str:
-    return str(Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / name)
-
-
-def _sass(cubin: bytes, tmp: Path) -> list[str]:
+def _instructions(cubin: bytes) -> list[str]:
     """The instructions of ``cubin`` (cuobjdump), without their encodings."""
-    path = tmp / "k.cubin"
-    path.write_bytes(cubin)
-    dump = subprocess.run(
-        [_nvidia_tool("cuobjdump"), "-sass", str(path)], capture_output=True, text=True, check=True
-    ).stdout
     return [
         line.split(";")[0].strip()
-        for line in dump.splitlines()
+        for line in sass(cubin).splitlines()
         if re.match(r"\s+/\*[0-9a-f]{4}\*/", line)
     ]
 
@@ -227,7 +225,7 @@ def test_the_cubin_carries_no_line_table_and_the_same_instructions(monkeypatch, 
         lined = tmp_path / "lined.cubin"
         subprocess.run(
             [
-                _nvidia_tool("ptxas"),
+                nvidia_tool("ptxas"),
                 "-lineinfo",
                 "--gpu-name=sm_90a",
                 str(build.with_suffix(".ptx")),
@@ -237,7 +235,7 @@ def test_the_cubin_carries_no_line_table_and_the_same_instructions(monkeypatch, 
             check=True,
         )
         assert any("debug_line" in s for s in _sections(lined.read_bytes()))
-        assert _sass(c.cubin, tmp_path) == _sass(lined.read_bytes(), tmp_path)
+        assert _instructions(c.cubin) == _instructions(lined.read_bytes())
         assert len(lined.read_bytes()) > 2 * len(c.cubin)
 
 

@@ -5,10 +5,7 @@ model's prefill lowered for CUDA."""
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import tempfile
 
 import jax
 import jax.numpy as jnp
@@ -18,6 +15,7 @@ import pytest
 
 from mla_jax.prefill import PrefillConfig, default_config, flash_prefill_reference
 from tests.interpreted import run_prefill
+from tests.kernel_calls import ptxas_log
 
 S = jax.ShapeDtypeStruct
 BF16 = ml_dtypes.bfloat16
@@ -260,19 +258,7 @@ def test_auto_and_xla_keep_the_dense_path():
 def ptxas_spills(ptx: str) -> tuple[int, int]:
     """(registers, spill-store bytes) of a PTX build for sm_90a, from the ptxas that
     Triton bundles (``-v``)."""
-    import triton
-
-    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "k.ptx")
-        with open(path, "w") as f:
-            f.write(ptx)
-        log = subprocess.run(
-            [tool, "-v", "--gpu-name", "sm_90a", "-o", os.devnull, path],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stderr
+    log = ptxas_log(ptx)
     regs = int(re.search(r"Used (\d+) registers", log).group(1))
     return regs, int(re.search(r"(\d+) bytes spill stores", log).group(1))
 
