@@ -57,7 +57,6 @@ DRY_SHAPES = dict(
     dtype="float32",
     backend="xla",
 )
-H200_SM_COUNT = 132
 SCAN_UNROLL = 8
 VARIANTS = {
     "a": "host loop, donated buffer",
@@ -222,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg = DRY_SHAPES if args.dry_run else GPU_SHAPES
     steps = args.steps or (8 if args.dry_run else 256)
     repeats = args.repeats or (2 if args.dry_run else 7)
-    sm_count = gpu_sm_count() if on_gpu else H200_SM_COUNT
+    sm_count = gpu_sm_count()
     device = jax.devices()[0]
 
     rows = [

@@ -62,6 +62,7 @@ import numpy as np
 from jax import lax
 
 from mla_jax import kv_splits, mla_decode, num_kv_splits, reserve_logits_buffer
+from mla_jax.buffers import DEFAULT_SM_COUNT, gpu_sm_count
 from mla_jax.cache import new_paged_cache, quantize_fp8
 from mla_jax.tools import bench_report, vllm_kernel
 from mla_jax.tools.bench_report import PATH_LABELS, SPLIT_POLICY
@@ -79,7 +80,6 @@ from mla_jax.tools.cli import (
     positive_ints,
     unwritable_folder,
 )
-from mla_jax.tools.compare import H200_SM_COUNT, default_sm_count
 from mla_jax.tools.problem import QK_NOPE_HEAD_DIM, softmax_scale
 
 BATCHES = (1, 4, 16, 64, 128)
@@ -901,7 +901,7 @@ def _parser() -> Parser:
     p.add_argument(
         "--sm-count",
         type=positive_int,
-        help=f"for the split rule (default: the GPU's, else {H200_SM_COUNT})",
+        help=f"for the split rule (default: the GPU's, else {DEFAULT_SM_COUNT})",
     )
     p.add_argument(
         "--time-budget",
@@ -931,7 +931,7 @@ def _device_defaults(args: argparse.Namespace) -> tuple[int, int]:
     """(sm_count, bytes budget) from the arguments, else from the first device."""
     device = jax.devices()[0]
     gpu = device.platform == "gpu"
-    sm_count = args.sm_count or default_sm_count()
+    sm_count = args.sm_count or gpu_sm_count()
     if args.bytes_budget_gib is not None:
         return sm_count, int(args.bytes_budget_gib * 2**30)
     limit = (device.memory_stats() or {}).get("bytes_limit") if gpu else None

@@ -47,7 +47,6 @@ PATHS = (
 TOLERANCE = {"float32": 1e-4, "float16": 2e-3, "bfloat16": 1.5e-2}
 # The split rules' SM count where no GPU can be asked (H200 / H100 SXM); the other
 # tools import it from here.
-H200_SM_COUNT = DEFAULT_SM_COUNT
 
 
 class Unavailable(Exception):
@@ -93,11 +92,6 @@ class Report(NamedTuple):
     @property
     def passed(self) -> bool:
         return all(s.passed is not False for s in self.scores)
-
-
-def default_sm_count() -> int:
-    """The GPU's multiprocessor count, or an H200's (132) on a machine without one."""
-    return gpu_sm_count() if jax.default_backend() == "gpu" else H200_SM_COUNT
 
 
 def device_memory_bytes() -> int:
@@ -288,7 +282,7 @@ def compare(
     """Runs every path on ``problem`` and scores each against ``ground_truth``.
 
     Args:
-      sm_count: for the split rule; default ``default_sm_count()``.
+      sm_count: for the split rule; default ``gpu_sm_count()`` (the GPU's, else an H200's).
       vllm_kernel: path of vLLM's ``triton_decode_attention.py`` (None: the loader's
         ``MLA_JAX_VLLM_KERNEL``), or an already loaded module, which then runs on the
         problem's device (``vllm_kernel.torch_reference_module()`` dry-runs on a CPU).
@@ -299,7 +293,7 @@ def compare(
     """
     if ground_truth not in RUNNERS:
         raise ValueError(f"ground_truth must be one of {PATHS}, got {ground_truth!r}")
-    sm_count = default_sm_count() if sm_count is None else sm_count
+    sm_count = gpu_sm_count() if sm_count is None else sm_count
     pj = problem.as_jax()
     outputs, missing, errors = {}, {}, {}
     for name, runner in RUNNERS.items():
@@ -444,7 +438,7 @@ def _parser() -> Parser:
         "--sm-count",
         type=positive_int,
         default=None,
-        help=f"for the split rule (default: the GPU's, else {H200_SM_COUNT})",
+        help=f"for the split rule (default: the GPU's, else {DEFAULT_SM_COUNT})",
     )
     parser.add_argument(
         "--vllm-kernel",

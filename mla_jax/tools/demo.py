@@ -26,19 +26,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from mla_jax._checks import INT32_MAX
-from mla_jax.buffers import LOGITS_DTYPE, plan_logits_buffer
+from mla_jax.buffers import DEFAULT_SM_COUNT, LOGITS_DTYPE, gpu_sm_count, plan_logits_buffer
 from mla_jax.decode import Backend, mla_decode, resolve_backend
 from mla_jax.layer import PRESETS, MLAConfig, MLAParams, init_params
 from mla_jax.loop import DecodeState, decode_loop, init_decode_state, rms_normalise
 from mla_jax.reference import mla_decode_reference
 from mla_jax.splits import DEFAULT_POLICY, Policy, kv_splits
 from mla_jax.tools.cli import Parser, fail, int_at_least, positive_int
-from mla_jax.tools.compare import (
-    H200_SM_COUNT,
-    TOLERANCE,
-    default_sm_count,
-    device_memory_bytes,
-)
+from mla_jax.tools.compare import TOLERANCE, device_memory_bytes
 
 # jax.random.key takes a seed in int64's range.
 MAX_SEED = int(np.iinfo(np.int64).max)
@@ -95,7 +90,7 @@ def _parser() -> Parser:
         "--sm-count",
         type=positive_int,
         default=None,
-        help=f"for the split rule (default: the GPU's, else {H200_SM_COUNT})",
+        help=f"for the split rule (default: the GPU's, else {DEFAULT_SM_COUNT})",
     )
     parser.add_argument("--seed", type=int_at_least(0, MAX_SEED), default=0)
     return parser
@@ -271,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
         return fail("demo", str(e))
     problem = _check_machine(backend, args.dtype)
     try:
-        sm_count = default_sm_count() if args.sm_count is None else args.sm_count
+        sm_count = gpu_sm_count() if args.sm_count is None else args.sm_count
     except ValueError as e:
         problem = problem or str(e)
     if problem:
