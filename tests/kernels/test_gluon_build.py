@@ -22,9 +22,6 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from tests.kernel_calls import ptxas_log
-from tests.kernel_calls import sass as cubin_sass
-
 # The repository, two folders up: the child builds run there and import from it.
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SM90_SHARED_BYTES = 232448  # 227 KB: the most one block may ask for on an H100/H200
@@ -54,6 +51,10 @@ def geometry(batch, heads, splits):
 
 def sass(compiled):
     """The SASS of a build (``cuobjdump``)."""
+    # Imported here: a child build runs this file as a script, before its __main__
+    # puts the repository on the path.
+    from tests.kernel_calls import sass as cubin_sass
+
     return cubin_sass(compiled.asm["cubin"])
 
 
@@ -133,6 +134,8 @@ def build_report(heads=128, dtype="bf16", kv="same", splits=4, batch_tokens=None
 
 def compiled_report(compiled):
     """``build_report``'s counts for any sm_90 build (a ``CompiledKernel``)."""
+    from tests.kernel_calls import ptxas_log  # see ``sass``
+
     ptx = compiled.asm["ptx"]
     log = ptxas_log(ptx)
     code = sass(compiled)
