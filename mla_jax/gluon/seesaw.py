@@ -189,6 +189,120 @@ def _seesaw_q_f16(q_nope16, q_pe16, q_nope, q_pe, LORA: gl.constexpr):
 
 
 @gluon.jit
+def _seesaw_bars(bars):
+    """The barriers both warpgroups name: ready0/1, p0/p1, free0/1, l0/l1 (``bars`` 0-7;
+    the kernel's comment says what each counts)."""
+    return (
+        bars.index(0),
+        bars.index(1),
+        bars.index(2),
+        bars.index(3),
+        bars.index(4),
+        bars.index(5),
+        bars.index(6),
+        bars.index(7),
+    )
+
+
+@gluon.jit
+def _seesaw_state(
+    BLOCK_H: gl.constexpr,
+    BLOCK_N: gl.constexpr,
+    HALF: gl.constexpr,
+    s_layout: gl.constexpr,
+    o_layout: gl.constexpr,
+):
+    """A warpgroup's starting m_i, l_i, O half, the zero S its QK^T starts from, and a
+    block's column indices."""
+    s_rows: gl.constexpr = gl.SliceLayout(1, s_layout)
+    m_i = gl.full([BLOCK_H], float("-inf"), gl.float32, layout=s_rows)
+    l_i = gl.zeros([BLOCK_H], gl.float32, layout=s_rows)
+    acc = gl.zeros([BLOCK_H, HALF], gl.float32, layout=o_layout)
+    s_init = gl.zeros([BLOCK_H, BLOCK_N], gl.float32, layout=s_layout)
+    s_cols = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+    return m_i, l_i, acc, s_init, s_cols
+
+
+@gluon.jit
+def _seesaw_pair_views(i, q_nope_smem, q_pe_smem, kv_c_smem, k_pe_smem):
+    """Pair ``i``'s views: Q, the two slots' latent blocks and their k_pe (P of each goes
+    over its block's k_pe once QK^T is done with it). Indexed by an opaque 0 so that
+    their wgmma descriptors are rebuilt each pair: hoisted out of the loop, Q's 36 alone
+    would pin 72 registers (and spill)."""
+    z = _opaque_zero(i)
+    q_nope = q_nope_smem.index(z)
+    q_pe = q_pe_smem.index(z)
+    kv_c0 = kv_c_smem.index(z)
+    kv_c1 = kv_c_smem.index(z + 1)
+    p0_smem = k_pe_smem.index(z)
+    p1_smem = k_pe_smem.index(z + 1)
+    return z, q_nope, q_pe, kv_c0, kv_c1, p0_smem, p1_smem
+
+
+@gluon.jit
+def _seesaw_scores(
+    q_nope, q_pe, kv_c, k_pe, s_init, s_cols, n, start, end, qk_scale, qk_rows, F16Q: gl.constexpr
+):
+    """S of the block at token ``n`` (its slot landed and, from fp8, widened), scaled to
+    log2 units (per head by ``qk_rows`` where q was rewritten as fp16, else by
+    ``qk_scale``), -inf outside ``[start, end)``."""
+    s = _seesaw_qk(q_nope, q_pe, kv_c, k_pe, s_init)
+    s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
+    tokens = n + s_cols
+    live = (tokens >= start) & (tokens < end)
+    if F16Q:
+        s = gl.where(live[None, :], s * qk_rows[:, None], float("-inf"))
+    else:
+        s = gl.where(live[None, :], s * qk_scale, float("-inf"))
+    return s
+
+
+@gluon.jit
+def _seesaw_softmax(m_prev, s):
+    """A block's softmax against the running max ``m_prev`` (lazy rescaling): the new
+    max, the factor from ``m_prev`` to it, and P."""
+    m_blk = gl.maximum(m_prev, gl.max(s, 1))
+    m_new = gl.where(m_blk - m_prev > RESCALE_THRESHOLD, m_blk, m_prev)
+    scale = gl.exp2(m_prev - m_new)
+    p = gl.exp2(s - m_new[:, None])
+    return m_new, scale, p
+
+
+@gluon.jit
+def _seesaw_publish(m_slot, m, p_smem, pb, bar):
+    """Publishes a block's max and P (over its k_pe) to the other warpgroup."""
+    m_slot.store(m)
+    p_smem.store(pb)
+    fence_async_shared()  # P is read by the other warpgroup's wgmma (async proxy)
+    mbarrier.arrive(bar)
+
+
+@gluon.jit
+def _seesaw_pv_regs(
+    acc, scale, i, pb, v, o_rows: gl.constexpr, p_op_layout: gl.constexpr, ASM: gl.constexpr
+):
+    """O = O * scale + P V, P from registers, issued async (the caller waits)."""
+    acc = _rescale_rows(acc, scale, i, o_rows, ASM)
+    return warpgroup_mma(gl.convert_layout(pb, p_op_layout), v, acc, is_async=True)
+
+
+@gluon.jit
+def _seesaw_pv_smem(acc, scale, i, p_smem, v, o_rows: gl.constexpr, ASM: gl.constexpr):
+    """O = O * scale + P V, P from shared memory, issued async (the caller waits)."""
+    acc = _rescale_rows(acc, scale, i, o_rows, ASM)
+    return warpgroup_mma(p_smem, v, acc, is_async=True)
+
+
+@gluon.jit
+def _seesaw_row_sum(l_i, l_smem, ME: gl.constexpr, mine, other, s_rows: gl.constexpr):
+    """The row sum: this warpgroup's blocks' plus the other's, through ``l_smem``."""
+    l_smem.index(ME).store(l_i)
+    mbarrier.arrive(mine)
+    mbarrier.wait(other, 0)
+    return l_i + l_smem.index(1 - ME).load(s_rows)
+
+
+@gluon.jit
 def _seesaw_wg0(
     q_nope_smem,
     q_pe_smem,
@@ -246,20 +360,8 @@ def _seesaw_wg0(
     p_op_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
     s_rows: gl.constexpr = gl.SliceLayout(1, s_layout)
     o_rows: gl.constexpr = gl.SliceLayout(1, o_layout)
-    ready0 = bars.index(0)
-    ready1 = bars.index(1)
-    p0_bar = bars.index(2)
-    p1_bar = bars.index(3)
-    free0 = bars.index(4)
-    free1 = bars.index(5)
-    l0_bar = bars.index(6)
-    l1_bar = bars.index(7)
-
-    m_i = gl.full([BLOCK_H], float("-inf"), gl.float32, layout=s_rows)
-    l_i = gl.zeros([BLOCK_H], gl.float32, layout=s_rows)
-    acc = gl.zeros([BLOCK_H, HALF], gl.float32, layout=o_layout)
-    s_init = gl.zeros([BLOCK_H, BLOCK_N], gl.float32, layout=s_layout)
-    s_cols = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+    ready0, ready1, p0_bar, p1_bar, free0, free1, l0_bar, l1_bar = _seesaw_bars(bars)
+    m_i, l_i, acc, s_init, s_cols = _seesaw_state(BLOCK_H, BLOCK_N, HALF, s_layout, o_layout)
     F16Q: gl.constexpr = q_nope_smem.dtype != q16_nope_smem.dtype
     FP8: gl.constexpr = c8_smem.dtype == gl.float8e4nv
     if F16Q:
@@ -278,6 +380,8 @@ def _seesaw_wg0(
             fence_async_shared()  # generic stores, read by wgmma through the async proxy
             mbarrier.arrive(bars.index(8))
             qk_rows = gl.convert_layout(factor, s_rows) * qk_scale
+    else:
+        qk_rows = qk_scale  # unused: S is scaled by qk_scale
     if FP8 and num_pairs > 0:
         # On an fp8 cache this warpgroup widens each even block as soon as it has
         # landed: the first here, the others under the pair before's P1 V1_L.
@@ -287,17 +391,10 @@ def _seesaw_wg0(
     for i in range(num_pairs):
         ph = i & 1
         n0 = first + 2 * i * BLOCK_N
-        # Slot 0 holds the even block, slot 1 the odd one; P of each goes over its
-        # block's k_pe once QK^T is done with it. The views are indexed by an opaque
-        # 0 so that their wgmma descriptors are rebuilt each pair: hoisted out of
-        # the loop, Q's 36 alone would pin 72 registers (and spill).
-        z = _opaque_zero(i)
-        q_nope = q_nope_smem.index(z)
-        q_pe = q_pe_smem.index(z)
-        kv_c0 = kv_c_smem.index(z)
-        kv_c1 = kv_c_smem.index(z + 1)
-        p0_smem = k_pe_smem.index(z)
-        p1_smem = k_pe_smem.index(z + 1)
+        # Slot 0 holds the even block, slot 1 the odd one.
+        z, q_nope, q_pe, kv_c0, kv_c1, p0_smem, p1_smem = _seesaw_pair_views(
+            i, q_nope_smem, q_pe_smem, kv_c_smem, k_pe_smem
+        )
         if FP8:
             # On an fp8 cache this warpgroup refills slot 0: the next pair's even
             # block's page index, a pair ahead of its copy.
@@ -309,31 +406,19 @@ def _seesaw_wg0(
         # before's P1 V1_L or before the loop).
         if not FP8:
             mbarrier.wait(ready0, ph)
-        s = _seesaw_qk(q_nope, q_pe, kv_c0, p0_smem, s_init)
-        s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
+        s = _seesaw_scores(
+            q_nope, q_pe, kv_c0, p0_smem, s_init, s_cols, n0, start, end, qk_scale, qk_rows, F16Q
+        )
         # (2) softmax of the even block against the running max m_i (lazy rescaling).
-        tokens = n0 + s_cols
-        live = (tokens >= start) & (tokens < end)
-        if F16Q:
-            s = gl.where(live[None, :], s * qk_rows[:, None], float("-inf"))
-        else:
-            s = gl.where(live[None, :], s * qk_scale, float("-inf"))
-        m_blk = gl.maximum(m_i, gl.max(s, 1))
-        m0 = gl.where(m_blk - m_i > RESCALE_THRESHOLD, m_blk, m_i)
-        scale0 = gl.exp2(m_i - m0)
-        p = gl.exp2(s - m0[:, None])
+        m0, scale0, p = _seesaw_softmax(m_i, s)
         l_i = l_i * scale0 + gl.sum(p, 1)
         pb = p.to(dtype)
         # (3) publish m0 and P0 (into the even block's k_pe: QK^T no longer reads it).
-        m_smem.index(ph).store(m0)
-        p0_smem.store(pb)
-        fence_async_shared()  # P0 is read by warpgroup 1's wgmma (async proxy)
-        mbarrier.arrive(p0_bar)
+        _seesaw_publish(m_smem.index(ph), m0, p0_smem, pb, p0_bar)
         # (4) O_L = O_L * scale0 + P0 V0_L, P0 from registers; async: runs while
         # warpgroup 1 does its softmax.
-        acc = _rescale_rows(acc, scale0, i, o_rows, _WG0_SCALE0_ANY)
-        acc = warpgroup_mma(
-            gl.convert_layout(pb, p_op_layout), kv_c0.slice(0, HALF, dim=1), acc, is_async=True
+        acc = _seesaw_pv_regs(
+            acc, scale0, i, pb, kv_c0.slice(0, HALF, dim=1), o_rows, p_op_layout, _WG0_SCALE0_ANY
         )
         if FP8:
             # While warpgroup 1 does its softmax: once P0 V0_L is done, the next even
@@ -372,8 +457,9 @@ def _seesaw_wg0(
         mbarrier.wait(ready1, ph)  # (completed: warpgroup 1 waited it before P1)
         fence_async_shared()
         # (6) O_L = O_L * scale1 + P1 V1_L, P1 from shared memory.
-        acc = _rescale_rows(acc, scale1, i, o_rows, _WG0_SCALE1_ANY)
-        acc = warpgroup_mma(p1_smem, kv_c1.slice(0, HALF, dim=1), acc, is_async=True)
+        acc = _seesaw_pv_smem(
+            acc, scale1, i, p1_smem, kv_c1.slice(0, HALF, dim=1), o_rows, _WG0_SCALE1_ANY
+        )
         if FP8 and more:
             # While P1 V1_L runs: the next even block, once it has landed and warpgroup
             # 1's P0 V0_R is done with slot 0's back half and P0 (vfree0), widened.
@@ -386,10 +472,7 @@ def _seesaw_wg0(
         m_i = m1
 
     # The row sum: this warpgroup's (even blocks) plus warpgroup 1's (odd blocks).
-    l_smem.index(0).store(l_i)
-    mbarrier.arrive(l0_bar)
-    mbarrier.wait(l1_bar, 0)
-    l_i = l_i + l_smem.index(1).load(s_rows)
+    l_i = _seesaw_row_sum(l_i, l_smem, 0, l0_bar, l1_bar, s_rows)
     _finish_split(
         buf_ptr,
         out_ptr,
@@ -477,20 +560,8 @@ def _seesaw_wg1(
     p_op_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
     s_rows: gl.constexpr = gl.SliceLayout(1, s_layout)
     o_rows: gl.constexpr = gl.SliceLayout(1, o_layout)
-    ready0 = bars.index(0)
-    ready1 = bars.index(1)
-    p0_bar = bars.index(2)
-    p1_bar = bars.index(3)
-    free0 = bars.index(4)
-    free1 = bars.index(5)
-    l0_bar = bars.index(6)
-    l1_bar = bars.index(7)
-
-    m_i = gl.full([BLOCK_H], float("-inf"), gl.float32, layout=s_rows)
-    l_i = gl.zeros([BLOCK_H], gl.float32, layout=s_rows)
-    acc = gl.zeros([BLOCK_H, HALF], gl.float32, layout=o_layout)
-    s_init = gl.zeros([BLOCK_H, BLOCK_N], gl.float32, layout=s_layout)
-    s_cols = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+    ready0, ready1, p0_bar, p1_bar, free0, free1, l0_bar, l1_bar = _seesaw_bars(bars)
+    m_i, l_i, acc, s_init, s_cols = _seesaw_state(BLOCK_H, BLOCK_N, HALF, s_layout, o_layout)
     F16Q: gl.constexpr = q_nope_smem.dtype != q16_nope_smem.dtype
     FP8: gl.constexpr = c8_smem.dtype == gl.float8e4nv
     if F16Q:
@@ -498,21 +569,16 @@ def _seesaw_wg1(
         if num_pairs > 0:
             mbarrier.wait(bars.index(8), 0)  # warpgroup 0 rewrote Q as fp16
             qk_rows = f_smem.load(s_rows) * qk_scale
+    else:
+        qk_rows = qk_scale  # unused: S is scaled by qk_scale
 
     for i in range(num_pairs):
         ph = i & 1
         n1 = first + (2 * i + 1) * BLOCK_N
-        # Slot 0 holds the even block, slot 1 the odd one; P of each goes over its
-        # block's k_pe once QK^T is done with it. The views are indexed by an opaque
-        # 0 so that their wgmma descriptors are rebuilt each pair: hoisted out of
-        # the loop, Q's 36 alone would pin 72 registers (and spill).
-        z = _opaque_zero(i)
-        q_nope = q_nope_smem.index(z)
-        q_pe = q_pe_smem.index(z)
-        kv_c0 = kv_c_smem.index(z)
-        kv_c1 = kv_c_smem.index(z + 1)
-        p0_smem = k_pe_smem.index(z)
-        p1_smem = k_pe_smem.index(z + 1)
+        # Slot 0 holds the even block, slot 1 the odd one.
+        z, q_nope, q_pe, kv_c0, kv_c1, p0_smem, p1_smem = _seesaw_pair_views(
+            i, q_nope_smem, q_pe_smem, kv_c_smem, k_pe_smem
+        )
         more = i + 1 < num_pairs
         # The next pair's page indices, a pair ahead of their copies (raw: checked
         # where used; blocks past the end read nothing). On an fp8 cache warpgroup 0
@@ -526,14 +592,9 @@ def _seesaw_wg1(
         mbarrier.wait(ready1, ph)
         if FP8:
             _widen_slot(kv_c1, p1_smem, c8_smem.index(2 * z + 2), pe8_smem.index(z + 1))
-        s = _seesaw_qk(q_nope, q_pe, kv_c1, p1_smem, s_init)
-        s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
-        tokens = n1 + s_cols
-        live = (tokens >= start) & (tokens < end)
-        if F16Q:
-            s = gl.where(live[None, :], s * qk_rows[:, None], float("-inf"))
-        else:
-            s = gl.where(live[None, :], s * qk_scale, float("-inf"))
+        s = _seesaw_scores(
+            q_nope, q_pe, kv_c1, p1_smem, s_init, s_cols, n1, start, end, qk_scale, qk_rows, F16Q
+        )
         # (2) m0 and P0 from warpgroup 0, then O_R = O_R * scale0 + P0 V0_R (P0 from
         # shared memory) issued at once: it runs under this warpgroup's softmax.
         mbarrier.wait(p0_bar, ph)
@@ -545,28 +606,22 @@ def _seesaw_wg1(
             # have completed again already (warpgroup 0's refill under this softmax).
             mbarrier.wait(ready0, ph)
         fence_async_shared()
-        acc = _rescale_rows(acc, scale0, i, o_rows, _WG1_SCALE0_ANY)
-        acc = warpgroup_mma(p0_smem, kv_c0.slice(HALF, HALF, dim=1), acc, is_async=True)
+        acc = _seesaw_pv_smem(
+            acc, scale0, i, p0_smem, kv_c0.slice(HALF, HALF, dim=1), o_rows, _WG1_SCALE0_ANY
+        )
         # (3) the odd block's softmax against m0, while warpgroup 0's P0 V0_L and this
         # warpgroup's P0 V0_R are on the tensor cores; publish m1 and P1 (over the odd
         # block's k_pe).
-        m_blk = gl.maximum(m0, gl.max(s, 1))
-        m1 = gl.where(m_blk - m0 > RESCALE_THRESHOLD, m_blk, m0)
-        scale1 = gl.exp2(m0 - m1)
-        p = gl.exp2(s - m1[:, None])
+        m1, scale1, p = _seesaw_softmax(m0, s)
         l_i = l_i * (scale0 * scale1) + gl.sum(p, 1)
         pb = p.to(dtype)
-        m_smem.index(2 + ph).store(m1)
-        p1_smem.store(pb)
-        fence_async_shared()
-        mbarrier.arrive(p1_bar)
+        _seesaw_publish(m_smem.index(2 + ph), m1, p1_smem, pb, p1_bar)
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
         if FP8:
             mbarrier.arrive(bars.index(9))  # vfree0: slot 0's back half and P0 read
         # (5) O_R = O_R * scale1 + P1 V1_R, P1 from registers.
-        acc = _rescale_rows(acc, scale1, i, o_rows, _WG1_SCALE1_ANY)
-        acc = warpgroup_mma(
-            gl.convert_layout(pb, p_op_layout), kv_c1.slice(HALF, HALF, dim=1), acc, is_async=True
+        acc = _seesaw_pv_regs(
+            acc, scale1, i, pb, kv_c1.slice(HALF, HALF, dim=1), o_rows, p_op_layout, _WG1_SCALE1_ANY
         )
         # (6) while P1 V1_R runs: slot 0 is free once warpgroup 0's P0 V0_L is done
         # too; refill it with the next pair's even block.
@@ -620,10 +675,7 @@ def _seesaw_wg1(
             )
         m_i = m1
 
-    l_smem.index(1).store(l_i)
-    mbarrier.arrive(l1_bar)
-    mbarrier.wait(l0_bar, 0)
-    l_i = l_i + l_smem.index(0).load(s_rows)
+    l_i = _seesaw_row_sum(l_i, l_smem, 1, l1_bar, l0_bar, s_rows)
     _finish_split(
         buf_ptr,
         out_ptr,
