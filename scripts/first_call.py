@@ -4,6 +4,10 @@ Run it several times with one ``TRITON_CACHE_DIR``: the first run compiles both 
 and fills the cache, later runs should find them there (``mla_jax._launch``).
 
     TRITON_CACHE_DIR=/tmp/tc python scripts/first_call.py --heads 128   # x3
+
+``--phases`` splits the first call: importing the Triton backend, then tracing,
+lowering, compiling and running a jitted step that calls ``mla_decode``
+(``jax.jit(...).trace(...).lower().compile()``), each timed on its own.
 """
 
 import argparse
@@ -30,6 +34,11 @@ def main() -> None:
         help="JAX's persistent compilation cache there, every executable kept (XLA's "
         "compile then comes from disk in a warm process too)",
     )
+    p.add_argument(
+        "--phases",
+        action="store_true",
+        help="time the backend's import, trace, lower, compile and run apart",
+    )
     args = p.parse_args()
     if args.jax_cache:
         jax.config.update("jax_compilation_cache_dir", args.jax_cache)
@@ -45,6 +54,9 @@ def main() -> None:
     lens = jnp.full((args.batch,), args.max_len, jnp.int32)
     buf = reserve_logits_buffer(args.batch, args.heads, args.max_len)
     ready = time.perf_counter()
+    if args.phases:
+        phases(q, kv, table, lens, buf, ready)
+        return
     out, lse, _ = mla_decode(q, kv, table, lens, buf, scale=softmax_scale(), backend="triton")
     jax.block_until_ready((out, lse))
     done = time.perf_counter()
@@ -54,6 +66,31 @@ def main() -> None:
         f"{imported - START:.2f} s, inputs {ready - imported:.2f} s, "
         f"first mla_decode {done - ready:.2f} s, process total {done - START:.2f} s"
     )
+
+
+def phases(q, kv, table, lens, buf, start: float) -> None:
+    """Prints where a first call's time goes, step by step."""
+    import mla_jax._triton_backend  # noqa: F401
+
+    marks = [("backend import", time.perf_counter())]
+
+    def step(q, kv, table, lens, buf):
+        return mla_decode(q, kv, table, lens, buf, scale=softmax_scale(), backend="triton")
+
+    traced = jax.jit(step, donate_argnums=4).trace(q, kv, table, lens, buf)
+    marks.append(("trace", time.perf_counter()))
+    lowered = traced.lower()
+    marks.append(("lower", time.perf_counter()))
+    compiled = lowered.compile()
+    marks.append(("compile", time.perf_counter()))
+    out, lse, _ = compiled(q, kv, table, lens, buf)
+    jax.block_until_ready((out, lse))
+    marks.append(("run", time.perf_counter()))
+    spans, last = [], start
+    for name, t in marks:
+        spans.append(f"{name} {t - last:.3f}")
+        last = t
+    print("phases (s): " + ", ".join(spans) + f"; total {last - start:.3f}")
 
 
 if __name__ == "__main__":
