@@ -961,7 +961,8 @@ def _spawn(name: str, job: dict, folder: Path, *, dry_run: bool) -> dict:
     env["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
     if name == "torch":
         env["XLA_PYTHON_CLIENT_ALLOCATOR"] = "platform"
-    if dry_run:  # the phases share compilations (the weights' builder) on the CPU
+    if dry_run:  # on the CPU, as said, on a GPU machine too; its compilations shared
+        env["JAX_PLATFORMS"] = "cpu"
         env["JAX_COMPILATION_CACHE_DIR"] = str(folder / "jax-cache")
         env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
     code = (

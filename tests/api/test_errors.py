@@ -211,7 +211,11 @@ def test_torch_tensors_come_in_through_dlpack():
     torch = pytest.importorskip("torch")
     args = inputs()
     want = decode(**{**args, "logits_buffer": buffer()})
-    as_torch = {k: torch.from_numpy(np.array(v)) for k, v in args.items() if k != "logits_buffer"}
+    # On the device JAX computes on (a torch tensor comes in on its own device).
+    on = "cuda" if jax.default_backend() == "gpu" else "cpu"
+    as_torch = {
+        k: torch.from_numpy(np.array(v)).to(on) for k, v in args.items() if k != "logits_buffer"
+    }
     got = decode(**as_torch, logits_buffer=buffer())
     np.testing.assert_array_equal(got[0], want[0])
     np.testing.assert_array_equal(got[1], want[1])

@@ -248,8 +248,9 @@ def test_auto_and_xla_keep_the_dense_path():
     assert [c.kernel_name for c in calls] == ["flash_prefill_fwd"]
     with pytest.raises(ValueError, match="backend must be 'auto', 'triton' or 'xla', got 'gpu'"):
         text(backend="gpu")
-    with pytest.raises(ValueError, match="backend='triton' needs a CUDA GPU"):
-        text(backend="triton")
+    if not any(d.platform == "gpu" for d in jax.devices()):
+        with pytest.raises(ValueError, match="backend='triton' needs a CUDA GPU"):
+            text(backend="triton")
 
 
 # ----------------------------------------------------------------- sm_90 builds
