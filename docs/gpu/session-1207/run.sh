@@ -9,8 +9,9 @@
 #                   the interpreter's, 12 xdist workers sharing the GPU
 #   moe-bench.log, moe.json          docs/gpu/moe/bench_moe.py (short config sweep)
 #   prefill-bench.log, prefill.json  docs/gpu/prefill/bench_prefill.py (short sweep)
-# Committed beside this script (87c2e0b, one H100, 2026-12-07): the four logs, env.txt
-# at the head of first-call.log; the JSON files repeat the bench logs' tables.
+# Committed beside this script (87c2e0b, one H100, 2026-12-07): the MoE and prefill
+# logs, which the docs cite; the JSON files repeat their tables. Its first-call and
+# suite logs were superseded by ../h100-1207/ (they are in git at 458baaf).
 set -u
 t0=$(date +%s); el() { echo "[$(( $(date +%s) - t0 )) s]"; }
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \

@@ -11,8 +11,8 @@
 #   bench-{old,new}.{log,json}  the bench at 12 shapes by each tree (device time)
 #   sweep-1.tar     the part small: B 1 and 4 at H 16, 64, 128
 set -u
-source docs/gpu/rerun/common.sh
-D=$NEW/docs/gpu/jax-triton
+source docs/gpu/h100-1207/common.sh
+D=$NEW/docs/gpu/h100-1207
 {
   echo "NEW $rev  OLD $(cat .ab/old/REV)"; nvidia-smi -L
   new python3 -c 'import sys, jax, jaxlib, triton, jax_triton, numpy; print(sys.version.split()[0], "jax", jax.__version__, "jaxlib", jaxlib.__version__, "triton", triton.__version__, "jax-triton", jax_triton.__version__, "numpy", numpy.__version__)'

@@ -4,7 +4,7 @@
 # rows (B=128, L=16384, H 16 and 128: the bf16 cache, the fp8 cache by the default and
 # the fp8-MMA path, and vLLM) as time allows. Logs to $OUT: sweep-3.tar.
 set -u
-source docs/gpu/rerun/common.sh
+source docs/gpu/h100-1207/common.sh
 part large-b16-b64 230 --batch 16,64 --heads 16,64,128
 part h32 150 --batch 1,4,16,64 --heads 32
 left=$(( deadline - ($(date +%s) - t0) ))

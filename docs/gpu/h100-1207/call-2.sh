@@ -3,7 +3,7 @@
 # sweep's parts large-b128-h32-h128 and large-b128 (B=128 at H 16, 32, 64, 128).
 # Logs to $OUT: gpu-suite.log, sweep-2.tar.
 set -u
-source docs/gpu/rerun/common.sh
+source docs/gpu/h100-1207/common.sh
 suite 330
 part large-b128-h32-h128 110 --batch 128 --heads 32,128
 part large-b128 100 --batch 128 --heads 16,64
