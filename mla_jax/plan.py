@@ -32,20 +32,14 @@ step size); the fp8 kernels and the seesaw are chosen alike
 from __future__ import annotations
 
 import dataclasses
+import importlib
 from collections.abc import Mapping
 from typing import Any
 
 import triton
 
 from mla_jax import _tiling, kernels
-from mla_jax.gluon.common import BLOCK_H, BLOCK_N, FP8, LORA, ROPE
-from mla_jax.gluon.fp8_mma import mla_decode_stage1_gluon_fp8_mma
-from mla_jax.gluon.narrow import (
-    SMALL_BLOCK_H,
-    mla_decode_stage1_gluon_fp8_h16,
-    mla_decode_stage1_gluon_h16,
-)
-from mla_jax.gluon.seesaw import mla_decode_stage1_gluon_seesaw
+from mla_jax.gluon import BLOCK_H, BLOCK_N, FP8, LORA, ROPE, SMALL_BLOCK_H
 
 SEESAW_MIN_SPLIT_TOKENS = _tiling.THRESHOLDS["SEESAW_MIN_SPLIT_TOKENS"].value
 FP8_NARROW_MIN_SPLIT_TOKENS = _tiling.THRESHOLDS["FP8_NARROW_MIN_SPLIT_TOKENS"].value
@@ -73,18 +67,23 @@ _TL_CHOICES = (
 )
 _CP_ASYNC_BYTES = 16
 
-# Keyed by the kernel's name: a JITFunction's hash is its source closure's, whose
-# computation parses every function it calls (0.1 s for these five, at import).
-FAMILIES = {
-    kernel.__name__: family
-    for kernel, family in [
-        (kernels.mla_decode_stage1, "tl"),
-        (mla_decode_stage1_gluon_seesaw, "seesaw"),
-        (mla_decode_stage1_gluon_h16, "narrow"),
-        (mla_decode_stage1_gluon_fp8_h16, "fp8_narrow"),
-        (mla_decode_stage1_gluon_fp8_mma, "fp8_mma"),
-    ]
+# Each Gluon family's stage 1 as (module, kernel name). A module is imported when its
+# family is first planned: defining its kernels parses their sources, which a process
+# that runs one family need not pay for the others (tens of ms at the first call).
+GLUON_KERNELS = {
+    "seesaw": ("mla_jax.gluon.seesaw", "mla_decode_stage1_gluon_seesaw"),
+    "narrow": ("mla_jax.gluon.narrow", "mla_decode_stage1_gluon_h16"),
+    "fp8_narrow": ("mla_jax.gluon.narrow", "mla_decode_stage1_gluon_fp8_h16"),
+    "fp8_mma": ("mla_jax.gluon.fp8_mma", "mla_decode_stage1_gluon_fp8_mma"),
 }
+# The family of each stage-1 kernel, by its name.
+FAMILIES = {"mla_decode_stage1": "tl"} | {name: f for f, (_, name) in GLUON_KERNELS.items()}
+
+
+def gluon_family_kernel(family: str) -> Any:
+    """The ``@gluon.jit`` stage 1 of a Gluon family (``GLUON_KERNELS``)."""
+    module, name = GLUON_KERNELS[family]
+    return getattr(importlib.import_module(module), name)
 
 
 # ``Problem``'s fields that the kernel choice reads but ``kernels.launch_params`` does
@@ -294,12 +293,10 @@ def gluon_kernel(
     the fp8 narrow kernel's tile, which multiplies in fp16, is the one that fits), a
     narrow kernel where ``runs_narrow``, else the seesaw."""
     if fp8_mma and kv_dtype == FP8 and num_heads >= BLOCK_H:
-        return mla_decode_stage1_gluon_fp8_mma
+        return gluon_family_kernel("fp8_mma")
     if runs_narrow(kv_dtype, num_heads, batch_tokens):
-        if kv_dtype == FP8:
-            return mla_decode_stage1_gluon_fp8_h16
-        return mla_decode_stage1_gluon_h16
-    return mla_decode_stage1_gluon_seesaw
+        return gluon_family_kernel("fp8_narrow" if kv_dtype == FP8 else "narrow")
+    return gluon_family_kernel("seesaw")
 
 
 def _min_split_tokens(kv_dtype: str, num_heads: int, batch_tokens: int | None) -> int:
@@ -365,7 +362,7 @@ def cluster_size(kernel: Any, grid_splits: int, merge: bool = True) -> int:
     a row in two splits, so that the pair merges them and no stage 2 runs; else 1.
     Rows of 4 or 8 splits as clusters ran 1.7-2x slower on the H200 (docs/performance.md,
     "A row's two splits merged in a cluster"). ``merge=False``: 1 (A/B runs)."""
-    seesaw = kernel is mla_decode_stage1_gluon_seesaw
+    seesaw = FAMILIES[kernel.__name__] == "seesaw"
     return 2 if merge and seesaw and grid_splits == 2 else 1
 
 
@@ -405,7 +402,8 @@ def gluon_stage1(problem: Problem, grid_splits: int, batch_tokens: int | None) -
     cluster = cluster_size(kernel, grid_splits, problem.cluster_merge)
     half = gluon_bf16_partials(problem.q_dtype, kernel, grid_splits, cluster)
     block_h = narrow_tile(kv_dtype, heads, batch_tokens) if narrow else BLOCK_H
-    if kernel is mla_decode_stage1_gluon_fp8_mma:
+    family = FAMILIES[kernel.__name__]
+    if family == "fp8_mma":
         num_warps = FP8_MMA_NUM_WARPS
     else:
         num_warps = NARROW_NUM_WARPS if narrow else SEESAW_NUM_WARPS
@@ -414,7 +412,7 @@ def gluon_stage1(problem: Problem, grid_splits: int, batch_tokens: int | None) -
         "BLOCK_N": BLOCK_N,
     }
     tiles = triton.cdiv(heads, block_h)
-    if kernel is mla_decode_stage1_gluon_seesaw:
+    if family == "seesaw":
         constexprs["CLUSTER"] = cluster
     if "BF16_PARTIALS" in kernel.arg_names:
         constexprs["BF16_PARTIALS"] = half

@@ -14,11 +14,6 @@ from triton.experimental.gluon.language.nvidia.ampere import async_copy
 
 from mla_jax import kernels
 
-BLOCK_H = 64  # the seesaw's and the fp8-MMA kernel's head tile (the MMAs' M)
-BLOCK_N = 64  # tokens a block: one warpgroup MMA's M or K
-LORA = 512
-ROPE = 64
-FP8 = "float8_e4m3fn"  # mla_jax.cache.FP8_DTYPE's name
 # The tl kernels' constants, one definition (gl.constexpr is tl.constexpr).
 _LOG2E = kernels._LOG2E
 _LN2 = kernels._LN2

@@ -18,6 +18,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
+from mla_jax.gluon import SMALL_BLOCK_H
 from mla_jax.gluon.common import (
     _LN2,
     _LOG2E,
@@ -45,9 +46,6 @@ from mla_jax.gluon.widen import (
     _qk_operand,
     _widen_f16,
 )
-
-# The tile's heads (the MMAs' N) where two 16-head tiles a row beat one 32-head tile.
-SMALL_BLOCK_H = 16
 
 
 @gluon.jit

@@ -427,16 +427,18 @@ def test_supports_and_gluon_kernel():
     assert ok(heads=16) and not ok(heads=17) and not ok(heads=31)
     assert ok(heads=32) and ok(heads=63)
     assert gk.gluon_kernel("float8_e4m3fn", 16) is gk.gluon_kernel("float8_e4m3fn", 63)
-    assert gk.gluon_kernel("float8_e4m3fn", 16) is gk.mla_decode_stage1_gluon_fp8_h16
+    assert gk.gluon_kernel("float8_e4m3fn", 16) is gk.gluon_family_kernel("fp8_narrow")
     for kv in ("bfloat16", "float16", None):
-        assert gk.gluon_kernel(kv, 16) is gk.gluon_kernel(kv, 31) is gk.mla_decode_stage1_gluon_h16
-        assert gk.gluon_kernel(kv, 32) is gk.mla_decode_stage1_gluon_seesaw
+        assert (
+            gk.gluon_kernel(kv, 16) is gk.gluon_kernel(kv, 31) is gk.gluon_family_kernel("narrow")
+        )
+        assert gk.gluon_kernel(kv, 32) is gk.gluon_family_kernel("seesaw")
     # Half the occupancy rule's splits for the 16-bit 16-head kernel (one CTA an SM).
     assert [gk.split_divisor(kv, h) for kv in (None, gk.FP8) for h in (16, 31, 32, 64)] == [
         2, 2, 1, 1, 1, 1, 1, 1
     ]  # fmt: skip
     for kv in ("bfloat16", "float16", "float8_e4m3fn"):
-        assert gk.gluon_kernel(kv) is gk.gluon_kernel(kv, 64) is gk.mla_decode_stage1_gluon_seesaw
+        assert gk.gluon_kernel(kv) is gk.gluon_kernel(kv, 64) is gk.gluon_family_kernel("seesaw")
     # At exactly 32 heads on a 16-bit cache with the step's tokens known, the 16-bit
     # 16-head kernel: at 16-head tiles (halving) in a step of at most
     # SMALL_HEADS_BATCH_TOKENS tokens, at one 32-head tile (the rule's count) in a larger
@@ -450,27 +452,27 @@ def test_supports_and_gluon_kernel():
     for kv in ("bfloat16", "float16", None):
         for heads, tokens in ((32, small), (32, large), (64, 1), (64, small), (128, wide)):
             kernel = gk.gluon_kernel(kv, heads, batch_tokens=tokens)
-            assert kernel is gk.mla_decode_stage1_gluon_h16, (heads, tokens)
+            assert kernel is gk.gluon_family_kernel("narrow"), (heads, tokens)
         assert gk.narrow_tile(kv, 32, small) == 16 and gk.narrow_tile(kv, 32, large) == 32
         assert gk.narrow_tile(kv, 64, small) == gk.narrow_tile(kv, 128, wide) == 32
         for heads, tokens in ((32, None), (33, 1), (64, None), (64, large), (96, 1)):
             kernel = gk.gluon_kernel(kv, heads, batch_tokens=tokens)
-            assert kernel is gk.mla_decode_stage1_gluon_seesaw, (heads, tokens)
-        assert gk.gluon_kernel(kv, 128, batch_tokens=wide + 1) is gk.mla_decode_stage1_gluon_seesaw
+            assert kernel is gk.gluon_family_kernel("seesaw"), (heads, tokens)
+        assert gk.gluon_kernel(kv, 128, batch_tokens=wide + 1) is gk.gluon_family_kernel("seesaw")
         assert gk.split_divisor(kv, 32, small) == 2 and gk.split_divisor(kv, 32, large) == 1
         assert gk.split_divisor(kv, 64, 4096) == 1 and gk.split_divisor(kv, 64, 4097) == 2
         assert gk.split_divisor(kv, 64, small) == 2 and gk.split_divisor(kv, 128, wide) == 1
         assert gk.split_divisor(kv, 64, large) == gk.split_divisor(kv, 128, wide + 1) == 1
         assert gk.narrow_tile(kv, 16, large) == gk.narrow_tile(kv, 31, large) == 16
     assert gk.narrow_tile(gk.FP8, 32, large) == gk.narrow_tile(gk.FP8, 64, 1) == 16
-    assert gk.gluon_kernel(gk.FP8, 32, batch_tokens=small) is gk.mla_decode_stage1_gluon_fp8_h16
-    assert gk.gluon_kernel(gk.FP8, 64, batch_tokens=1) is gk.mla_decode_stage1_gluon_seesaw
+    assert gk.gluon_kernel(gk.FP8, 32, batch_tokens=small) is gk.gluon_family_kernel("fp8_narrow")
+    assert gk.gluon_kernel(gk.FP8, 64, batch_tokens=1) is gk.gluon_family_kernel("seesaw")
     assert gk.split_divisor(gk.FP8, 32, small) == 1
     # fp8 MMAs where asked, on an fp8 cache from 64 heads; elsewhere the flag changes
     # nothing.
-    assert gk.gluon_kernel(gk.FP8, 64, fp8_mma=True) is gk.mla_decode_stage1_gluon_fp8_mma
-    assert gk.gluon_kernel(gk.FP8, 63, fp8_mma=True) is gk.mla_decode_stage1_gluon_fp8_h16
-    assert gk.gluon_kernel("bfloat16", 128, fp8_mma=True) is gk.mla_decode_stage1_gluon_seesaw
+    assert gk.gluon_kernel(gk.FP8, 64, fp8_mma=True) is gk.gluon_family_kernel("fp8_mma")
+    assert gk.gluon_kernel(gk.FP8, 63, fp8_mma=True) is gk.gluon_family_kernel("fp8_narrow")
+    assert gk.gluon_kernel("bfloat16", 128, fp8_mma=True) is gk.gluon_family_kernel("seesaw")
     lp = dict(
         batch=2,
         num_heads=64,

@@ -175,3 +175,37 @@ def test_no_import_cycle():
     for m in sorted(graph):
         if m not in state:
             visit(m, [m])
+
+
+KERNEL_MODULES = {"mla_jax.gluon.seesaw", "mla_jax.gluon.narrow", "mla_jax.gluon.fp8_mma"}
+
+
+@pytest.mark.parametrize(
+    "args, kw, loaded",
+    [
+        ((1, 16, 1024, "bfloat16"), {}, set()),  # the tl kernel
+        ((64, 16, 4096, "bfloat16"), {}, {"mla_jax.gluon.narrow"}),
+        ((16, 128, 16384, "bfloat16"), {}, {"mla_jax.gluon.seesaw"}),
+        ((4, 128, 2048, FP8), {"fp8_mma": True}, {"mla_jax.gluon.fp8_mma"}),
+    ],
+    ids=str,
+)
+def test_a_process_imports_the_gluon_kernels_it_plans_only(args, kw, loaded):
+    """Importing the Triton backend imports no Gluon kernel module, and planning a
+    step imports its family's alone: defining a module's kernels parses their sources,
+    time a new process's first call would otherwise spend on kernels it never runs."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, dataclasses; import mla_jax._triton_backend; from mla_jax import plan; "
+        "from tests.kernels.test_plan import KERNEL_MODULES, problem; "
+        "before = KERNEL_MODULES & set(sys.modules); "
+        f"plan.plan(problem(*{args!r}, **{kw!r})); "
+        "print(sorted(before), sorted(KERNEL_MODULES & set(sys.modules)))"
+    )
+    root = str(ROOT.parent)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=root
+    ).stdout.split("\n")[-2]
+    assert out == f"[] {sorted(loaded)}"
