@@ -6,19 +6,18 @@ fp8 cache, both fp8 paths) at every shape of ``docs/benchmarks/results.json``, b
 whichever tree is on the path, so its builds land in ``TRITON_CACHE_DIR``. ``compare``
 then pairs two such folders' cubins by kernel name and checks that every build of the
 second has a build of the first with the same SASS (every instruction with its
-encoding and control word, from Triton's bundled ``cuobjdump``), warps and shared
-memory.
+encoding and control word, from ``tests.kernel_calls.sass``: Triton's bundled
+``cuobjdump``), warps and shared memory; run it from the repository's root.
 
     TRITON_CACHE_DIR=/tmp/new python sass_identity.py lower          # this tree
     (cd .ab/old && TRITON_CACHE_DIR=/tmp/old python .../sass_identity.py lower)
-    python sass_identity.py compare /tmp/old /tmp/new
+    PYTHONPATH=. python docs/gpu/h100-1207/sass_identity.py compare /tmp/old /tmp/new
 """
 
 import collections
 import glob
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -65,13 +64,12 @@ def lower() -> None:
 
 
 def builds(root: str) -> dict[str, collections.Counter]:
-    import triton
+    from tests.kernel_calls import sass
 
-    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
     found: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
     for cubin in glob.glob(f"{root}/*/*.cubin"):
         meta = json.loads(Path(cubin[: -len(".cubin")] + ".json").read_text())
-        text = subprocess.run([tool, "-sass", cubin], capture_output=True, text=True).stdout
+        text = sass(Path(cubin).read_bytes())
         code = "\n".join(line.strip() for line in text.splitlines() if "/* 0x" in line)
         found[os.path.basename(cubin)[: -len(".cubin")]][
             (code, meta["num_warps"], meta["shared"])
