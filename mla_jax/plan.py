@@ -282,21 +282,31 @@ def split_divisor(kv_dtype: str | None, num_heads: int, batch_tokens: int | None
     return max(1, tiles * resident // _tiling.head_tiles(num_heads, batch_tokens))
 
 
+def gluon_family(
+    kv_dtype: str | None,
+    num_heads: int = BLOCK_H,
+    fp8_mma: bool = False,
+    batch_tokens: int | None = None,
+) -> str:
+    """The Gluon family for a cache of dtype ``kv_dtype`` (a name; None: 16-bit): the
+    fp8-MMA kernel where asked on an fp8 cache from ``BLOCK_H`` heads (under that the
+    fp8 narrow kernel's tile, which multiplies in fp16, is the one that fits), a narrow
+    kernel where ``runs_narrow``, else the seesaw."""
+    if fp8_mma and kv_dtype == FP8 and num_heads >= BLOCK_H:
+        return "fp8_mma"
+    if runs_narrow(kv_dtype, num_heads, batch_tokens):
+        return "fp8_narrow" if kv_dtype == FP8 else "narrow"
+    return "seesaw"
+
+
 def gluon_kernel(
     kv_dtype: str | None,
     num_heads: int = BLOCK_H,
     fp8_mma: bool = False,
     batch_tokens: int | None = None,
 ) -> Any:
-    """The Gluon stage 1 for a cache of dtype ``kv_dtype`` (a name; None: 16-bit):
-    the fp8-MMA kernel where asked on an fp8 cache from ``BLOCK_H`` heads (under that
-    the fp8 narrow kernel's tile, which multiplies in fp16, is the one that fits), a
-    narrow kernel where ``runs_narrow``, else the seesaw."""
-    if fp8_mma and kv_dtype == FP8 and num_heads >= BLOCK_H:
-        return gluon_family_kernel("fp8_mma")
-    if runs_narrow(kv_dtype, num_heads, batch_tokens):
-        return gluon_family_kernel("fp8_narrow" if kv_dtype == FP8 else "narrow")
-    return gluon_family_kernel("seesaw")
+    """The Gluon stage 1 of ``gluon_family``'s choice."""
+    return gluon_family_kernel(gluon_family(kv_dtype, num_heads, fp8_mma, batch_tokens))
 
 
 def _min_split_tokens(kv_dtype: str, num_heads: int, batch_tokens: int | None) -> int:
@@ -398,11 +408,11 @@ def gluon_stage1(problem: Problem, grid_splits: int, batch_tokens: int | None) -
     )
     heads, kv_dtype = problem.num_heads, problem.kv_dtype
     narrow = runs_narrow(kv_dtype, heads, batch_tokens)
-    kernel = gluon_kernel(kv_dtype, heads, problem.fp8_mma, batch_tokens)
+    family = gluon_family(kv_dtype, heads, problem.fp8_mma, batch_tokens)
+    kernel = gluon_family_kernel(family)
     cluster = cluster_size(kernel, grid_splits, problem.cluster_merge)
     half = gluon_bf16_partials(problem.q_dtype, kernel, grid_splits, cluster)
     block_h = narrow_tile(kv_dtype, heads, batch_tokens) if narrow else BLOCK_H
-    family = FAMILIES[kernel.__name__]
     if family == "fp8_mma":
         num_warps = FP8_MMA_NUM_WARPS
     else:
@@ -421,6 +431,7 @@ def gluon_stage1(problem: Problem, grid_splits: int, batch_tokens: int | None) -
     else:
         grid = (tiles, problem.batch, grid_splits)
     return {
+        "family": family,
         "kernel": kernel,
         "grid": grid,
         "cluster": cluster,
@@ -467,7 +478,7 @@ def plan(problem: Problem) -> Plan:
     gluon = gluon_stage1(problem, grid_splits, gluon_tokens)
     stage2 = gluon_stage2(stage2, gluon)
     return Plan(
-        family=FAMILIES[gluon["kernel"].__name__],
+        family=gluon["family"],
         head_tile=gluon["constexprs"]["BLOCK_H"],
         split_divisor=divisor,
         grid_splits=grid_splits,
