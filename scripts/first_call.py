@@ -57,7 +57,7 @@ def main() -> None:
     if args.phases:
         phases(q, kv, table, lens, buf, ready)
         return
-    out, lse, _ = mla_decode(q, kv, table, lens, buf, scale=softmax_scale(), backend="triton")
+    out, lse, _ = decode(q, kv, table, lens, buf)
     jax.block_until_ready((out, lse))
     done = time.perf_counter()
     print(
@@ -68,16 +68,17 @@ def main() -> None:
     )
 
 
+def decode(q, kv, table, lens, buf):
+    return mla_decode(q, kv, table, lens, buf, scale=softmax_scale(), backend="triton")
+
+
 def phases(q, kv, table, lens, buf, start: float) -> None:
     """Prints where a first call's time goes, step by step."""
     import mla_jax._triton_backend  # noqa: F401
 
     marks = [("backend import", time.perf_counter())]
 
-    def step(q, kv, table, lens, buf):
-        return mla_decode(q, kv, table, lens, buf, scale=softmax_scale(), backend="triton")
-
-    traced = jax.jit(step, donate_argnums=4).trace(q, kv, table, lens, buf)
+    traced = jax.jit(decode, donate_argnums=4).trace(q, kv, table, lens, buf)
     marks.append(("trace", time.perf_counter()))
     lowered = traced.lower()
     marks.append(("lower", time.perf_counter()))
