@@ -51,13 +51,18 @@ def moe_align(experts: jax.Array, num_experts: int, block_m: int) -> Alignment:
     # depend on how a sort breaks ties (and is the same run to run).
     order = jnp.argsort(flat, stable=True).astype(jnp.int32)
     expert = flat[order]
-    # Each expert's run in sorted order, by search rather than bincount: an id out of
-    # range then lands in no expert's run (bincount would clip a negative one to 0).
+    # Each expert's run in sorted order, by counting (searchsorted's "compare_all"):
+    # an id out of range then lands in no expert's run (bincount would clip a negative
+    # one to 0). Its default binary search is a while loop, which on a GPU splits a
+    # decode step's command buffer and launches its body's kernels one iteration at a
+    # time; the compare-and-count is one fused reduction at every size the MoE meets.
     ids = jnp.arange(num_experts, dtype=jnp.int32)
-    first_pair = jnp.searchsorted(expert, ids, side="left").astype(jnp.int32)
-    counts = jnp.searchsorted(expert, ids, side="right").astype(jnp.int32) - first_pair
+    first_pair = jnp.searchsorted(expert, ids, side="left", method="compare_all")
+    counts = jnp.searchsorted(expert, ids, side="right", method="compare_all") - first_pair
+    first_pair, counts = first_pair.astype(jnp.int32), counts.astype(jnp.int32)
     expert_blocks = (counts + block_m - 1) // block_m
-    first_block = jnp.cumsum(expert_blocks) - expert_blocks
+    end_block = jnp.cumsum(expert_blocks)
+    first_block = end_block - expert_blocks
     inside = (expert >= 0) & (expert < num_experts)
     safe = jnp.clip(expert, 0, num_experts - 1)
     rank = jnp.arange(num_pairs, dtype=jnp.int32)  # place in sorted order
@@ -70,8 +75,11 @@ def moe_align(experts: jax.Array, num_experts: int, block_m: int) -> Alignment:
         .at[slot]
         .set(order, mode="drop", unique_indices=True)
     )
-    block_experts = jnp.repeat(
-        jnp.arange(num_experts, dtype=jnp.int32), expert_blocks, total_repeat_length=blocks
+    # Block b is the first expert's whose blocks end past it (the last expert's past
+    # num_padded): a compare and count, where jnp.repeat scatters and scans.
+    block = jnp.arange(blocks, dtype=jnp.int32)
+    block_experts = jnp.minimum(
+        (end_block[None, :] <= block[:, None]).sum(axis=1, dtype=jnp.int32), num_experts - 1
     )
-    num_padded = (expert_blocks.sum() * block_m).astype(jnp.int32).reshape(1)
+    num_padded = (end_block[-1] * block_m).astype(jnp.int32).reshape(1)
     return Alignment(pairs, block_experts, num_padded)
