@@ -427,15 +427,15 @@ def mla_prefill_layer(
     Causal attention over the prompt, in the non-absorbed form (each head's keys and
     values decompressed from the latent rows), on one of two paths:
 
-    - ``backend="auto"`` or ``"xla"``: dense and masked (logits and softmax in
-      float32): memory ``B * H * T * T`` floats, so long prompts at a large batch are
-      better prefilled a few sequences at a time (the cache is shared). ``"auto"``
-      keeps this path until a GPU run has measured the kernel against it.
-    - ``backend="triton"``, asked by name: ``mla_jax.prefill.flash_prefill``, one
+    - ``backend="triton"`` (and ``"auto"`` on a CUDA GPU, or when lowering for one
+      with ``compute_capability``): ``mla_jax.prefill.flash_prefill``, one
       causal flash-attention kernel (memory linear in ``T``) on operands in the
       queries' dtype (``k_nope`` and ``v`` decompressed in float32, then rounded to
       it; the rope keys read once a token for all heads). Needs a CUDA GPU, or
       ``compute_capability`` to lower for one.
+    - ``backend="xla"`` (and ``"auto"`` elsewhere): dense and masked (logits and
+      softmax in float32): memory ``B * H * T * T`` floats, so long prompts at a large
+      batch are better prefilled a few sequences at a time (the cache is shared).
 
     Args:
       x: ``[B, T, hidden]``, right-padded: token ``t`` of sequence ``b`` is real when
@@ -452,10 +452,7 @@ def mla_prefill_layer(
       ``y [B, T, hidden]`` in x's dtype (rows past a length are padding: computed,
       not meaningful, on ``"triton"`` zeros), and the cache with the prompt's rows.
     """
-    if backend not in ("auto", "triton", "xla"):
-        raise ValueError(f"backend must be 'auto', 'triton' or 'xla', got {backend!r}")
-    if backend == "triton":
-        resolve_backend(backend, compute_capability)  # a GPU, or a capability to lower for
+    flash = resolve_backend(backend, compute_capability) == "triton"
     if x.ndim != 3 or x.shape[2] != config.hidden_size:
         raise ValueError(f"x: got {list(x.shape)}, needed [B, T, {config.hidden_size}]")
     _check_float("x", x)
@@ -472,7 +469,7 @@ def mla_prefill_layer(
     )
     # The keys as the cache holds them, so prefill and decode see the same rows.
     rows = rows.astype(kv_cache.dtype)
-    if backend == "triton":
+    if flash:
         q, k, v = _flash_inputs(params, config, q_nope, q_pe, rows)
         heads = flash_prefill(
             q, k, v, lengths, scale=config.softmax_scale, compute_capability=compute_capability

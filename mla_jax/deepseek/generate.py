@@ -582,9 +582,9 @@ def generate(
         the early stop move this often); default ``max_new_tokens`` rounded up to a
         power of two, at most 16 (a multiple of it is generated and the rest cut).
       backend: the decode steps' attention (``mla_decode``), the prefill's
-        attention (``mla_prefill_layer``: the flash kernel on ``"triton"`` only) and
-        every MoE layer's routed experts (``moe``, prefill too) run on it
-        (``"auto"``: the decode kernels on a GPU, XLA elsewhere).
+        attention (``mla_prefill_layer``) and every MoE layer's routed experts
+        (``moe``, prefill too) run on it (``"auto"``: the Triton kernels on a GPU,
+        XLA elsewhere).
       return_logits: also return the float32 logits each token was chosen from.
       cache_dtype: the paged caches' dtype (the attention dtype); default the
         embedding's.

@@ -1,13 +1,13 @@
 """The DeepSeek-V2/V3 decoder in JAX: weights, MLP and MoE, prefill and one decode step.
 
-``prefill`` runs right-padded prompts through every layer with causal attention (dense
-XLA attention, or on ``backend="triton"`` the flash-attention kernel of
-``mla_jax.prefill``) and writes their latent rows into the paged caches;
-``decode_step`` runs one token per sequence through the absorbed attention
-(``mla_jax.mla_decode``, any backend). Both
-return float32 logits. The MoE layers' routed experts run on the same ``backend``:
-XLA's gathered or ``ragged_dot`` matmuls, or the fused Triton kernels
-(``mla_jax.moe.fused_moe``). The math is transformers' ``DeepseekV2ForCausalLM`` /
+``prefill`` runs right-padded prompts through every layer with causal attention (the
+flash-attention kernel of ``mla_jax.prefill`` on the triton backend, dense XLA
+attention on xla) and writes their latent rows into the paged caches; ``decode_step``
+runs one token per sequence through the absorbed attention (``mla_jax.mla_decode``).
+Both return float32 logits. The MoE layers' routed experts run on the same backend:
+the fused Triton kernels (``mla_jax.moe.fused_moe``) or XLA's gathered or
+``ragged_dot`` matmuls. ``"auto"`` is the triton backend on a CUDA GPU (or when
+lowering for one), xla elsewhere, for every kernel alike. The math is transformers' ``DeepseekV2ForCausalLM`` /
 ``DeepseekV3ForCausalLM`` (pre-norm residual layers, SwiGLU MLPs).
 """
 
@@ -18,7 +18,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from mla_jax.decode import Backend
+from mla_jax.decode import Backend, resolve_backend
 from mla_jax.deepseek.config import DeepseekConfig
 from mla_jax.layer import MLAParams, mla_decode_layer, mla_prefill_layer, rms_norm
 from mla_jax.layer import init_params as init_attention
@@ -213,9 +213,7 @@ def moe(
 ) -> jax.Array:
     """The mixture of experts on ``x [..., hidden]``, plus the shared experts.
 
-    ``backend``: ``"triton"`` runs the fused kernels; ``"auto"`` and ``"xla"`` run
-    XLA's matmuls (the fused kernels are chosen by name only until a GPU run has
-    measured them against XLA's; ``docs/deepseek.md``):
+    ``backend`` (``"auto"``: triton on a CUDA GPU or when lowering for one, else xla):
 
     - ``"xla"``: reference-grade, jit-able and exact, not a tuned kernel: at decode
       sizes (``tokens * k <= experts``) each token gathers its experts' weights (a
@@ -231,7 +229,7 @@ def moe(
     shape = x.shape
     x = x.reshape(-1, shape[-1])
     weights, experts = route(params, config, x)
-    if backend == "triton":
+    if resolve_backend(backend, compute_capability) == "triton":
         y = fused_moe(
             x,
             weights,
@@ -300,8 +298,8 @@ def prefill(
       block_table: int32 ``[B, pages_per_seq]``, shared by the layers.
       all_logits: return every position's logits, not only each prompt's last.
       backend, compute_capability: the attention's (``mla_prefill_layer``: the
-        causal flash-attention kernel on ``"triton"``, dense XLA attention on
-        ``"auto"`` and ``"xla"``) and the MoE layers' (``moe``).
+        causal flash-attention kernel on the triton backend, dense XLA attention on
+        xla) and the MoE layers' (``moe``).
 
     Returns:
       float32 logits ``[B, vocab]`` at each prompt's last token (``[B, T, vocab]``

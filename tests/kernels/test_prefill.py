@@ -224,9 +224,9 @@ def test_layer_triton_backend_on_the_gpu(dtype):
     check_layer_against_dense(dtype, None)
 
 
-def test_auto_and_xla_keep_the_dense_path():
-    """``"auto"`` and ``"xla"`` (and the default) lower to the same module with no
-    kernel call, even when lowering for CUDA with a capability; "triton" lowers to one
+def test_auto_takes_the_kernel_where_it_lowers_for_cuda():
+    """Lowering for CUDA with a capability, ``"auto"`` (the default) lowers to the same
+    module as ``"triton"``, one kernel call; on ``"xla"`` to the dense path with no
     kernel call; an unknown backend is refused by name."""
     from mla_jax.layer import PRESETS, init_params, mla_prefill_layer
     from tests.kernel_calls import kernel_calls
@@ -240,12 +240,13 @@ def test_auto_and_xla_keep_the_dense_path():
         fn = lambda p, x, c, t, n: mla_prefill_layer(p, config, x, c, t, n, **kw)
         return jax.jit(fn).trace(params, *args).lower(lowering_platforms=("cuda",)).as_text()
 
-    dense = text()
+    dense = text(backend="xla", compute_capability=90)
     assert kernel_calls(dense) == []
-    assert text(backend="auto", compute_capability=90) == dense
-    assert text(backend="xla", compute_capability=90) == dense
-    calls = kernel_calls(text(backend="triton", compute_capability=90))
-    assert [c.kernel_name for c in calls] == ["flash_prefill_fwd"]
+    flash = text(backend="triton", compute_capability=90)
+    assert [c.kernel_name for c in kernel_calls(flash)] == ["flash_prefill_fwd"]
+    assert text(compute_capability=90) == flash
+    # Without a capability "auto" asks for a GPU.
+    assert text() == (flash if jax.default_backend() == "gpu" else dense)
     with pytest.raises(ValueError, match="backend must be 'auto', 'triton' or 'xla', got 'gpu'"):
         text(backend="gpu")
     if not any(d.platform == "gpu" for d in jax.devices()):
@@ -343,7 +344,8 @@ def test_float32_and_batched_builds_for_sm90(ptx_in_calls):
 
 def test_model_prefill_on_the_triton_backend_lowers_for_cuda():
     """prefill(backend="triton") at a tiny config: the flash kernel once a layer
-    (ahead of that layer's MoE kernels); "auto" and "xla" lower no kernel."""
+    (ahead of that layer's MoE kernels); "auto" lowers the same calls for CUDA, "xla"
+    none."""
     from mla_jax.deepseek import prefill
     from tests.kernel_calls import kernel_calls
     from tests.kernels.test_moe import tiny_model
@@ -358,7 +360,7 @@ def test_model_prefill_on_the_triton_backend_lowers_for_cuda():
         return [c.kernel_name for c in kernel_calls(text)]
 
     assert calls("triton") == ["flash_prefill_fwd", "flash_prefill_fwd", "moe_gate_up", "moe_down"]
-    assert calls("auto") == calls("xla") == []
+    assert calls("auto") == calls("triton") and calls("xla") == []
 
 
 # ------------------------------------------------------------------------ errors
