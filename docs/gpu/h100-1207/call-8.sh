@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Device call 8 (about 5 minutes; carry .whl, .ab): where a V2-Lite decode step's time
+# Device call 8 (about 8 minutes; carry .whl, .ab): where a V2-Lite decode step's time
 # goes at B=1 and 8 (step_profile.py), BASE (.ab/base: 8e6faa8, the tree of calls 6-7)
-# against this tree (moe_align without while loops), alternating. Logs to $OUT:
+# against this tree (moe_align without while loops), alternating; then call 7's model
+# benchmark on this tree with the time left. Logs to $OUT:
 #   step-profile.log  wall and kernel time a step, launches, the costliest kernels
 #   hlo.tar           XLA's optimized HLO of this tree's decode loop and MoE layers at B=1
+#   env.txt, model-bench.out, v2-lite/  as call 7's
 set -u
 source docs/gpu/h100-1207/common.sh
 base() { (cd "$NEW/.ab/base" && PYTHONPATH="/tmp/site:$NEW/.ab/base" TRITON_CACHE_DIR=/tmp/tc-base "$@"); }
@@ -25,3 +27,4 @@ P=$NEW/docs/gpu/h100-1207/step_profile.py
 cat $OUT/step-profile.log
 (cd /tmp/dump && tar -cf $OUT/hlo.tar $(ls | grep -E "(decode_loop|_ffn_steps).*(after_optimizations\.txt|thunk_sequence)" | head -20))
 tar -tf $OUT/hlo.tar
+MB_BUDGET=$(( 540 - ($(date +%s) - t0) - 60 )) bash docs/gpu/h100-1207/call-7.sh
