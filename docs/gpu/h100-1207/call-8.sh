@@ -16,9 +16,9 @@ P=$NEW/docs/gpu/h100-1207/step_profile.py
     for tree in base new; do
       echo "== $tree"
       if [ $tree = new ] && [ $b = 1 ]; then
-        new env XLA_FLAGS="--xla_dump_to=/tmp/dump --xla_dump_hlo_as_text" timeout 150 python3 $P --batch $b 2>&1 | grep -v "^WARNING"
+        new env XLA_FLAGS="--xla_dump_to=/tmp/dump --xla_dump_hlo_as_text" timeout 100 python3 $P --batch $b 2>&1 | grep -v "^WARNING"
       else
-        $tree timeout 150 python3 $P --batch $b 2>&1 | grep -v "^WARNING"
+        $tree timeout 100 python3 $P --batch $b 2>&1 | grep -v "^WARNING"
       fi
       el
     done
