@@ -12,7 +12,7 @@
 # through triton) and runs transformers at the same B and contexts in the same order.
 # --time-budget 440 (MB_BUDGET): the JAX phase starts nothing after 65% of it (286 s), the torch
 # phase nothing after 440 s; what was skipped is listed in the results.
-# Time (the earlier script's H200 log, docs/gpu/deepseek-parity-throughput.log: a first
+# Time (the earlier script's H200 log, in git at 3ead84f: docs/gpu/deepseek-parity-throughput.log: a first
 # decode call 12-16 s, a 4096-token prefill 1.0 s; its 155 s model build is now one
 # jitted init per layer shape): JAX phase about 3.5 min (6 decode compiles, 6 attention
 # and 3 MoE/dense/rest split compiles, the prefill), torch phase about 2.5 min (imports,
