@@ -7,8 +7,9 @@ runs one token per sequence through the absorbed attention (``mla_jax.mla_decode
 Both return float32 logits. The MoE layers' routed experts run on the same backend:
 the fused Triton kernels (``mla_jax.moe.fused_moe``) or XLA's gathered or
 ``ragged_dot`` matmuls. ``"auto"`` is the triton backend on a CUDA GPU (or when
-lowering for one), xla elsewhere, for every kernel alike. The math is transformers' ``DeepseekV2ForCausalLM`` /
-``DeepseekV3ForCausalLM`` (pre-norm residual layers, SwiGLU MLPs).
+lowering for one), xla elsewhere, for every kernel alike. The math is transformers'
+``DeepseekV2ForCausalLM`` / ``DeepseekV3ForCausalLM`` (pre-norm residual layers,
+SwiGLU MLPs).
 """
 
 from __future__ import annotations
