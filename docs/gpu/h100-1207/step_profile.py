@@ -97,8 +97,17 @@ def main() -> None:
     def decode():
         s = box[0]._replace(positions=jnp.full(a.batch, a.context, jnp.int32))
         out = decode_loop(
-            params, config, logits, s, jax.random.key(0), num_steps=a.steps, temperature=0.0,
-            top_k=None, eos_id=None, backend=a.backend, return_logits=False,
+            params,
+            config,
+            logits,
+            s,
+            jax.random.key(0),
+            num_steps=a.steps,
+            temperature=0.0,
+            top_k=None,
+            eos_id=None,
+            backend=a.backend,
+            return_logits=False,
         )
         np.asarray(out.tokens)
         box[0] = jax.block_until_ready(out.state)
