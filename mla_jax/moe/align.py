@@ -53,9 +53,9 @@ def moe_align(experts: jax.Array, num_experts: int, block_m: int) -> Alignment:
     expert = flat[order]
     # Each expert's run in sorted order, by counting (searchsorted's "compare_all"):
     # an id out of range then lands in no expert's run (bincount would clip a negative
-    # one to 0). Its default binary search is a while loop, which on a GPU splits a
-    # decode step's command buffer and launches its body's kernels one iteration at a
-    # time; the compare-and-count is one fused reduction at every size the MoE meets.
+    # one to 0). Its default binary search is a while loop, whose body a GPU runs as
+    # kernels once an iteration; the compare-and-count is a reduction XLA fuses, small
+    # at every size the MoE meets (pairs x experts compares).
     ids = jnp.arange(num_experts, dtype=jnp.int32)
     first_pair = jnp.searchsorted(expert, ids, side="left", method="compare_all")
     counts = jnp.searchsorted(expert, ids, side="right", method="compare_all") - first_pair

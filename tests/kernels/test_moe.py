@@ -81,6 +81,13 @@ def test_align_groups_pairs_by_expert_in_padded_blocks(rng, tokens, num_experts,
         assert got == np.flatnonzero(flat == e).tolist()
 
 
+def test_align_has_no_loop():
+    """A decode step runs ``moe_align`` once a MoE layer: it lowers to straight-line
+    ops, no ``while`` loop (whose body a GPU runs as kernels once an iteration)."""
+    text = jax.jit(moe_align, static_argnums=(1, 2)).lower(S((4, 6), jnp.int32), 64, 16).as_text()
+    assert "stablehlo.while" not in text and "stablehlo.sort" in text
+
+
 def test_align_bound_is_reached_and_out_of_range_ids_are_dropped():
     # Each expert one pair past a block: the most padding there can be.
     block_m, num_experts = 4, 3
