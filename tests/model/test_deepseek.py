@@ -60,6 +60,19 @@ def _rel(got, want):
     return float(np.abs(np.asarray(got, np.float32) - want).max() / np.abs(want).max())
 
 
+def _assert_matches_transformers(model, prompts, out):
+    """Each row's generated tokens equal transformers' greedy ones, and each step's
+    logits are within ``RTOL`` of the model's, teacher-forced: the whole sequence in
+    one forward pass, logits at the positions each new token was chosen from."""
+    for b, n in enumerate(PROMPT_LENS):
+        np.testing.assert_array_equal(
+            out.tokens[b], hf.greedy(model, prompts[b, :n], NEW_TOKENS), err_msg=f"row {b}"
+        )
+        sequence = np.concatenate([prompts[b, :n], np.asarray(out.tokens[b])])
+        want = hf.logits(model, sequence)[n - 1 : n - 1 + NEW_TOKENS]
+        assert _rel(out.logits[b], want) < RTOL, f"row {b}"
+
+
 def _prefill_logits(config, params, prompts, dtype=jnp.float32):
     state = new_decode_state(config, len(prompts), prompts.shape[1], dtype=dtype, sm_count=SM)
     logits, _ = jax.jit(prefill, static_argnames=("config", "all_logits"))(
@@ -99,15 +112,7 @@ def test_greedy_generation_matches(case, generated):
     out = generated
     assert out.tokens.shape == (3, NEW_TOKENS) and out.tokens.dtype == jnp.int32
     assert out.logits.shape == (3, NEW_TOKENS, config.vocab_size)
-    for b, n in enumerate(PROMPT_LENS):
-        np.testing.assert_array_equal(
-            out.tokens[b], hf.greedy(model, prompts[b, :n], NEW_TOKENS), err_msg=f"row {b}"
-        )
-        # Teacher-forced: the whole sequence in one forward pass, logits at the
-        # positions each new token was chosen from.
-        sequence = np.concatenate([prompts[b, :n], np.asarray(out.tokens[b])])
-        want = hf.logits(model, sequence)[n - 1 : n - 1 + NEW_TOKENS]
-        assert _rel(out.logits[b], want) < RTOL, f"row {b}"
+    _assert_matches_transformers(model, prompts, out)
 
 
 @pytest.mark.gpu
@@ -120,13 +125,7 @@ def test_greedy_generation_on_the_triton_backend_matches(case):
     out = generate(
         params, config, prompts, PROMPT_LENS, NEW_TOKENS, backend="triton", return_logits=True
     )
-    for b, n in enumerate(PROMPT_LENS):
-        np.testing.assert_array_equal(
-            out.tokens[b], hf.greedy(model, prompts[b, :n], NEW_TOKENS), err_msg=f"row {b}"
-        )
-        sequence = np.concatenate([prompts[b, :n], np.asarray(out.tokens[b])])
-        want = hf.logits(model, sequence)[n - 1 : n - 1 + NEW_TOKENS]
-        assert _rel(out.logits[b], want) < RTOL, f"row {b}"
+    _assert_matches_transformers(model, prompts, out)
 
 
 def test_bfloat16_within_bf16_tolerance(case):
