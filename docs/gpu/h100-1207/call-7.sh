@@ -10,7 +10,7 @@
 # at 1024 (32 steps a call, median of 3 calls), prefills one 4096-token prompt, then
 # times the step's parts; the torch phase checks parity (the tiny V3 and V2 models
 # through triton) and runs transformers at the same B and contexts in the same order.
-# --time-budget 440 (MB_BUDGET): the JAX phase starts nothing after 65% of it (286 s), the torch
+# --time-budget 440: the JAX phase starts nothing after 65% of it (286 s), the torch
 # phase nothing after 440 s; what was skipped is listed in the results.
 # Time (the earlier script's H200 log, in git at 3ead84f: docs/gpu/deepseek-parity-throughput.log: a first
 # decode call 12-16 s, a 4096-token prefill 1.0 s; its 155 s model build is now one
@@ -30,9 +30,8 @@ export PYTHONPATH="/tmp/site:$PWD" TRITON_CACHE_DIR=/tmp/triton-model-bench
   python3 -c 'import sys, jax, jax_triton; print(sys.version.split()[0], "jax", jax.__version__, "jax-triton", jax_triton.__version__)'
 } > "$OUT/env.txt" 2>&1
 cat "$OUT/env.txt"
-budget=${MB_BUDGET:-440}
-timeout -k 15 $((budget + 60)) python3 -m mla_jax model-bench --model v2-lite --batch 1,64,8 \
-    --contexts 4096,1024 --steps 32 --repeats 3 --prefill-len 4096 --time-budget $budget \
+timeout -k 15 500 python3 -m mla_jax model-bench --model v2-lite --batch 1,64,8 \
+    --contexts 4096,1024 --steps 32 --repeats 3 --prefill-len 4096 --time-budget 440 \
     --out "$OUT/v2-lite" 2>&1 | grep --line-buffered -v "^WARNING: All log messages" \
     | tee "$OUT/model-bench.out"
 echo "model-bench exit status ${PIPESTATUS[0]}" | tee -a "$OUT/model-bench.out"
