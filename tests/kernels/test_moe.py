@@ -88,6 +88,19 @@ def test_align_has_no_loop():
     assert "stablehlo.while" not in text and "stablehlo.sort" in text
 
 
+def test_align_of_one_token_needs_no_sort():
+    """A batch-1 decode step's pairs are a block each in their own order: no sort, no
+    scatter; an id out of range leaves its block empty, its expert clipped into range."""
+    text = jax.jit(moe_align, static_argnums=(1, 2)).lower(S((1, 6), jnp.int32), 64, 16).as_text()
+    assert "stablehlo.sort" not in text and "stablehlo.scatter" not in text
+    pairs, block_experts, num_padded = aligned(np.array([[2, 5, 0, -1]], np.int32), 4, 4)
+    assert (
+        pairs.reshape(4, 4)[:, 0].tolist() == [0, -1, 2, -1]
+        and (pairs.reshape(4, 4)[:, 1:] == -1).all()
+    )
+    assert block_experts.tolist() == [2, 3, 0, 0] and num_padded.tolist() == [16]
+
+
 def test_align_bound_is_reached_and_out_of_range_ids_are_dropped():
     # Each expert one pair past a block: the most padding there can be.
     block_m, num_experts = 4, 3
