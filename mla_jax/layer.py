@@ -259,6 +259,32 @@ def rms_norm(x: jax.Array, weight: jax.Array, eps: float) -> jax.Array:
     return (normed * weight.astype(jnp.float32)).astype(x.dtype)
 
 
+def project(spec: str, x: jax.Array, w: jax.Array, **einsum: Any) -> jax.Array:
+    """``jnp.einsum(spec, x, w, **einsum)`` of activations ``x`` and a weight ``w``,
+    with a lone row computed as two (a zero row beside it, sliced off).
+
+    ``spec`` names ``x``'s axes first, leading ``...`` allowed; its first axis must be
+    a row axis (in the output, not in ``w``). Why the second row: XLA's GPU compiler
+    rewrites a dot whose one operand is a vector (its row axes multiply to 1) and whose
+    operands hold under ten million elements into a multiply and a reduction, and at a
+    decode step's batch of one it stores the whole weight-sized product before reducing
+    it, about three times a matmul's memory traffic, with each product rounded to the
+    operands' dtype. Two rows keep it a matrix product, which XLA hands to a GEMM.
+    """
+    inputs, out = spec.split("->")
+    xs, ws = inputs.split(",")
+    lead = xs.startswith("...")
+    named = xs.removeprefix("...")
+    ellipsis = x.shape[: x.ndim - len(named)] if lead else ()
+    rows = math.prod(ellipsis) * math.prod(
+        n for n, axis in zip(x.shape[len(ellipsis) :], named) if axis in out and axis not in ws
+    )
+    if rows != 1:
+        return jnp.einsum(spec, x, w, **einsum)
+    two = jnp.concatenate([x, jnp.zeros_like(x)], axis=0)
+    return jnp.einsum(spec, two, w, **einsum)[:1]
+
+
 def apply_rope(x: jax.Array, positions: jax.Array, config: MLAConfig) -> jax.Array:
     """DeepSeek's rotary embedding on the last axis of ``x`` (``qk_rope_head_dim`` wide).
 
@@ -287,15 +313,15 @@ def _queries(params: MLAParams, config: MLAConfig, x, positions):
         q = x
     else:
         assert params.q_a_norm is not None, "a q LoRA has its norm"
-        q = rms_norm(x @ params.wq_a, params.q_a_norm, config.rms_norm_eps)
-    q = jnp.einsum("...q,qhd->...hd", q, params.wq_b)
+        q = rms_norm(project("...h,hq->...q", x, params.wq_a), params.q_a_norm, config.rms_norm_eps)
+    q = project("...q,qhd->...hd", q, params.wq_b)
     q_nope, q_pe = q[..., : config.qk_nope_head_dim], q[..., config.qk_nope_head_dim :]
     return q_nope, apply_rope(q_pe, positions[..., None], config)
 
 
 def _latent_row(params: MLAParams, config: MLAConfig, x, positions):
     """Cache rows ``[..., kv_lora_rank + rope]``: normed ``kv_c`` ++ rotated ``k_pe``."""
-    kv = x @ params.wkv_a
+    kv = project("...h,hc->...c", x, params.wkv_a)
     kv_c = rms_norm(kv[..., : config.kv_lora_rank], params.kv_a_norm, config.rms_norm_eps)
     k_pe = apply_rope(kv[..., config.kv_lora_rank :], positions, config)
     return jnp.concatenate([kv_c, k_pe], axis=-1)
@@ -360,7 +386,7 @@ def mla_decode_layer(
         validate_inputs(kv_cache, block_table, positions + 1, positions=positions)
     q_nope, q_pe = _queries(params, config, x, positions)
     # Absorption: q_nope . (kv_c @ W_UK) == (W_UK @ q_nope) . kv_c, per head.
-    q_latent = jnp.einsum("bhn,chn->bhc", q_nope, params.w_uk)
+    q_latent = project("bhn,chn->bhc", q_nope, params.w_uk)
     row = _latent_row(params, config, x, positions)
     kv_cache = append_latent(kv_cache, row.astype(kv_cache.dtype), block_table, positions)
     out, _, logits_buffer = mla_decode(
@@ -374,8 +400,8 @@ def mla_decode_layer(
         compute_capability=compute_capability,
         backend=backend,
     )
-    v = jnp.einsum("bhc,chv->bhv", out.astype(x.dtype), params.w_uv)
-    return jnp.einsum("bhv,hvd->bd", v, params.wo), kv_cache, logits_buffer
+    v = project("bhc,chv->bhv", out.astype(x.dtype), params.w_uv)
+    return project("bhv,hvd->bd", v, params.wo), kv_cache, logits_buffer
 
 
 def _dense_attention(params: MLAParams, config: MLAConfig, q_nope, q_pe, rows, live):

@@ -21,7 +21,7 @@ import jax.numpy as jnp
 
 from mla_jax.decode import Backend, resolve_backend
 from mla_jax.deepseek.config import DeepseekConfig
-from mla_jax.layer import MLAParams, mla_decode_layer, mla_prefill_layer, rms_norm
+from mla_jax.layer import MLAParams, mla_decode_layer, mla_prefill_layer, project, rms_norm
 from mla_jax.layer import init_params as init_attention
 from mla_jax.loop import DecodeState
 from mla_jax.moe import fused_moe
@@ -139,8 +139,10 @@ def init_params(
 
 
 def mlp(params: MLPParams, x: jax.Array) -> jax.Array:
-    """SwiGLU over the last axis of ``x``."""
-    return (jax.nn.silu(x @ params.gate) * (x @ params.up)) @ params.down
+    """SwiGLU over the last axis of ``x`` (a lone row's matmuls kept GEMMs: ``project``)."""
+    gate = project("...h,hi->...i", x, params.gate)
+    h = jax.nn.silu(gate) * project("...h,hi->...i", x, params.up)
+    return project("...i,ih->...h", h, params.down)
 
 
 def _top_groups(scores: jax.Array, config: DeepseekConfig, group_score) -> jax.Array:
@@ -158,7 +160,9 @@ def route(params: MoEParams, config: DeepseekConfig, x: jax.Array) -> tuple[jax.
     The router runs in float32 (as transformers'); see ``DeepseekConfig`` for the
     V2 and V3 rules.
     """
-    logits = jnp.dot(x.astype(jnp.float32), params.router, precision=jax.lax.Precision.HIGHEST)
+    logits = project(
+        "nh,he->ne", x.astype(jnp.float32), params.router, precision=jax.lax.Precision.HIGHEST
+    )
     k = config.num_experts_per_tok
     if config.model_type == "deepseek_v2":
         scores = jax.nn.softmax(logits, axis=-1)
@@ -266,7 +270,7 @@ def _ffn(
 
 def _logits(params: DeepseekParams, config: DeepseekConfig, h: jax.Array) -> jax.Array:
     h = rms_norm(h, params.norm, config.rms_norm_eps)
-    return jnp.dot(h, params.lm_head, preferred_element_type=jnp.float32)
+    return project("...h,hv->...v", h, params.lm_head, preferred_element_type=jnp.float32)
 
 
 def _check_params(params: DeepseekParams, config: DeepseekConfig, num_caches: int) -> None:

@@ -9,6 +9,7 @@ and on a GPU the same in float32 with every Triton kernel (``backend="triton"``)
 """
 
 import json
+import re
 
 import jax
 import jax.numpy as jnp
@@ -218,6 +219,26 @@ def test_unsupported_checkpoints_raise(case, tmp_path, changes, message):
     _write_config(tmp_path, **changes)
     with pytest.raises(ValueError, match=message):
         load_checkpoint(tmp_path)
+
+
+def test_batch_one_step_has_no_vector_matmul(case):
+    """At B=1 each matmul of a decode step keeps two rows (``mla_jax.layer.project``),
+    lowered for an H100/H200: a one-row operand is what XLA's GPU compiler rewrites
+    into a multiply and a reduction."""
+    pytest.importorskip("triton")
+    from mla_jax.deepseek.model import decode_step
+
+    _, _, config, params, _ = case
+    state = jax.eval_shape(lambda: new_decode_state(config, 1, 64, dtype=jnp.float32, sm_count=SM))
+
+    def step(params, tokens, state):
+        return decode_step(params, config, tokens, state, backend="triton", compute_capability=90)
+
+    args = (jax.eval_shape(lambda: params), jax.ShapeDtypeStruct((1,), jnp.int32), state)
+    text = jax.jit(step).trace(*args).lower(lowering_platforms=("cuda",)).as_text()
+    dots = re.findall(r"stablehlo\.dot_general .*: \((tensor<[^>]*>), (tensor<[^>]*>)\)", text)
+    assert len(dots) >= 5 * config.num_hidden_layers
+    assert [d for d in dots if any(t.startswith("tensor<1x") for t in d)] == []
 
 
 def test_decode_loop_lowers_for_sm90(case):

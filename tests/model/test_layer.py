@@ -16,6 +16,7 @@ from mla_jax.layer import (
     init_params,
     mla_decode_layer,
     naive_mla_attention,
+    project,
 )
 from tests.cases import buffer_spec
 
@@ -125,6 +126,29 @@ def test_absorbed_matches_naive(page_size, use_jit):
     np.testing.assert_allclose(_dense(cache, table), history, rtol=1e-6, atol=1e-6)
     if use_jit:
         assert (cache.unsafe_buffer_pointer(), buffer.data.unsafe_buffer_pointer()) == pointers
+
+
+@pytest.mark.parametrize("rows", [1, 3])
+@pytest.mark.parametrize(
+    "spec, x_shape, w_shape, row_axes",
+    [
+        ("...h,hq->...q", (8,), (8, 12), 1),  # x [rows, 8]
+        ("...h,hq->...q", (2, 8), (8, 12), 2),  # [rows, 2, 8]: 2 * rows rows
+        ("bhn,chn->bhc", (4, 6), (5, 4, 6), 1),  # h a batch axis: rows rows
+        ("bhv,hvd->bd", (4, 6), (4, 6, 7), 1),
+    ],
+)
+def test_project_is_einsum(rows, spec, x_shape, w_shape, row_axes):
+    """``project`` against numpy's float64 einsum; where x has one row (and only
+    there) the product runs on two."""
+    rng = np.random.default_rng(rows)
+    x, w = rng.standard_normal((rows, *x_shape)), rng.standard_normal(w_shape)
+    f32 = lambda a: jnp.asarray(a, jnp.float32)
+    run = lambda a, b: project(spec, a, b, precision=jax.lax.Precision.HIGHEST)
+    np.testing.assert_allclose(run(f32(x), f32(w)), np.einsum(spec, x, w), rtol=1e-5, atol=1e-5)
+    one_row = rows * (x_shape[0] if row_axes == 2 else 1) == 1
+    text = jax.jit(run).lower(f32(x), f32(w)).as_text()
+    assert (f"tensor<2x{'x'.join(map(str, x_shape))}xf32>" in text) == one_row
 
 
 def test_bfloat16_cache_close_to_float32_naive():
