@@ -1,0 +1,126 @@
+"""Where a V2-Lite decode step's time goes at small B, kernel by kernel (device call 8).
+
+    python step_profile.py --batch 1 --context 1024 [--layers 27] [--steps 16]
+
+Builds model-bench's random V2-Lite model (bf16, the triton backend), then for the
+whole step (``decode_loop``) and for the MoE layers alone (``_ffn_steps``): the wall
+time a step (median of 3 calls), and from one more call under the JAX profiler the
+kernels a step launches, the time some kernel was running (busy), and the costliest
+kernels with their launches a step and mean time. Wall minus busy is the time the GPU
+sat idle between kernels.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from mla_jax.buffers import gpu_sm_count
+from mla_jax.deepseek.generate import decode_loop
+from mla_jax.tools import model_bench as mb
+from mla_jax.tools.bench import GPU_PLANE_PREFIX, STREAM_LINE_PREFIX
+
+
+def kernels(run) -> tuple[int, dict[str, list[int]]]:
+    """(busy ns, {kernel: [durations ns]}) of ``run()`` under the profiler."""
+    from jax.profiler import ProfileData
+
+    with tempfile.TemporaryDirectory() as folder:
+        jax.profiler.start_trace(folder)
+        try:
+            run()
+        finally:
+            jax.profiler.stop_trace()
+        planes = ProfileData.from_file(str(sorted(Path(folder).rglob("*.xplane.pb"))[-1])).planes
+        spans, each = [], collections.defaultdict(list)
+        for plane in planes:
+            if not plane.name.startswith(GPU_PLANE_PREFIX):
+                continue
+            for line in plane.lines:
+                if line.name.startswith(STREAM_LINE_PREFIX):
+                    for e in line.events:
+                        spans.append((e.start_ns, e.end_ns))
+                        each[e.name].append(e.end_ns - e.start_ns)
+    busy, reach = 0, None
+    for start, end in sorted(spans):
+        if reach is None or start > reach:
+            busy, reach = busy + end - start, end
+        elif end > reach:
+            busy, reach = busy + end - reach, end
+    return busy, each
+
+
+def report(name: str, call, steps: int) -> None:
+    call()  # compile
+    walls = []
+    for _ in range(3):
+        start = time.perf_counter()
+        call()
+        walls.append(time.perf_counter() - start)
+    wall = statistics.median(walls) / steps * 1e3
+    busy, each = kernels(call)
+    launches = sum(len(d) for d in each.values()) / steps
+    print(
+        f"{name}: wall {wall:.3f} ms/step, kernels busy {busy / 1e6 / steps:.3f} ms/step, "
+        f"{launches:.0f} kernel launches/step, idle {wall - busy / 1e6 / steps:.3f} ms/step"
+    )
+    rows = sorted(each.items(), key=lambda kv: -sum(kv[1]))
+    for k, d in rows[:25]:
+        print(
+            f"  {sum(d) / 1e6 / steps:8.4f} ms/step {len(d) / steps:6.1f}/step "
+            f"{np.mean(d) / 1e3:8.2f} us  {k[:110]}"
+        )
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--context", type=int, default=1024)
+    p.add_argument("--layers", type=int, default=27)
+    p.add_argument("--steps", type=int, default=16)
+    p.add_argument("--backend", default="triton", help="xla: to check the script on a CPU")
+    a = p.parse_args()
+    config = mb.config_for("v2-lite", a.layers, False)
+    params = mb.build_params(config, jnp.bfloat16)
+    state = mb.filled_state(config, a.batch, a.context, a.steps, jnp.bfloat16, gpu_sm_count())
+    logits = jax.random.normal(jax.random.key(7), (a.batch, config.vocab_size), jnp.float32)
+    box = [state]
+
+    def decode():
+        s = box[0]._replace(positions=jnp.full(a.batch, a.context, jnp.int32))
+        out = decode_loop(
+            params,
+            config,
+            logits,
+            s,
+            jax.random.key(0),
+            num_steps=a.steps,
+            temperature=0.0,
+            top_k=None,
+            eos_id=None,
+            backend=a.backend,
+            return_logits=False,
+        )
+        np.asarray(out.tokens)
+        box[0] = jax.block_until_ready(out.state)
+
+    h = mb._hidden(config, a.batch, jnp.bfloat16, 12)
+
+    def moe():
+        np.asarray(mb._ffn_steps(params, config, h, steps=a.steps, moe=True, backend=a.backend))
+
+    print(f"B={a.batch} context={a.context} layers={a.layers} steps={a.steps}")
+    report("decode step", decode, a.steps)
+    report("MoE layers", moe, a.steps)
+
+
+if __name__ == "__main__":
+    main()
