@@ -265,11 +265,12 @@ def project(spec: str, x: jax.Array, w: jax.Array, **einsum: Any) -> jax.Array:
 
     ``spec`` names ``x``'s axes first, leading ``...`` allowed; its first axis must be
     a row axis (in the output, not in ``w``). Why the second row: XLA's GPU compiler
-    rewrites a dot whose one operand is a vector (its row axes multiply to 1) and whose
-    operands hold under ten million elements into a multiply and a reduction, and at a
-    decode step's batch of one it stores the whole weight-sized product before reducing
-    it, about three times a matmul's memory traffic, with each product rounded to the
-    operands' dtype. Two rows keep it a matrix product, which XLA hands to a GEMM.
+    rewrites a dot with a vector operand (its row axes multiply to 1) into a multiply
+    and a reduction when (rows + columns) x the contracted size is under ten million,
+    which covers every projection of a V2-Lite decode step; at batch one it stores the
+    whole weight-sized product before reducing it, about three times a matmul's memory
+    traffic, each product rounded to the operands' dtype. Two rows keep it a matrix
+    product, which XLA hands to a GEMM (docs/performance.md, "One-row matmuls").
     """
     inputs, out = spec.split("->")
     xs, ws = inputs.split(",")
