@@ -13,6 +13,7 @@ transformers' modules.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
 import re
 from collections.abc import Iterator
@@ -119,7 +120,14 @@ class _Tensors:
         headers alone: before any tensor is read."""
         for name, shape in expected.items():
             if name not in self._where:
-                raise ValueError(f"checkpoint: tensor {name!r} missing (shape {list(shape)})")
+                unexpected = [n for n in self._where if n not in expected]
+                close = difflib.get_close_matches(name, unexpected, n=1, cutoff=0.9)
+                instead = f"; they hold {close[0]!r} instead" if close else ""
+                raise ValueError(
+                    f"checkpoint: tensor {name!r} (shape {list(shape)}) is in none of "
+                    f"{', '.join(self._handles)}{instead} (a damaged file, or another "
+                    "model's)"
+                )
             where = f"checkpoint: tensor {name!r} in {self._where[name]!r}"
             header = self._handles[self._where[name]].get_slice(name)
             stored = header.get_dtype()

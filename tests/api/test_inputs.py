@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import mla_jax
@@ -592,6 +592,7 @@ def _damage(folder, damage) -> tuple[tuple[str, ...], bool]:
 
 @PROPERTY
 @given(damage=DAMAGE)
+@example(damage=("overwrite", 667, b" "))  # a tensor's name in the header
 def test_load_checkpoint_property(checkpoint, tmp_path_factory, damage):
     """A folder with one random corruption loads, or is refused naming the file, the
     tensor or the config field."""
@@ -604,6 +605,24 @@ def test_load_checkpoint_property(checkpoint, tmp_path_factory, damage):
         return
     assert may_load, (damage, "loaded")
     assert params.embed.shape == (config.vocab_size, config.attention.hidden_size)
+
+
+def test_load_checkpoint_names_the_file_and_a_damaged_name(checkpoint, tmp_path):
+    """One byte of a tensor's name overwritten in the header (hypothesis found it):
+    the error names the file and the name it holds instead of the expected one."""
+    from safetensors.numpy import load_file, save_file
+
+    folder = copy(checkpoint, tmp_path)
+    weights = folder / "model.safetensors"
+    tensors = load_file(str(weights))
+    name = next(n for n in sorted(tensors) if n.endswith("kv_a_layernorm.weight"))
+    damaged = name.replace("kv_a_layernorm", "kv_a layernorm")
+    tensors[damaged] = tensors.pop(name)
+    save_file(tensors, str(weights))
+    with pytest.raises(ValueError) as e:
+        load_checkpoint(folder)
+    assert str(e.value).startswith(f"checkpoint: tensor {name!r} (shape [")
+    assert f"is in none of model.safetensors; they hold {damaged!r} instead" in str(e.value)
 
 
 @pytest.fixture(scope="module")
