@@ -12,7 +12,6 @@
 #   moe-sweep.log, moe.json  docs/gpu/moe/bench_moe.py at 1, 8 and 4096 tokens
 set -u
 source docs/gpu/h100-1207/common.sh
-base() { (cd "$NEW/.ab/base" && PYTHONPATH="/tmp/site:$NEW/.ab/base" TRITON_CACHE_DIR=/tmp/tc-base "$@"); }
 left() { echo $(( deadline - ($(date +%s) - t0) )); }
 P=$NEW/docs/gpu/h100-1207/step_profile.py
 profile() {  # B, then the trees

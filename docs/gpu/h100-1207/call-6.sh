@@ -29,23 +29,9 @@ cat $OUT/ab-64-128-16384.log
 export PYTHONPYCACHEPREFIX=/tmp/pyc
 {
   echo "NEW $rev  OLD $(cat .ab/old/REV)  PYTHONPYCACHEPREFIX=$PYTHONPYCACHEPREFIX"
-  for tree in new old; do
-    $tree env TRITON_CACHE_DIR=/tmp/fc-$tree python3 -v $NEW/scripts/first_call.py --batch 64 --heads 16 --max-len 4096 2>&1 \
-      | sed -nE "s/^# code object from '?([^']*\.py)'?$/\1/p; s/^# .*\.pyc matches (.*\.py)$/\1/p" > /tmp/src-$tree.txt
-    sort -u /tmp/src-$tree.txt | xargs python3 -m compileall -q -j 16 > /dev/null 2>&1
-    $tree python3 -v -c "import mla_jax._triton_backend" > /tmp/v.txt 2>&1
-    echo "$tree: $(sort -u /tmp/src-$tree.txt | wc -l) files compiled; a new process reads $(grep -c 'pyc matches' /tmp/v.txt) from bytecode, compiles $(grep -c 'code object from .*\.py' /tmp/v.txt) from source"
-  done
+  for tree in new old; do byte_compile $tree 64 16 4096; done
   for shape in "64 16 4096" "4 128 4096" "1 16 1024"; do
-    set -- $shape
-    for tree in old new; do
-      for i in cold warm warm warm warm; do
-        echo -n "$tree $i: "
-        $tree env TRITON_CACHE_DIR=/tmp/fc-$tree-$1-$2-$3 timeout 60 python3 $NEW/scripts/first_call.py --batch $1 --heads $2 --max-len $3 2>&1 | grep "first mla_decode"
-      done
-      echo -n "$tree warm, "
-      $tree env TRITON_CACHE_DIR=/tmp/fc-$tree-$1-$2-$3 timeout 60 python3 $NEW/scripts/first_call.py --phases --batch $1 --heads $2 --max-len $3 2>&1 | grep "phases"
-    done
+    for tree in old new; do first_calls $tree $shape cold warm warm warm warm; done
   done
   el
 } > $OUT/first-call-lazy.log 2>&1

@@ -7,7 +7,6 @@
 #   hlo.tar           XLA's optimized HLO of this tree's decode loop and MoE layers, B=1
 set -u
 source docs/gpu/h100-1207/common.sh
-base() { (cd "$NEW/.ab/base" && PYTHONPATH="/tmp/site:$NEW/.ab/base" TRITON_CACHE_DIR=/tmp/tc-base "$@"); }
 P=$NEW/docs/gpu/h100-1207/step_profile.py
 {
   echo "NEW $rev  BASE $(cat .ab/base/REV)"; nvidia-smi -L
