@@ -1,13 +1,16 @@
 """Where a V2-Lite decode step's time goes at small B, kernel by kernel (device call 8).
 
     python step_profile.py --batch 1 --context 1024 [--layers 27] [--steps 16]
+        [--no-moe] [--einsum]
 
 Builds model-bench's random V2-Lite model (bf16, the triton backend), then for the
 whole step (``decode_loop``) and for the MoE layers alone (``_ffn_steps``): the wall
 time a step (median of 3 calls), and from one more call under the JAX profiler the
 kernels a step launches, the time some kernel was running (busy), and the costliest
 kernels with their launches a step and mean time. Wall minus busy is the time the GPU
-sat idle between kernels.
+sat idle between kernels. ``--no-moe`` profiles the step only; ``--einsum`` runs the
+projections as plain ``jnp.einsum`` instead of ``mla_jax.layer.project`` (device call
+13: against XLA_FLAGS=--xla_gpu_enable_dot_strength_reduction=false).
 """
 
 from __future__ import annotations
@@ -87,7 +90,17 @@ def main() -> None:
     p.add_argument("--layers", type=int, default=27)
     p.add_argument("--steps", type=int, default=16)
     p.add_argument("--backend", default="triton", help="xla: to check the script on a CPU")
+    p.add_argument("--moe", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument("--einsum", action="store_true", help="projections as plain jnp.einsum")
     a = p.parse_args()
+    if a.einsum:
+        import mla_jax.deepseek.model
+        import mla_jax.layer
+
+        def einsum(spec, x, w, **kw):
+            return jnp.einsum(spec, x, w, **kw)
+
+        mla_jax.layer.project = mla_jax.deepseek.model.project = einsum
     config = mb.config_for("v2-lite", a.layers, False)
     params = mb.build_params(config, jnp.bfloat16)
     state = mb.filled_state(config, a.batch, a.context, a.steps, jnp.bfloat16, gpu_sm_count())
@@ -119,7 +132,8 @@ def main() -> None:
 
     print(f"B={a.batch} context={a.context} layers={a.layers} steps={a.steps}")
     report("decode step", decode, a.steps)
-    report("MoE layers", moe, a.steps)
+    if a.moe:
+        report("MoE layers", moe, a.steps)
 
 
 if __name__ == "__main__":

@@ -55,6 +55,8 @@ SWEEP = {
         MoEConfig(16, 64, 256, 1, 4, 3),
         MoEConfig(16, 128, 128, 1, 8, 3),
         MoEConfig(16, 64, 128, 1, 4, 5),
+        MoEConfig(16, 32, 256, 1, 4, 4),
+        MoEConfig(16, 64, 128, 1, 4, 6),
     ],
     "prefill": [
         MoEConfig(64, 128, 64, 8, 4, 3),
