@@ -208,11 +208,15 @@ def _torch(a: np.ndarray):
     return torch.from_numpy(a)
 
 
-def run_moe(x, weights, experts, gate, up, down, pairs, block_experts, num_padded, config):
+def run_moe(
+    x, weights, experts, gate, up, down, pairs, block_experts, num_padded, config, shared=None
+):
     """Both fused-MoE kernels (``mla_jax.moe.kernel``) on numpy inputs and the
-    ``Alignment`` (numpy) ``config.block_m`` gave, in a pool worker. Returns float32
-    numpy ``(h, out)``, the per-pair outputs, each poisoned with NaN before the
-    kernels ran so an unwritten row shows."""
+    ``Alignment`` (numpy) ``config.block_m`` gave, in a pool worker; ``shared`` the
+    shared MLP's ``(gate, up, down)``, its experts already in ``experts`` (ids from
+    ``gate.shape[0]``) and ``weights``. Returns float32 numpy ``(h, out)``, the
+    per-pair outputs, each poisoned with NaN before the kernels ran so an unwritten
+    row shows."""
     import torch
 
     from mla_jax.moe import kernel
@@ -222,6 +226,7 @@ def run_moe(x, weights, experts, gate, up, down, pairs, block_experts, num_padde
     tokens, top_k = experts.shape
     num_experts, hidden, inter = gate.shape
     x_t, gate_t, up_t, down_t = map(_torch, (x, gate, up, down))
+    s_gate, s_up, s_down = (gate_t, up_t, down_t) if shared is None else map(_torch, shared)
     pairs_t, block_t, padded_t = map(_torch, (pairs, block_experts, num_padded))
     routing = _torch(np.asarray(weights, np.float32).reshape(-1))
     h = torch.full((tokens * top_k, inter), float("nan"), dtype=x_t.dtype)
@@ -234,14 +239,17 @@ def run_moe(x, weights, experts, gate, up, down, pairs, block_experts, num_padde
         intermediate=inter,
         float32=x.dtype == np.float32,
         config=config,
+        shared=0 if shared is None else shared[0].shape[1] // inter,
     )
     with _bf16_dots():
         kernel.moe_gate_up[gate_up["grid"]](
-            x_t, gate_t, up_t, pairs_t, block_t, padded_t, h, **gate_up["constexprs"]
-        )
+            x_t, gate_t, up_t, s_gate, s_up, pairs_t, block_t, padded_t, h,
+            **gate_up["constexprs"],
+        )  # fmt: skip
         kernel.moe_down[down_launch["grid"]](
-            h, down_t, pairs_t, block_t, padded_t, routing, out, **down_launch["constexprs"]
-        )
+            h, down_t, s_down, pairs_t, block_t, padded_t, routing, out,
+            **down_launch["constexprs"],
+        )  # fmt: skip
     return h.float().numpy(), out.numpy()
 
 

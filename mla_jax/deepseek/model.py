@@ -24,7 +24,7 @@ from mla_jax.deepseek.config import DeepseekConfig
 from mla_jax.layer import MLAParams, mla_decode_layer, mla_prefill_layer, project, rms_norm
 from mla_jax.layer import init_params as init_attention
 from mla_jax.loop import DecodeState
-from mla_jax.moe import fused_moe
+from mla_jax.moe import fused_moe, shared_in_kernels
 
 
 class MLPParams(NamedTuple):
@@ -227,14 +227,18 @@ def moe(
     - ``"triton"``: ``mla_jax.moe.fused_moe``, the pairs sorted by expert and two
       Triton kernels that read each routed expert's weights in place, once per block
       of its pairs (the SwiGLU in float32, rounded once to x's dtype, where XLA
-      rounds each matmul's output first).
+      rounds each matmul's output first). Up to 16 tokens (a decode step's), the
+      shared experts are more pairs of the same kernels (``shared_in_kernels``),
+      their output summed with the routed experts' in float32.
 
-    The weighted sum of the experts is taken in float32.
+    The weighted sum of the routed experts is taken in float32.
     """
     shape = x.shape
     x = x.reshape(-1, shape[-1])
     weights, experts = route(params, config, x)
+    shared = params.shared
     if resolve_backend(backend, compute_capability) == "triton":
+        fused = shared if shared is not None and shared_in_kernels(tokens=x.shape[0]) else None
         y = fused_moe(
             x,
             weights,
@@ -242,15 +246,18 @@ def moe(
             params.gate,
             params.up,
             params.down,
+            shared=fused,
             compute_capability=compute_capability,
         )
+        if fused is not None:
+            shared = None  # in y already
     elif experts.size <= config.n_routed_experts:
         y = _experts_gathered(params, x, weights, experts)
     else:
         y = _experts_grouped(params, x, weights, experts)
     y = y.astype(x.dtype)
-    if params.shared is not None:
-        y = y + mlp(params.shared, x)
+    if shared is not None:
+        y = y + mlp(shared, x)
     return y.reshape(shape)
 
 

@@ -7,7 +7,8 @@ design, written for ``mla_jax._launch``).
 - ``api``: ``fused_moe``, the entry point (checks, alignment, two launches, the sum).
 - ``align``: ``moe_align``, the pairs sorted and padded per expert (JAX ops).
 - ``kernel``: the Triton kernels and their launch parameters (no JAX).
-- ``config``: ``MoEConfig``, the tiles, and ``default_config``, the rule that picks them.
+- ``config``: ``MoEConfig``, the tiles, ``default_config``, the rule that picks them,
+  and ``shared_in_kernels``, whether the shared experts join the kernels.
 - ``reference``: the float64 numpy reference.
 
 Importing this package needs no Triton; ``fused_moe`` does (the ``triton`` extra).
@@ -15,7 +16,7 @@ Importing this package needs no Triton; ``fused_moe`` does (the ``triton`` extra
 
 from mla_jax.moe.align import Alignment, moe_align
 from mla_jax.moe.api import fused_moe
-from mla_jax.moe.config import MoEConfig, default_config
+from mla_jax.moe.config import MoEConfig, default_config, shared_in_kernels
 from mla_jax.moe.reference import fused_moe_reference
 
 __all__ = [
@@ -25,4 +26,5 @@ __all__ = [
     "fused_moe",
     "fused_moe_reference",
     "moe_align",
+    "shared_in_kernels",
 ]

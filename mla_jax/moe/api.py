@@ -4,7 +4,8 @@ kernels (``mla_jax.moe.kernel``), computing only the pairs the router chose.
 Three steps, jit-able: the pairs sorted by expert and padded to the kernels' blocks
 (``moe_align``, JAX ops); ``moe_gate_up``; ``moe_down`` with the routing weights;
 then each token's ``top_k`` rows summed in float32. A decode step's token reads only
-its experts' weights, each once, straight from the stacked arrays.
+its experts' weights, each once, straight from the stacked arrays. Shared experts, if
+given, are more pairs of every token (weight 1), read in place from the shared MLP.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ def _check(
     gate: jax.Array,
     up: jax.Array,
     down: jax.Array,
+    shared: tuple[jax.Array, jax.Array, jax.Array] | None,
 ) -> None:
     """Shapes and dtypes, each error naming the argument and what it needed."""
     for name, a in dict(x=x, weights=weights, experts=experts, gate=gate, up=up, down=down).items():
@@ -71,6 +73,30 @@ def _check(
             f"weights: got {weights.dtype}{list(weights.shape)}, needed floating "
             f"{list(experts.shape)} (experts')"
         )
+    if shared is None:
+        return
+    if not isinstance(shared, tuple) or len(shared) != 3:
+        raise ValueError(
+            f"shared: got a {type(shared).__name__}, needed None or a tuple (gate, up, "
+            "down) of the shared MLP"
+        )
+    for name, a in zip(("gate", "up", "down"), shared):
+        check_array(f"shared {name}", a)
+    s_gate, s_up, s_down = shared
+    width = s_gate.shape[1] if s_gate.ndim == 2 else 0
+    if s_gate.ndim != 2 or s_gate.shape[0] != hidden or width == 0 or width % inter:
+        raise ValueError(
+            f"shared gate: got {list(s_gate.shape)}, needed [{hidden}, n * {inter}] "
+            f"(n shared experts of the routed experts' width {inter})"
+        )
+    for part, array, want in (("up", s_up, (hidden, width)), ("down", s_down, (width, hidden))):
+        if array.shape != want:
+            raise ValueError(f"shared {part}: got {list(array.shape)}, needed {list(want)}")
+    for name, a in zip(("gate", "up", "down"), shared):
+        if a.dtype != x.dtype:
+            raise ValueError(
+                f"shared {name}: got {a.dtype}, needed x's dtype {x.dtype} (cast one of them)"
+            )
 
 
 def fused_moe(
@@ -81,6 +107,7 @@ def fused_moe(
     up: jax.Array,
     down: jax.Array,
     *,
+    shared: tuple[jax.Array, jax.Array, jax.Array] | None = None,
     compute_capability: int | None = None,
     config: MoEConfig | None = None,
 ) -> jax.Array:
@@ -94,6 +121,10 @@ def fused_moe(
         checked: one outside leaves its pair out and its token's sum unspecified).
       gate, up: ``[E, hidden, intermediate]``; down: ``[E, intermediate, hidden]``
         (``x @ w`` layout), in x's dtype.
+      shared: None, or the shared experts' MLP ``(gate, up, down)``, ``[hidden, n *
+        intermediate]`` twice and ``[n * intermediate, hidden]``, added to every
+        token's sum (weight 1) as ``n`` more experts of the same kernels: worth it
+        where the shared MLP is a weight stream (``shared_in_kernels``).
       compute_capability: the CUDA capability to build for (e.g. 90: lowering needs
         no GPU); None asks device 0 at lowering.
       config: the kernels' tiles (``MoEConfig``); None: ``default_config``'s choice.
@@ -105,7 +136,7 @@ def fused_moe(
     from mla_jax import _launch  # Triton: an optional dependency
     from mla_jax.moe import kernel
 
-    _check(x, weights, experts, gate, up, down)
+    _check(x, weights, experts, gate, up, down, shared)
     cc = check_compute_capability(compute_capability)
     if x.dtype == jnp.bfloat16 and cc is not None and cc < BF16_MIN_CAPABILITY:
         raise ValueError(
@@ -116,15 +147,25 @@ def fused_moe(
         raise ValueError(f"config: got a {type(config).__name__}, needed a MoEConfig or None")
     tokens, hidden = x.shape
     num_experts, _, inter = gate.shape
-    top_k = experts.shape[1]
-    num_pairs = tokens * top_k
-    if num_pairs == 0:
+    if tokens == 0:
         return jnp.zeros((tokens, hidden), jnp.float32)
     if config is None:
         config = default_config(
-            tokens=tokens, top_k=top_k, num_experts=num_experts, itemsize=x.dtype.itemsize
+            tokens=tokens,
+            top_k=experts.shape[1],
+            num_experts=num_experts,
+            itemsize=x.dtype.itemsize,
         )
-    aligned = moe_align(experts, num_experts, config.block_m)
+    n_shared = 0 if shared is None else shared[0].shape[1] // inter
+    if n_shared:  # shared expert s is expert E + s of every token, weight 1
+        ids = jnp.arange(num_experts, num_experts + n_shared, dtype=experts.dtype)
+        experts = jnp.concatenate([experts, jnp.broadcast_to(ids, (tokens, n_shared))], axis=1)
+        ones = jnp.ones((tokens, n_shared), weights.dtype)
+        weights = jnp.concatenate([weights, ones], axis=1)
+    s_gate, s_up, s_down = (gate, up, down) if shared is None else shared
+    top_k = experts.shape[1]
+    num_pairs = tokens * top_k
+    aligned = moe_align(experts, num_experts + n_shared, config.block_m)
     gate_up, down_launch = kernel.launch_params(
         num_pairs=num_pairs,
         top_k=top_k,
@@ -133,11 +174,12 @@ def fused_moe(
         intermediate=inter,
         float32=x.dtype == jnp.float32,
         config=config,
+        shared=n_shared,
     )
     blocks = (aligned.pairs, aligned.block_experts, aligned.num_padded)
     (h,) = _launch.launch(
         kernel.moe_gate_up,
-        [x, gate, up, *blocks],
+        [x, gate, up, s_gate, s_up, *blocks],
         out_shapes=[jax.ShapeDtypeStruct((num_pairs, inter), x.dtype)],
         compute_capability=cc,
         **gate_up,
@@ -145,7 +187,7 @@ def fused_moe(
     routing = weights.reshape(-1).astype(jnp.float32)
     (out,) = _launch.launch(
         kernel.moe_down,
-        [h, down, *blocks, routing],
+        [h, down, s_down, *blocks, routing],
         out_shapes=[jax.ShapeDtypeStruct((num_pairs, hidden), jnp.float32)],
         compute_capability=cc,
         **down_launch,

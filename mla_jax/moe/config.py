@@ -79,6 +79,18 @@ def max_blocks(pairs: int, num_experts: int, block_m: int) -> int:
     return (pairs + min(num_experts, pairs) * (block_m - 1)) // block_m
 
 
+def shared_in_kernels(*, tokens: int) -> bool:
+    """Whether ``fused_moe`` should take the shared experts too (``shared=``), rather
+    than leaving them to a matmul of their own: where all ``tokens`` fit one block of
+    pairs (every config's ``block_m`` is at least ``MIN_DOT``), so each shared
+    expert's weights are read once, as a matmul reads them, and the launches, the
+    padding a lone row needs to stay a GEMM and the add of the two outputs go away.
+    Above that a shared expert's blocks would each read its weights, where one GEMM
+    reads them once.
+    """
+    return 0 < tokens <= MIN_DOT
+
+
 def default_config(*, tokens: int, top_k: int, num_experts: int, itemsize: int) -> MoEConfig:
     """The config a call runs with when it names none: from the pairs an expert gets
     on average and the weights' bytes a value (``itemsize``).

@@ -22,6 +22,11 @@ pair chose not at all. Products accumulate in float32 with ``tl.dot``.
 Both write every row of their output whose pair is in a block (the rows of ``h`` and
 ``out`` are pairs, not slots) and no other: padding slots (``-1``) are masked.
 
+Shared experts (``SHARED > 0``) ride along as experts ``E .. E + SHARED - 1``: the
+shared MLP's ``[K, SHARED * N]`` gate and up split into ``SHARED`` column slices of
+``N`` (SwiGLU is separable over its columns) and its ``[SHARED * N, K]`` down into as
+many row slices, each read in place through its own pointer and row stride.
+
 Programs are numbered along one grid axis, ``GROUP_M`` blocks of pairs at a time per
 column tile (Triton's grouped ordering: those blocks share an expert's weight tile
 in L2); the block count is the grid's size over ``N_TILES``, so one build serves
@@ -73,6 +78,34 @@ def _weight_cols(col_tile, N: tl.constexpr, BLOCK_N: tl.constexpr):
 
 
 @triton.jit
+def _weights(
+    routed_ptr,
+    shared_ptr,
+    expert,
+    K: tl.constexpr,
+    N: tl.constexpr,
+    E: tl.constexpr,
+    SHARED: tl.constexpr,
+    SLICED: tl.constexpr,
+):
+    """``(base, row stride)`` of ``expert``'s ``[K, N]`` matrix: routed experts' in the
+    stacked ``[E, K, N]`` array; shared expert ``s = expert - E``'s in the shared MLP's
+    array, its columns ``[s N, (s + 1) N)`` of ``[K, SHARED N]`` where ``SLICED`` (gate,
+    up), else its rows ``[s K, (s + 1) K)`` of ``[SHARED K, N]`` (down). The base in 64
+    bits (256 experts of 7168 x 2048 pass 2^31 values)."""
+    routed_base = routed_ptr + expert * (K * N)
+    if SHARED == 0:
+        return routed_base, N
+    shared = tl.maximum(expert - E, 0)
+    if SLICED:
+        return (
+            tl.where(expert < E, routed_base, shared_ptr + shared * N),
+            tl.where(expert < E, N, SHARED * N),
+        )
+    return tl.where(expert < E, routed_base, shared_ptr + shared * (K * N)), N
+
+
+@triton.jit
 def _load_k(ptrs, row_ok, k_ok, K: tl.constexpr, BLOCK_K: tl.constexpr, ROWS: tl.constexpr):
     """One ``BLOCK_K`` step of a tile: ``ROWS`` (token rows, ``[M, BLOCK_K]``) masked
     by ``row_ok``, else a weight tile (``[BLOCK_K, N]``); the reduction tail masked
@@ -96,6 +129,8 @@ def moe_gate_up(
     x_ptr,  # [tokens, K]
     gate_ptr,  # [E, K, N]
     up_ptr,  # [E, K, N]
+    shared_gate_ptr,  # [K, SHARED * N] (gate_ptr when SHARED is 0: never read)
+    shared_up_ptr,  # [K, SHARED * N]
     pairs_ptr,  # int32 [slots]: pair ids by expert, -1 padding
     block_experts_ptr,  # int32 [slots / BLOCK_M]
     num_padded_ptr,  # int32 [1]: slots in use
@@ -103,6 +138,8 @@ def moe_gate_up(
     K: tl.constexpr,
     N: tl.constexpr,
     TOP_K: tl.constexpr,
+    E: tl.constexpr,
+    SHARED: tl.constexpr,
     N_TILES: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -120,11 +157,11 @@ def moe_gate_up(
     cols, read = _weight_cols(col_tile, N, BLOCK_N)
     ks = tl.arange(0, BLOCK_K)
     x_ptrs = x_ptr + (pair // TOP_K)[:, None] * K + ks[None, :]
-    # The expert's base in 64 bits (256 experts of 7168 x 2048 pass 2^31 values), the
-    # offsets inside its matrix in 32.
-    w_off = ks[:, None] * N + read[None, :]
-    gate_ptrs = gate_ptr + expert * (K * N) + w_off
-    up_ptrs = up_ptr + expert * (K * N) + w_off
+    gate_base, row = _weights(gate_ptr, shared_gate_ptr, expert, K, N, E, SHARED, True)
+    up_base, _ = _weights(up_ptr, shared_up_ptr, expert, K, N, E, SHARED, True)
+    w_off = ks[:, None] * row + read[None, :]  # inside the matrix: 32 bits
+    gate_ptrs = gate_base + w_off
+    up_ptrs = up_base + w_off
     acc_gate = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
     acc_up = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
     for k in range(0, K, BLOCK_K):
@@ -135,8 +172,8 @@ def moe_gate_up(
         acc_gate = tl.dot(rows, gate, acc_gate, input_precision=DOT_PRECISION)
         acc_up = tl.dot(rows, up, acc_up, input_precision=DOT_PRECISION)
         x_ptrs += BLOCK_K
-        gate_ptrs += BLOCK_K * N
-        up_ptrs += BLOCK_K * N
+        gate_ptrs += BLOCK_K * row
+        up_ptrs += BLOCK_K * row
     h = acc_gate * tl.sigmoid(acc_gate) * acc_up  # SwiGLU in float32, rounded once
     out = h_ptr + pair[:, None] * N + cols[None, :]
     tl.store(out, h.to(h_ptr.dtype.element_ty), mask=live[:, None] & (cols < N)[None, :])
@@ -146,6 +183,7 @@ def moe_gate_up(
 def moe_down(
     h_ptr,  # [pairs, K]: moe_gate_up's output
     down_ptr,  # [E, K, N]
+    shared_down_ptr,  # [SHARED * K, N] (down_ptr when SHARED is 0: never read)
     pairs_ptr,  # int32 [slots]
     block_experts_ptr,  # int32 [slots / BLOCK_M]
     num_padded_ptr,  # int32 [1]
@@ -153,6 +191,8 @@ def moe_down(
     out_ptr,  # out float32 [pairs, N]
     K: tl.constexpr,
     N: tl.constexpr,
+    E: tl.constexpr,
+    SHARED: tl.constexpr,
     N_TILES: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -170,7 +210,8 @@ def moe_down(
     cols, read = _weight_cols(col_tile, N, BLOCK_N)
     ks = tl.arange(0, BLOCK_K)
     h_ptrs = h_ptr + pair[:, None] * K + ks[None, :]
-    w_ptrs = down_ptr + expert * (K * N) + (ks[:, None] * N + read[None, :])
+    w_base, _ = _weights(down_ptr, shared_down_ptr, expert, K, N, E, SHARED, False)
+    w_ptrs = w_base + (ks[:, None] * N + read[None, :])
     acc = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
     for k in range(0, K, BLOCK_K):
         k_ok = ks < K - k
@@ -193,13 +234,15 @@ def launch_params(
     intermediate: int,
     float32: bool,
     config: MoEConfig,
+    shared: int = 0,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """The launches of ``moe_gate_up`` and ``moe_down``: each ``{"grid", "constexprs",
     "num_warps", "num_stages"}`` for ``num_pairs`` (token, expert) pairs (at least
-    one) of ``top_k`` a token over ``num_experts`` experts of ``hidden -> intermediate
-    -> hidden``; ``float32`` weights take IEEE float32 dots (TF32 would round the
-    inputs to 10 mantissa bits)."""
-    blocks = max_blocks(num_pairs, num_experts, config.block_m)
+    one) of ``top_k`` a token over ``num_experts`` routed experts of ``hidden ->
+    intermediate -> hidden`` and ``shared`` shared ones (``top_k`` and ``num_pairs``
+    count a token's shared pairs too); ``float32`` weights take IEEE float32 dots
+    (TF32 would round the inputs to 10 mantissa bits)."""
+    blocks = max_blocks(num_pairs, num_experts + shared, config.block_m)
 
     def launch(k: int, n: int, **extra: int) -> dict[str, Any]:
         block_k, block_n = config.tile(k, n)
@@ -221,4 +264,7 @@ def launch_params(
             "num_stages": config.num_stages,
         }
 
-    return launch(hidden, intermediate, TOP_K=top_k), launch(intermediate, hidden)
+    experts = {"E": num_experts, "SHARED": shared}
+    return launch(hidden, intermediate, TOP_K=top_k, **experts), launch(
+        intermediate, hidden, **experts
+    )

@@ -164,21 +164,98 @@ def test_kernels_match_float64(pool, rng, tokens, num_experts, top_k, dtype, con
     np.testing.assert_allclose(y, ref_y, rtol=0, atol=OUT_TOL[dtype] * np.abs(ref_y).max())
 
 
-@pytest.mark.gpu
+def shared_mlp(rng, n_shared, dtype):
+    """A shared MLP of ``n_shared`` experts: ``[HIDDEN, n INTER]`` gate and up,
+    ``[n INTER, HIDDEN]`` down."""
+    width = n_shared * INTER
+    gate = rng.standard_normal((HIDDEN, width)) * HIDDEN**-0.5
+    up = rng.standard_normal((HIDDEN, width)) * HIDDEN**-0.5
+    down = rng.standard_normal((width, HIDDEN)) * width**-0.5
+    return tuple(a.astype(dtype) for a in (gate, up, down))
+
+
+def dense_reference(x, gate, up, down):
+    """A SwiGLU MLP in float64."""
+    x, gate, up, down = (np.asarray(a).astype(np.float64) for a in (x, gate, up, down))
+    g = x @ gate
+    return (g / (1.0 + np.exp(-g)) * (x @ up)) @ down
+
+
+def with_shared(experts, weights, num_experts, n_shared):
+    """Each token's pairs plus the shared experts ``num_experts ..`` at weight 1."""
+    tokens = experts.shape[0]
+    ids = np.broadcast_to(np.arange(num_experts, num_experts + n_shared), (tokens, n_shared))
+    ones = np.ones((tokens, n_shared), np.float32)
+    return (
+        np.concatenate([experts, ids], axis=1).astype(np.int32),
+        np.concatenate([weights, ones], axis=1),
+    )
+
+
+@pytest.mark.interpreter
 @pytest.mark.parametrize(
-    "tokens, num_experts, top_k, dtype",
-    [(1, 64, 6, ml_dtypes.bfloat16), (3, 16, 6, np.float32), (200, 16, 6, ml_dtypes.bfloat16)],
+    "tokens, num_experts, top_k, n_shared, dtype, config",
+    [
+        (1, 8, 2, 2, ml_dtypes.bfloat16, "default"),
+        (3, 16, 6, 1, np.float32, "default"),
+        (16, 8, 2, 2, np.float32, "small-tiles"),
+    ],
     ids=lambda v: getattr(v, "__name__", v),
 )
-def test_fused_moe_on_the_gpu_matches_float64(rng, tokens, num_experts, top_k, dtype):
+def test_kernels_with_shared_experts_match_float64(
+    pool, rng, tokens, num_experts, top_k, n_shared, dtype, config
+):
+    """The shared experts as experts ``E ..`` of every token (weight 1), read in place
+    from the shared MLP's arrays (column slices of gate and up, row slices of down):
+    every row written, and each token's sum the routed experts' plus the dense shared
+    MLP's, against float64."""
+    x, weights, experts, gate, up, down = problem(rng, tokens, num_experts, top_k, dtype)
+    shared = shared_mlp(rng, n_shared, dtype)
+    all_experts, all_weights = with_shared(experts, weights, num_experts, n_shared)
+    cfg = CONFIGS[config] or default_config(
+        tokens=tokens, top_k=top_k, num_experts=num_experts, itemsize=np.dtype(dtype).itemsize
+    )
+    alignment = aligned(all_experts, num_experts + n_shared, cfg.block_m)
+    h, out = pool.apply(
+        run_moe, (x, all_weights, all_experts, gate, up, down, *alignment, cfg, shared)
+    )
+    assert not np.isnan(h).any() and not np.isnan(out).any()
+    y = out.reshape(tokens, top_k + n_shared, HIDDEN).sum(axis=1)
+    from mla_jax.moe import fused_moe_reference
+
+    want = fused_moe_reference(x, weights, experts, gate, up, down) + dense_reference(x, *shared)
+    np.testing.assert_allclose(y, want, rtol=0, atol=OUT_TOL[dtype] * np.abs(want).max())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    "tokens, num_experts, top_k, n_shared, dtype",
+    [
+        (1, 64, 6, 0, ml_dtypes.bfloat16),
+        (1, 64, 6, 2, ml_dtypes.bfloat16),
+        (3, 16, 6, 1, np.float32),
+        (200, 16, 6, 0, ml_dtypes.bfloat16),
+    ],
+    ids=lambda v: getattr(v, "__name__", v),
+)
+def test_fused_moe_on_the_gpu_matches_float64(rng, tokens, num_experts, top_k, n_shared, dtype):
     """``fused_moe`` itself on a CUDA GPU (the default config, compiled for the
-    device): the per-token sum against float64 (200 tokens: 32-pair blocks)."""
+    device): the per-token sum against float64 (200 tokens: 32-pair blocks), with the
+    shared experts in the kernels where ``n_shared``."""
     from mla_jax.moe import fused_moe, fused_moe_reference
 
     args = problem(rng, tokens, num_experts, top_k, dtype)
-    y = np.asarray(jax.jit(fused_moe)(*map(jnp.asarray, args)))
+    shared = shared_mlp(rng, n_shared, dtype) if n_shared else None
+    y = np.asarray(
+        jax.jit(fused_moe)(
+            *map(jnp.asarray, args),
+            shared=None if shared is None else tuple(map(jnp.asarray, shared)),
+        )
+    )
     assert y.dtype == np.float32 and y.shape == (tokens, HIDDEN)
     want = fused_moe_reference(*args)
+    if shared is not None:
+        want = want + dense_reference(args[0], *shared)
     np.testing.assert_allclose(y, want, rtol=0, atol=OUT_TOL[dtype] * np.abs(want).max())
 
 
@@ -236,6 +313,43 @@ def test_v2_lite_builds_for_sm90(tokens):
     assert weight_types == {"tensor<64x2048x1408xbf16>", "tensor<64x1408x2048xbf16>"}
 
 
+def test_v2_lite_shared_experts_build_for_sm90():
+    """V2-Lite's two shared experts in the kernels at one token: eight blocks (six
+    routed, two shared) of 22 and 32 column tiles, the shared MLP read in place (no
+    copy of it, no matmul beside the two calls), and the same SASS as the routed-only
+    build's where it matters: every weight tile by 128-bit asynchronous copies (the
+    shared experts' runtime row stride keeps them) and as many MMAs."""
+    from mla_jax.moe import fused_moe
+    from tests.kernel_calls import kernel_calls, sass
+
+    routed = (S((64, 2048, 1408), jnp.bfloat16),) * 2 + (S((64, 1408, 2048), jnp.bfloat16),)
+    shared = (S((2048, 2816), jnp.bfloat16),) * 2 + (S((2816, 2048), jnp.bfloat16),)
+    args = (S((1, 2048), jnp.bfloat16), S((1, 6), jnp.float32), S((1, 6), jnp.int32), *routed)
+
+    def build(shared):
+        text = lowered(
+            lambda *a: fused_moe(*a[:6], shared=a[6:] or None, compute_capability=90),
+            *args,
+            *shared,
+        )
+        return text, kernel_calls(text)
+
+    def opcodes(call):
+        return sorted(re.findall(r"\b(?:LDGSTS|HMMA)[.\w]*", sass(call.cubin)))
+
+    text, calls = build(shared)
+    assert [(c.kernel_name, c.grid[0]) for c in calls] == [("moe_gate_up", 176), ("moe_down", 256)]
+    assert len(re.findall(r"custom_call @", text)) == 2 and "dot_general" not in text
+    assert set(re.findall(r"tensor<2048x2816xbf16>|tensor<2816x2048xbf16>", text)) == {
+        "tensor<2048x2816xbf16>",
+        "tensor<2816x2048xbf16>",
+    }
+    _, plain = build(())
+    for with_shared, routed_only in zip(calls, plain):
+        assert opcodes(with_shared) == opcodes(routed_only)
+        assert set(opcodes(with_shared)) >= {"LDGSTS.E.BYPASS.128"}
+
+
 def test_float32_builds_for_sm90():
     """float32 weights (IEEE dots) at V2-Lite's decode and prefill shapes fit sm_90."""
     from mla_jax.moe import fused_moe
@@ -275,15 +389,18 @@ def test_model_on_the_triton_backend_lowers_for_cuda():
     """decode_step and prefill with backend="triton": the MoE layer's two kernels (and
     the attention's) in the lowered step; prefill's MoE the same kernels after the
     layers' flash-attention kernels (tests/kernels/test_prefill.py). backend="xla" lowers no
-    kernel."""
+    kernel. The shared expert (its down projection the only ``[32, 64]`` matrix) is in
+    the decode step's kernels, a matmul of its own in prefill's 32 tokens."""
     from mla_jax.deepseek import decode_step, new_decode_state, prefill
     from tests.kernel_calls import kernel_calls
 
     config, params = tiny_model()
     state = jax.eval_shape(lambda: new_decode_state(config, 2, 64, sm_count=132))
+    texts = []
 
     def calls(fn, *args):
-        return [c.kernel_name for c in kernel_calls(lowered(fn, *args))]
+        texts.append(lowered(fn, *args))
+        return [c.kernel_name for c in kernel_calls(texts[-1])]
 
     def step(backend):
         return lambda p, t, s: decode_step(p, config, t, s, backend=backend, compute_capability=90)
@@ -295,10 +412,14 @@ def test_model_on_the_triton_backend_lowers_for_cuda():
     names = calls(step("triton"), *args)
     assert names.count("moe_gate_up") == names.count("moe_down") == 1  # one MoE layer
     assert any(n.startswith("mla_decode_stage1") for n in names)
+    step_text = texts[-1]
     assert calls(step("xla"), *args) == []
     args = (params, S((2, 16), jnp.int32), S((2,), jnp.int32), state.kv_caches, state.block_table)
     names = calls(fill("triton"), *args)
     assert names == ["flash_prefill_fwd", "flash_prefill_fwd", "moe_gate_up", "moe_down"]
+    dots = lambda text: [line for line in text.splitlines() if "dot_general" in line]
+    assert not any(", tensor<32x64xbf16>) ->" in line for line in dots(step_text))
+    assert any(", tensor<32x64xbf16>) ->" in line for line in dots(texts[-1]))
     assert calls(fill("xla"), *args) == []
 
 
@@ -328,6 +449,7 @@ def test_model_moe_xla_path_is_unchanged():
 
 X, W, E = S((2, 64), jnp.bfloat16), S((2, 2), jnp.float32), S((2, 2), jnp.int32)
 G, D = S((8, 64, 32), jnp.bfloat16), S((8, 32, 64), jnp.bfloat16)
+SG, SD = S((64, 32), jnp.bfloat16), S((32, 64), jnp.bfloat16)  # one shared expert
 
 
 @pytest.mark.parametrize(
@@ -345,13 +467,23 @@ G, D = S((8, 64, 32), jnp.bfloat16), S((8, 32, 64), jnp.bfloat16)
         (dict(compute_capability=75), "bfloat16 weights need >= 80"),
         (dict(compute_capability=91), "compute_capability: got 91"),
         (dict(config={"block_m": 16}), "config: got a dict, needed a MoEConfig"),
+        (dict(shared=[SG, SG, SD]), "shared: got a list, needed None or a tuple"),
+        (
+            dict(shared=(S((64, 40), jnp.bfloat16), SG, SD)),
+            r"shared gate: got \[64, 40\], needed \[64, n \* 32\]",
+        ),
+        (dict(shared=(SG, SG, SG)), r"shared down: got \[64, 32\], needed \[32, 64\]"),
+        (
+            dict(shared=(SG, S((64, 32), jnp.float32), SD)),
+            "shared up: got float32, needed x's dtype bfloat16",
+        ),
     ],
 )
 def test_bad_arguments_are_named(change, message):
     from mla_jax.moe import fused_moe
 
     args = dict(x=X, weights=W, experts=E, gate=G, up=G, down=D) | change
-    options = {k: args.pop(k) for k in ("compute_capability", "config") if k in args}
+    options = {k: args.pop(k) for k in ("compute_capability", "config", "shared") if k in args}
     with pytest.raises(ValueError, match=message):
         jax.eval_shape(lambda a: fused_moe(**a, **options), args)
 
