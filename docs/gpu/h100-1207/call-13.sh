@@ -7,6 +7,7 @@
 #   gpu-moe.log     the fused MoE's GPU tests and the generation tests against transformers
 #   flags.log       step_profile.py --no-moe at B=1 on NEW under each XLA_FLAGS variant
 #   moe-sweep.log, moe.json  docs/gpu/moe/bench_moe.py at 1, 8 and 4096 tokens
+#   hlo.tar         XLA's optimized HLO of NEW's B=1 decode loop
 # Every profile keeps XLA's command buffers on under the profiler ($PROF), so its
 # kernel table is the timed run's.
 set -u
@@ -23,7 +24,9 @@ profile() {  # tree, label, need (s), XLA_FLAGS, step_profile's arguments
   el
 }
 { echo "NEW $rev  BASE $(cat .ab/base/REV)"; nvidia-smi -L
-  profile base B=1 60 "$PROF" --batch 1; profile new B=1 60 "$PROF" --batch 1; } > $OUT/step-ab.log 2>&1
+  profile base B=1 60 "$PROF" --batch 1
+  profile new B=1 60 "$PROF --xla_dump_to=/tmp/dump --xla_dump_hlo_as_text" --batch 1; } > $OUT/step-ab.log 2>&1
+(cd /tmp/dump && tar -cf $OUT/hlo.tar $(ls | grep -E "decode_loop.*after_optimizations\.txt" | head -2)) 2>&1 | tail -2
 grep -E "^==|decode step|^\[" $OUT/step-ab.log
 t=$(( $(left) < 150 ? $(left) : 150 ))
 [ $t -ge 60 ] && (echo "rev $rev"; new timeout $t python3 -m pytest -v -rfEs -p no:cacheprovider -n 4 --tb=short \
