@@ -5,6 +5,7 @@
 # config sweep. Logs to $OUT, most important first:
 #   step-ab.log     step_profile.py --no-moe at B=1, BASE then NEW (B=8 last, as time allows)
 #   gpu-moe.log     the fused MoE's GPU tests and the generation tests against transformers
+#   v2-lite/        NEW's model benchmark, B=1, 8, 64 at context 1024 (no transformers)
 #   flags.log       step_profile.py --no-moe at B=1 on NEW under each XLA_FLAGS variant
 #   moe-sweep.log, moe.json  docs/gpu/moe/bench_moe.py at 1, 8 and 4096 tokens
 #   hlo.tar         XLA's optimized HLO of NEW's B=1 decode loop
@@ -33,13 +34,18 @@ t=$(( $(left) < 150 ? $(left) : 150 ))
    -W ignore::pytest.PytestWarning tests/kernels/test_moe.py tests/model/test_deepseek.py \
    -k "gpu or generation or prefill_logits" 2>&1 | grep -v "PytestBenchmarkWarning\|warner("; echo "rc=$? $(el)") > $OUT/gpu-moe.log
 grep -E "PASSED|FAILED|ERROR|passed|failed|rc=" $OUT/gpu-moe.log | tail -14
+t=$(( $(left) < 110 ? $(left) : 110 ))
+[ $t -ge 80 ] && new timeout -k 10 $t python3 -m mla_jax model-bench --model v2-lite --batch 1,8,64 \
+    --contexts 1024 --no-torch --no-split --steps 32 --repeats 3 --prefill-len 4096 \
+    --time-budget $(( t - 15 )) --out $OUT/v2-lite 2>&1 | grep -E "^(decode|prefill|model|jax)"
+rm -f $OUT/v2-lite/model-bench.md; el
 { echo "rev $rev"
-  profile new no-command-buffers 330 "--xla_gpu_enable_command_buffer=" --batch 1
-  profile new while-in-command-buffers 300 "$PROF --xla_gpu_enable_command_buffer=$CB,WHILE,CONDITIONAL" --batch 1
-  profile new einsum-no-strength-reduction 270 "$PROF --xla_gpu_enable_dot_strength_reduction=false" --batch 1 --einsum
+  profile new no-command-buffers 200 "--xla_gpu_enable_command_buffer=" --batch 1
+  profile new while-in-command-buffers 170 "$PROF --xla_gpu_enable_command_buffer=$CB,WHILE,CONDITIONAL" --batch 1
+  profile new einsum-no-strength-reduction 140 "$PROF --xla_gpu_enable_dot_strength_reduction=false" --batch 1 --einsum
 } > $OUT/flags.log 2>&1
 grep -E "^==|decode step|^\[" $OUT/flags.log
-t=$(( $(left) - 80 ))
+t=$(( $(left) - 10 ))
 [ $t -gt 60 ] && (echo "rev $rev"; new timeout $t python3 docs/gpu/moe/bench_moe.py --out /tmp/moe --tokens 1 8 4096 \
    --sweep-seconds $(( t / 2 )) 2>&1 | grep -v "^WARNING"; echo "rc=$? $(el)") > $OUT/moe-sweep.log \
    && cp /tmp/moe/moe.json $OUT/ ; tail -n 8 $OUT/moe-sweep.log
