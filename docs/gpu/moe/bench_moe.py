@@ -62,6 +62,7 @@ SWEEP = {
         MoEConfig(64, 128, 64, 8, 4, 3),
         MoEConfig(64, 64, 64, 8, 4, 4),
         MoEConfig(128, 128, 64, 8, 8, 3),
+        MoEConfig(128, 128, 64, 8, 8, 4),
         MoEConfig(128, 64, 64, 8, 4, 3),
         MoEConfig(64, 128, 64, 1, 8, 3),
     ],
