@@ -7,7 +7,7 @@
 #   gpu-moe.log     the fused MoE's GPU tests and the generation tests against transformers
 #   v2-lite/        NEW's model benchmark, B=1, 8, 64 at context 1024 (no transformers)
 #   flags.log       step_profile.py --no-moe at B=1 on NEW under each XLA_FLAGS variant
-#   moe-sweep.log, moe.json  docs/gpu/moe/bench_moe.py at 1, 8 and 4096 tokens
+#   moe-sweep.log, moe.json  docs/gpu/moe/bench_moe.py at 1, 8 and 4096 tokens, V2-Lite's 2 shared experts
 #   hlo.tar         XLA's optimized HLO of NEW's B=1 decode loop
 # Every profile keeps XLA's command buffers on under the profiler ($PROF), so its
 # kernel table is the timed run's.
@@ -46,7 +46,7 @@ rm -f $OUT/v2-lite/model-bench.md; el
 } > $OUT/flags.log 2>&1
 grep -E "^==|decode step|^\[" $OUT/flags.log
 t=$(( $(left) - 10 ))
-[ $t -gt 60 ] && (echo "rev $rev"; new timeout $t python3 docs/gpu/moe/bench_moe.py --out /tmp/moe --tokens 1 8 4096 \
+[ $t -gt 60 ] && (echo "rev $rev"; new timeout $t python3 docs/gpu/moe/bench_moe.py --out /tmp/moe --tokens 1 8 4096 --shared 2 \
    --sweep-seconds $(( t / 2 )) 2>&1 | grep -v "^WARNING"; echo "rc=$? $(el)") > $OUT/moe-sweep.log \
    && cp /tmp/moe/moe.json $OUT/ ; tail -n 8 $OUT/moe-sweep.log
 { profile base B=8 40 "$PROF" --batch 8; profile new B=8 40 "$PROF" --batch 8; } >> $OUT/step-ab.log 2>&1

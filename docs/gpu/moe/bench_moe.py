@@ -2,7 +2,10 @@
 per expert, 64 experts, top-6, bf16 random weights) by the fused Triton kernels
 (``mla_jax.moe.fused_moe``) and by the model's two XLA paths (``_experts_gathered``:
 each token's experts' weights gathered; ``_experts_grouped``: ``jax.lax.ragged_dot``
-over the pairs sorted by expert), at N tokens in {1, 8, 64, 4096}.
+over the pairs sorted by expert), at N tokens in {1, 8, 64, 4096}. ``--shared S``
+adds S shared experts of the same width (V2-Lite has 2): on the Triton path in the
+kernels (``fused_moe(..., shared=...)``, as the model runs them up to 16 tokens), on
+the XLA paths the model's SwiGLU MLP beside them.
 
 For each N and path:
 - the output against a float32 reference (the ragged path on float32 copies of the
@@ -37,11 +40,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from mla_jax.deepseek.model import MoEParams, _experts_gathered, _experts_grouped
-from mla_jax.moe import MoEConfig, default_config, fused_moe
+from mla_jax.deepseek.model import MLPParams, MoEParams, _experts_gathered, _experts_grouped, mlp
+from mla_jax.moe import MoEConfig, default_config, fused_moe, shared_in_kernels
 from mla_jax.tools.bench import trace_kernels
 
 HIDDEN, INTER, EXPERTS, TOP_K = 2048, 1408, 64, 6
+SHARED = 0  # shared experts (--shared)
 TOKENS = (1, 8, 64, 4096)
 CHAIN = 20
 REPEATS = 10
@@ -73,17 +77,24 @@ def weights(key: jax.Array) -> MoEParams:
     """Random bf16 experts, variance 1/fan_in, built on the device."""
 
     def build(key):
-        kg, ku, kd = jax.random.split(key, 3)
+        kg, ku, kd, ks = jax.random.split(key, 4)
         normal = lambda k, shape, fan_in: (
             jax.random.normal(k, shape, jnp.float32) * fan_in**-0.5
         ).astype(jnp.bfloat16)
+        width = SHARED * INTER
+        sg, su, sd = jax.random.split(ks, 3)
+        shared = MLPParams(
+            normal(sg, (HIDDEN, width), HIDDEN),
+            normal(su, (HIDDEN, width), HIDDEN),
+            normal(sd, (width, HIDDEN), width),
+        )
         return MoEParams(
             router=None,
             router_bias=None,
             gate=normal(kg, (EXPERTS, HIDDEN, INTER), HIDDEN),
             up=normal(ku, (EXPERTS, HIDDEN, INTER), HIDDEN),
             down=normal(kd, (EXPERTS, INTER, HIDDEN), INTER),
-            shared=None,
+            shared=shared if SHARED else None,
         )
 
     return jax.jit(build)(key)
@@ -100,9 +111,22 @@ def problem(tokens: int, key: jax.Array) -> tuple[jax.Array, jax.Array, jax.Arra
 
 
 def path_fn(path: str, config: MoEConfig | None = None) -> Callable:
-    if path == "triton":
-        return lambda p, x, w, e: fused_moe(x, w, e, p.gate, p.up, p.down, config=config)
-    return {"xla-gather": _experts_gathered, "xla-ragged": _experts_grouped}[path]
+    """A MoE layer's experts on ``path``; the shared experts (if any) where the model
+    runs them: in the Triton kernels up to 16 tokens, else an MLP beside them."""
+    xla = {"xla-gather": _experts_gathered, "xla-ragged": _experts_grouped}
+
+    def run(p, x, w, e):
+        inside = path == "triton" and p.shared is not None and shared_in_kernels(tokens=len(x))
+        if path == "triton":
+            shared = p.shared if inside else None
+            y = fused_moe(x, w, e, p.gate, p.up, p.down, shared=shared, config=config)
+        else:
+            y = xla[path](p, x, w, e)
+        if p.shared is None or inside:
+            return y
+        return y + mlp(p.shared, x).astype(jnp.float32)
+
+    return run
 
 
 def chain(fn: Callable) -> Callable:
@@ -118,10 +142,10 @@ def chain(fn: Callable) -> Callable:
 
 
 def reference(params: MoEParams, x, w, e) -> np.ndarray:
-    """The ragged path on float32 weights at HIGHEST precision."""
-    f32 = MoEParams(None, None, *(a.astype(jnp.float32) for a in params[2:5]), None)
+    """The ragged path (and the shared MLP) on float32 weights at HIGHEST precision."""
+    f32 = jax.tree.map(lambda a: a.astype(jnp.float32), params)
     with jax.default_matmul_precision("highest"):
-        y = jax.jit(_experts_grouped)(f32, x.astype(jnp.float32), w, e)
+        y = jax.jit(path_fn("xla-ragged"))(f32, x.astype(jnp.float32), w, e)
     return np.asarray(y)
 
 
@@ -148,8 +172,9 @@ def measure(fn: Callable, params, x, w, e, ref: np.ndarray) -> dict:
 
 
 def floor_bytes(tokens: int, experts: np.ndarray) -> int:
-    """Each touched expert's three matrices read once, x read, the output written."""
-    touched = len(np.unique(experts))
+    """Each touched expert's three matrices read once (and the shared experts'), x
+    read, the output written."""
+    touched = len(np.unique(experts)) + SHARED
     return touched * 3 * HIDDEN * INTER * 2 + tokens * HIDDEN * (2 + 4)
 
 
@@ -170,16 +195,18 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--tokens", type=int, nargs="+", default=list(TOKENS))
     parser.add_argument("--sweep-seconds", type=float, default=100.0)
+    parser.add_argument("--shared", type=int, default=0, help="shared experts (V2-Lite: 2)")
     parser.add_argument("--dry-run", action="store_true", help="tiny shapes, no Triton path")
     args = parser.parse_args(argv)
-    global HIDDEN, INTER, EXPERTS
+    global HIDDEN, INTER, EXPERTS, SHARED
+    SHARED = args.shared
     if args.dry_run:  # checks the script itself on a machine without a GPU
         HIDDEN, INTER, EXPERTS = 64, 32, 8
     paths = ("xla-ragged", "xla-gather") if args.dry_run else ("triton", "xla-ragged", "xla-gather")
     args.out.mkdir(parents=True, exist_ok=True)
     print(jax.devices()[0].device_kind, "jax", jax.__version__, flush=True)
     params = weights(jax.random.key(0))
-    results: dict = {"shape": [HIDDEN, INTER, EXPERTS, TOP_K], "tokens": {}}
+    results: dict = {"shape": [HIDDEN, INTER, EXPERTS, TOP_K, SHARED], "tokens": {}}
     problems = {}
     for tokens in args.tokens:
         x, w, e = problem(tokens, jax.random.key(tokens))
