@@ -51,11 +51,6 @@ def _check(
     ):
         if a.shape != shape:
             raise ValueError(f"{name}: got {list(a.shape)}, needed {list(shape)} (gate's)")
-    for name, a in (("gate", gate), ("up", up), ("down", down)):
-        if a.dtype != x.dtype:
-            raise ValueError(
-                f"{name}: got {a.dtype}, needed x's dtype {x.dtype} (cast one of them)"
-            )
     if (
         experts.ndim != 2
         or experts.shape[0] != tokens
@@ -73,29 +68,34 @@ def _check(
             f"weights: got {weights.dtype}{list(weights.shape)}, needed floating "
             f"{list(experts.shape)} (experts')"
         )
-    if shared is None:
-        return
-    if not isinstance(shared, tuple) or len(shared) != 3:
-        raise ValueError(
-            f"shared: got a {type(shared).__name__}, needed None or a tuple (gate, up, "
-            "down) of the shared MLP"
-        )
-    for name, a in zip(("gate", "up", "down"), shared):
-        check_array(f"shared {name}", a)
-    s_gate, s_up, s_down = shared
-    width = s_gate.shape[1] if s_gate.ndim == 2 else 0
-    if s_gate.ndim != 2 or s_gate.shape[0] != hidden or width == 0 or width % inter:
-        raise ValueError(
-            f"shared gate: got {list(s_gate.shape)}, needed [{hidden}, n * {inter}] "
-            f"(n shared experts of the routed experts' width {inter})"
-        )
-    for part, array, want in (("up", s_up, (hidden, width)), ("down", s_down, (width, hidden))):
-        if array.shape != want:
-            raise ValueError(f"shared {part}: got {list(array.shape)}, needed {list(want)}")
-    for name, a in zip(("gate", "up", "down"), shared):
+    matrices = {"gate": gate, "up": up, "down": down}
+    if shared is not None:
+        if not isinstance(shared, tuple) or len(shared) != 3:
+            raise ValueError(
+                f"shared: got a {type(shared).__name__}, needed None or a tuple (gate, up, "
+                "down) of the shared MLP"
+            )
+        named = dict(zip(("shared gate", "shared up", "shared down"), shared))
+        for name, a in named.items():
+            check_array(name, a)
+        s_gate, s_up, s_down = shared
+        width = s_gate.shape[1] if s_gate.ndim == 2 else 0
+        if s_gate.ndim != 2 or s_gate.shape[0] != hidden or width == 0 or width % inter:
+            raise ValueError(
+                f"shared gate: got {list(s_gate.shape)}, needed [{hidden}, n * {inter}] "
+                f"(n shared experts of the routed experts' width {inter})"
+            )
+        for name, a, want in (
+            ("shared up", s_up, (hidden, width)),
+            ("shared down", s_down, (width, hidden)),
+        ):
+            if a.shape != want:
+                raise ValueError(f"{name}: got {list(a.shape)}, needed {list(want)}")
+        matrices |= named
+    for name, a in matrices.items():
         if a.dtype != x.dtype:
             raise ValueError(
-                f"shared {name}: got {a.dtype}, needed x's dtype {x.dtype} (cast one of them)"
+                f"{name}: got {a.dtype}, needed x's dtype {x.dtype} (cast one of them)"
             )
 
 
