@@ -236,9 +236,9 @@ def moe(
     shape = x.shape
     x = x.reshape(-1, shape[-1])
     weights, experts = route(params, config, x)
-    shared = params.shared
-    if resolve_backend(backend, compute_capability) == "triton":
-        fused = shared if shared is not None and shared_in_kernels(tokens=x.shape[0]) else None
+    triton = resolve_backend(backend, compute_capability) == "triton"
+    in_kernels = triton and params.shared is not None and shared_in_kernels(tokens=x.shape[0])
+    if triton:
         y = fused_moe(
             x,
             weights,
@@ -246,18 +246,16 @@ def moe(
             params.gate,
             params.up,
             params.down,
-            shared=fused,
+            shared=params.shared if in_kernels else None,
             compute_capability=compute_capability,
         )
-        if fused is not None:
-            shared = None  # in y already
     elif experts.size <= config.n_routed_experts:
         y = _experts_gathered(params, x, weights, experts)
     else:
         y = _experts_grouped(params, x, weights, experts)
     y = y.astype(x.dtype)
-    if shared is not None:
-        y = y + mlp(shared, x)
+    if params.shared is not None and not in_kernels:
+        y = y + mlp(params.shared, x)
     return y.reshape(shape)
 
 
