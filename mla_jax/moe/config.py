@@ -95,18 +95,18 @@ def default_config(*, tokens: int, top_k: int, num_experts: int, itemsize: int) 
     """The config a call runs with when it names none: from the pairs an expert gets
     on average and the weights' bytes a value (``itemsize``).
 
-    Why these (a starting point, not a measured sweep: docs/gpu/moe's bench times
-    them on a GPU): a decode step's few pairs per expert make every weight tile read
-    by one program, so the kernels are a stream of weight bytes; 16-pair blocks (the
-    smallest ``tl.dot``) waste no weight traffic on padding, and 64-column tiles of
-    a V2-Lite expert (1408 and 2048 wide) make 132-192 programs per step at one token
-    and top-6, about one an SM on an H100. The reduction step is 256 bytes of a weight
-    row (128 bf16 values), four stages deep, so each program keeps 4 x 32 KB of weight
-    tiles in flight. Prefill-sized problems (over 64 pairs an expert) reuse each
-    weight tile over many pairs: 64-pair blocks reach Hopper's warpgroup MMA, 128-wide
-    column tiles halve the re-reads of the token rows, ``group_m`` 8 keeps an
+    Why these (docs/gpu/moe's bench times them and a sweep of others on a GPU): a decode
+    step's few pairs per expert make every weight tile read by one program, so the
+    kernels are a stream of weight bytes; 16-pair blocks (the smallest ``tl.dot``) waste
+    no weight traffic on padding, and 64-column tiles of a V2-Lite expert (1408 and 2048
+    wide) make 132-192 programs per step at one token and top-6, about one an SM on an
+    H100. The reduction step is 256 bytes of a weight row (128 bf16 values), four stages
+    deep, so each program keeps 4 x 32 KB of weight tiles in flight. Prefill-sized
+    problems (over 64 pairs an expert) reuse each weight tile over many pairs: 128 x 128
+    tiles (two warpgroups of 64 rows on Hopper's warpgroup MMA), ``group_m`` 8 keeps an
     expert's blocks on one weight tile together in L2, and 8 warps hold the gate+up
-    kernel's two 64 x 128 float32 accumulators in 64 registers a thread. Between
+    kernel's two 128 x 128 float32 accumulators in 128 registers a thread; at V2-Lite's
+    4,096-token prefill they beat 64-pair blocks by 15% (docs/gpu/moe's sweep). Between
     them, 32-pair blocks.
     Every config's shared memory fits sm_80 and sm_90 at 16 and 32-bit weights (the
     sm_90 builds are checked in tests/kernels/test_moe.py).
@@ -118,5 +118,5 @@ def default_config(*, tokens: int, top_k: int, num_experts: int, itemsize: int) 
     if per_expert <= 64:
         return MoEConfig(block_m=32, block_n=64, block_k=step, num_stages=3)
     return MoEConfig(
-        block_m=64, block_n=128, block_k=max(MIN_DOT, step // 2), group_m=8, num_warps=8
+        block_m=128, block_n=128, block_k=max(MIN_DOT, step // 2), group_m=8, num_warps=8
     )

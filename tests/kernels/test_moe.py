@@ -507,7 +507,7 @@ def test_default_config_by_pairs_per_expert():
         tokens=tokens, top_k=6, num_experts=64, itemsize=itemsize
     )
     assert pick(1) == pick(64) == MoEConfig(16, 64, 128, 1, 4, 4)
-    assert pick(512).block_m == 32 and pick(4096).block_m == 64
+    assert pick(512).block_m == 32 and pick(4096).block_m == 128
     assert pick(1, itemsize=4).block_k == 64  # 256 bytes of a weight row
     assert MoEConfig(block_n=64, block_k=128).tile(2048, 48) == (128, 64)
     assert MoEConfig(block_n=128, block_k=128).tile(32, 20) == (32, 32)

@@ -69,6 +69,13 @@ SWEEP = {
         MoEConfig(128, 128, 64, 8, 8, 4),
         MoEConfig(128, 64, 64, 8, 4, 3),
         MoEConfig(64, 128, 64, 1, 8, 3),
+        MoEConfig(128, 128, 64, 16, 8, 3),
+        MoEConfig(128, 128, 64, 4, 8, 3),
+        MoEConfig(128, 128, 32, 8, 8, 4),
+        MoEConfig(128, 128, 64, 1, 8, 3),
+        MoEConfig(128, 64, 128, 8, 8, 3),
+        MoEConfig(64, 256, 64, 8, 8, 3),
+        MoEConfig(64, 128, 64, 8, 8, 3),
     ],
 }
 
