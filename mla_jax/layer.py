@@ -286,6 +286,20 @@ def project(spec: str, x: jax.Array, w: jax.Array, **einsum: Any) -> jax.Array:
     return jnp.einsum(spec, two, w, **einsum)[:1]
 
 
+def apart(x: jax.Array, n: int) -> tuple[jax.Array, ...]:
+    """``n`` handles on ``x`` that XLA's GPU compiler takes for different inputs, for
+    matmuls of many rows that share ``x``.
+
+    Its dot merger joins small matmuls that share an input into one over their weights
+    concatenated. A fused GEMM reads such a concatenation in place, but the large-row
+    matmuls of a prefill go to cuBLAS: there the merged one copies the weights into
+    one array each call, and its output is cut apart again by copies where each part
+    must be an array of its own (``_flash_inputs``). The outputs of an optimization
+    barrier are distinct values to the merger; the barrier itself launches nothing.
+    """
+    return tuple(jax.lax.optimization_barrier((x,) * n))
+
+
 def apply_rope(x: jax.Array, positions: jax.Array, config: MLAConfig) -> jax.Array:
     """DeepSeek's rotary embedding on the last axis of ``x`` (``qk_rope_head_dim`` wide).
 
@@ -308,16 +322,22 @@ def apply_rope(x: jax.Array, positions: jax.Array, config: MLAConfig) -> jax.Arr
     return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1).astype(x.dtype)
 
 
-def _queries(params: MLAParams, config: MLAConfig, x, positions):
-    """``q_nope [..., H, nope]`` and rotated ``q_pe [..., H, rope]`` for ``x [..., hidden]``."""
+def _query_heads(params: MLAParams, config: MLAConfig, x, positions):
+    """The query projection ``q [..., H, nope + rope]`` of ``x [..., hidden]`` (its rope
+    part as projected) and that part rotated, ``q_pe [..., H, rope]``."""
     if params.wq_a is None:
         q = x
     else:
         assert params.q_a_norm is not None, "a q LoRA has its norm"
         q = rms_norm(project("...h,hq->...q", x, params.wq_a), params.q_a_norm, config.rms_norm_eps)
     q = project("...q,qhd->...hd", q, params.wq_b)
-    q_nope, q_pe = q[..., : config.qk_nope_head_dim], q[..., config.qk_nope_head_dim :]
-    return q_nope, apply_rope(q_pe, positions[..., None], config)
+    return q, apply_rope(q[..., config.qk_nope_head_dim :], positions[..., None], config)
+
+
+def _queries(params: MLAParams, config: MLAConfig, x, positions):
+    """``q_nope [..., H, nope]`` and rotated ``q_pe [..., H, rope]`` for ``x [..., hidden]``."""
+    q, q_pe = _query_heads(params, config, x, positions)
+    return q[..., : config.qk_nope_head_dim], q_pe
 
 
 def _latent_row(params: MLAParams, config: MLAConfig, x, positions):
@@ -423,19 +443,23 @@ def _dense_attention(params: MLAParams, config: MLAConfig, q_nope, q_pe, rows, l
     return jnp.einsum("bhst,bthv->bshv", weights, values)
 
 
-def _flash_inputs(params: MLAParams, config: MLAConfig, q_nope, q_pe, rows):
+def _flash_inputs(params: MLAParams, config: MLAConfig, q, q_pe, rows):
     """``flash_prefill``'s operands for queries ``[B, T, H, *]`` over latent ``rows
-    [B, T, C + rope]``, all in the queries' dtype: ``q [B, T, H, nope + rope]``, the
-    keys as MLA's pair (``k_nope [B, T, H, nope]`` decompressed as ``_dense_attention``
-    does, in float32 then rounded; the rows' ``k_pe [B, T, rope]``, one for all
-    heads) and ``v [B, T, H, v_head]``."""
-    f32 = jnp.float32
-    dtype = jnp.result_type(q_nope, q_pe)
+    [B, T, C + rope]``, all in the queries' dtype: the queries as the pair ``(q [B,
+    T, H, nope + rope], q_pe [B, T, H, rope])``, the projection as it is and its
+    rotated rope part (which the kernel reads in place of q's own), the keys as MLA's
+    pair (``k_nope [B, T, H, nope]`` decompressed as ``_dense_attention``
+    does, accumulated in float32, stored rounded; the rows' ``k_pe [B, T, rope]``, one
+    for all heads) and ``v [B, T, H, v_head]``."""
+    dtype = jnp.result_type(q, q_pe)
     kv_c, k_pe = rows[..., : config.kv_lora_rank], rows[..., config.kv_lora_rank :]
-    k_nope = jnp.einsum("btc,chn->bthn", kv_c, params.w_uk, preferred_element_type=f32)
-    values = jnp.einsum("btc,chv->bthv", kv_c, params.w_uv, preferred_element_type=f32)
-    q = jnp.concatenate([q_nope, q_pe], axis=-1).astype(dtype)
-    return q, (k_nope.astype(dtype), k_pe.astype(dtype)), values.astype(dtype)
+    # Two matmuls, each rounded by its own store (they accumulate in float32): one
+    # merged float32 matmul, rounded and cut in two, would write and read both
+    # [B, T, H, 128] arrays twice more.
+    kv_k, kv_v = apart(kv_c, 2)
+    k_nope = jnp.einsum("btc,chn->bthn", kv_k, params.w_uk, preferred_element_type=dtype)
+    values = jnp.einsum("btc,chv->bthv", kv_v, params.w_uv, preferred_element_type=dtype)
+    return (q.astype(dtype), q_pe.astype(dtype)), (k_nope, k_pe.astype(dtype)), values
 
 
 def mla_prefill_layer(
@@ -457,8 +481,8 @@ def mla_prefill_layer(
     - ``backend="triton"`` (and ``"auto"`` on a CUDA GPU, or when lowering for one
       with ``compute_capability``): ``mla_jax.prefill.flash_prefill``, one
       causal flash-attention kernel (memory linear in ``T``) on operands in the
-      queries' dtype (``k_nope`` and ``v`` decompressed in float32, then rounded to
-      it; the rope keys read once a token for all heads). Needs a CUDA GPU, or
+      queries' dtype (``k_nope`` and ``v`` decompressed with float32 accumulation,
+      stored in it; the rope keys read once a token for all heads). Needs a CUDA GPU, or
       ``compute_capability`` to lower for one.
     - ``backend="xla"`` (and ``"auto"`` elsewhere): dense and masked (logits and
       softmax in float32): memory ``B * H * T * T`` floats, so long prompts at a large
@@ -489,21 +513,28 @@ def mla_prefill_layer(
         )
     batch, steps = x.shape[:2]
     positions = jnp.broadcast_to(jnp.arange(steps, dtype=jnp.int32), (batch, steps))
-    q_nope, q_pe = _queries(params, config, x, positions)
-    rows = _latent_row(params, config, x, positions)
+    x_q, x_kv = apart(x, 2)
+    q, q_pe = _query_heads(params, config, x_q, positions)
+    rows = _latent_row(params, config, x_kv, positions)
     kv_cache = write_latents(
         kv_cache, rows.astype(kv_cache.dtype), block_table, jnp.zeros_like(lengths), lengths
     )
     # The keys as the cache holds them, so prefill and decode see the same rows.
     rows = rows.astype(kv_cache.dtype)
     if flash:
-        q, k, v = _flash_inputs(params, config, q_nope, q_pe, rows)
+        queries, k, v = _flash_inputs(params, config, q, q_pe, rows)
         heads = flash_prefill(
-            q, k, v, lengths, scale=config.softmax_scale, compute_capability=compute_capability
+            queries,
+            k,
+            v,
+            lengths,
+            scale=config.softmax_scale,
+            compute_capability=compute_capability,
         )
     else:
         t = jnp.arange(steps)
         live = (t[None, None, :] <= t[None, :, None]) & (t[None, None, :] < lengths[:, None, None])
+        q_nope = q[..., : config.qk_nope_head_dim]
         heads = _dense_attention(params, config, q_nope, q_pe, rows, live)
     y = jnp.einsum("bshv,hvd->bsd", heads.astype(x.dtype), params.wo)
     return y, kv_cache

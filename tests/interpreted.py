@@ -230,7 +230,7 @@ def run_moe(
     pairs_t, block_t, padded_t = map(_torch, (pairs, block_experts, num_padded))
     routing = _torch(np.asarray(weights, np.float32).reshape(-1))
     h = torch.full((tokens * top_k, inter), float("nan"), dtype=x_t.dtype)
-    out = torch.full((tokens * top_k, hidden), float("nan"), dtype=torch.float32)
+    out = torch.full((tokens * top_k, hidden), float("nan"), dtype=x_t.dtype)
     gate_up, down_launch = kernel.launch_params(
         num_pairs=tokens * top_k,
         top_k=top_k,
@@ -250,13 +250,14 @@ def run_moe(
             h, down_t, s_down, pairs_t, block_t, padded_t, routing, out,
             **down_launch["constexprs"],
         )  # fmt: skip
-    return h.float().numpy(), out.numpy()
+    return h.float().numpy(), out.float().numpy()
 
 
 def run_prefill(q, k, v, lengths, *, scale, config=None):
     """The prefill attention kernel (``mla_jax.prefill.kernel``) on numpy inputs, in a
-    pool worker: ``k`` one ``[B, T, H, D]`` array or the pair ``(k_nope, k_pe)``, as
-    ``flash_prefill`` takes them; ``config`` None for ``default_config``'s. Returns the
+    pool worker: ``q`` one array or the pair ``(q, q_pe)``, ``k`` one ``[B, T, H, D]``
+    array or the pair ``(k_nope, k_pe)``, as ``flash_prefill`` takes them; ``config``
+    None for ``default_config``'s. Returns the
     output as float32 numpy, poisoned with NaN before the kernel ran so an unwritten
     row shows."""
     import torch
@@ -265,6 +266,7 @@ def run_prefill(q, k, v, lengths, *, scale, config=None):
 
     if os.environ.get("TRITON_INTERPRET") != "1":
         raise RuntimeError("run_prefill() belongs in a worker of interpreter_pool()")
+    q, q_pe = q if isinstance(q, tuple | list) else (q, None)
     batch, tokens, heads, dim_qk = q.shape
     shared = isinstance(k, tuple | list)
     if shared:
@@ -296,11 +298,19 @@ def run_prefill(q, k, v, lengths, *, scale, config=None):
         scale=scale,
         float32=q.dtype == np.float32,
         config=config,
+        q_pe=q_pe is not None,
     )
     lengths_t = _torch(np.asarray(lengths, np.int32))
     tokens_t = torch.tensor([tokens], dtype=torch.int32)
     with _bf16_dots():
         kernel.flash_prefill_fwd[params["grid"]](
-            q_t, *keys, v_t, lengths_t, tokens_t, out, **params["constexprs"]
+            q_t,
+            q_t if q_pe is None else _torch(q_pe),
+            *keys,
+            v_t,
+            lengths_t,
+            tokens_t,
+            out,
+            **params["constexprs"],
         )
     return out.float().numpy()

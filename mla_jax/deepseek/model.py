@@ -21,10 +21,22 @@ import jax.numpy as jnp
 
 from mla_jax.decode import Backend, resolve_backend
 from mla_jax.deepseek.config import DeepseekConfig
-from mla_jax.layer import MLAParams, mla_decode_layer, mla_prefill_layer, project, rms_norm
+from mla_jax.layer import (
+    MLAParams,
+    apart,
+    mla_decode_layer,
+    mla_prefill_layer,
+    project,
+    rms_norm,
+)
 from mla_jax.layer import init_params as init_attention
 from mla_jax.loop import DecodeState
 from mla_jax.moe import fused_moe, shared_in_kernels
+
+# Rows past which ``mlp``'s gate and up stay two matmuls (``apart``): a prefill's,
+# which XLA hands to cuBLAS. Up to a decode batch of 64 a merged matmul is one fused
+# GEMM that reads both weights in place, one launch fewer.
+PREFILL_ROWS = 64
 
 
 class MLPParams(NamedTuple):
@@ -139,9 +151,11 @@ def init_params(
 
 
 def mlp(params: MLPParams, x: jax.Array) -> jax.Array:
-    """SwiGLU over the last axis of ``x`` (a lone row's matmuls kept GEMMs: ``project``)."""
-    gate = project("...h,hi->...i", x, params.gate)
-    h = jax.nn.silu(gate) * project("...h,hi->...i", x, params.up)
+    """SwiGLU over the last axis of ``x`` (a lone row's matmuls kept GEMMs: ``project``;
+    a prefill's gate and up kept two matmuls: ``apart``)."""
+    x_gate, x_up = apart(x, 2) if x.size // x.shape[-1] > PREFILL_ROWS else (x, x)
+    gate = project("...h,hi->...i", x_gate, params.gate)
+    h = jax.nn.silu(gate) * project("...h,hi->...i", x_up, params.up)
     return project("...i,ih->...h", h, params.down)
 
 
@@ -231,7 +245,9 @@ def moe(
       shared experts are more pairs of the same kernels (``shared_in_kernels``),
       their output summed with the routed experts' in float32.
 
-    The weighted sum of the routed experts is taken in float32.
+    The weighted sum of the routed experts is taken in float32 (on ``"triton"`` of
+    each pair's output rounded to x's dtype, as transformers' MoE stores each
+    expert's).
     """
     shape = x.shape
     x = x.reshape(-1, shape[-1])

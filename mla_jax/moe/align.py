@@ -18,6 +18,7 @@ import jax.numpy as jnp
 from mla_jax.moe.config import max_blocks
 
 NO_PAIR = -1  # a padding slot of ``Alignment.pairs``
+NARROW_SORT_PAIRS = 16384  # pairs from which the sort keys are narrowed (moe_align)
 
 
 class Alignment(NamedTuple):
@@ -62,15 +63,28 @@ def moe_align(experts: jax.Array, num_experts: int, block_m: int) -> Alignment:
             jnp.full(1, num_pairs * block_m, jnp.int32),
         )
     blocks = max_blocks(num_pairs, num_experts, block_m)
+    # The sort keys: the expert ids, any id out of range as num_experts (after every
+    # expert's run). At a prefill's pair counts a GPU sorts (key, index) pairs by
+    # radix (cub), one pass per 8 bits of key, so there the keys take the narrowest
+    # unsigned type that holds them: one pass for up to 255 experts where int32 ids
+    # take four. Below that XLA sorts int32 keys in a kernel of its own, inside the
+    # step's command buffer, but hands narrow keys to cub, a launch apart that breaks
+    # the buffer (docs/performance.md): those stay int32.
+    key_type = jnp.int32
+    if num_pairs >= NARROW_SORT_PAIRS:
+        key_type = next(
+            t for t in (jnp.uint8, jnp.uint16, jnp.uint32) if num_experts <= jnp.iinfo(t).max
+        )
+    keys = jnp.where((flat >= 0) & (flat < num_experts), flat, num_experts).astype(key_type)
     # Stable: within an expert the pairs keep token order, so a token's output does not
     # depend on how a sort breaks ties (and is the same run to run).
-    order = jnp.argsort(flat, stable=True).astype(jnp.int32)
-    expert = flat[order]
+    order = jnp.argsort(keys, stable=True).astype(jnp.int32)
+    expert = keys[order].astype(jnp.int32)
     # Each expert's run in sorted order, by counting (searchsorted's "compare_all"):
-    # an id out of range then lands in no expert's run (bincount would clip a negative
-    # one to 0). Its default binary search is a while loop, whose body a GPU runs as
-    # kernels once an iteration; the compare-and-count is a reduction XLA fuses, small
-    # at every size the MoE meets (pairs x experts compares).
+    # the out-of-range pairs, all past the last run, land in none. Its default binary
+    # search is a while loop, whose body a GPU runs as kernels once an iteration; the
+    # compare-and-count is a reduction XLA fuses, small at every size the MoE meets
+    # (pairs x experts compares).
     ids = jnp.arange(num_experts, dtype=jnp.int32)
     first_pair = jnp.searchsorted(expert, ids, side="left", method="compare_all")
     counts = jnp.searchsorted(expert, ids, side="right", method="compare_all") - first_pair
@@ -78,8 +92,8 @@ def moe_align(experts: jax.Array, num_experts: int, block_m: int) -> Alignment:
     expert_blocks = (counts + block_m - 1) // block_m
     end_block = jnp.cumsum(expert_blocks)
     first_block = end_block - expert_blocks
-    inside = (expert >= 0) & (expert < num_experts)
-    safe = jnp.clip(expert, 0, num_experts - 1)
+    inside = expert < num_experts
+    safe = jnp.minimum(expert, num_experts - 1)
     rank = jnp.arange(num_pairs, dtype=jnp.int32)  # place in sorted order
     slot = first_block[safe] * block_m + rank - first_pair[safe]
     # Out-of-range experts go past the end (each to its own slot, keeping the indices

@@ -16,8 +16,9 @@ pair chose not at all. Products accumulate in float32 with ``tl.dot``.
 - ``moe_gate_up``: ``h[p] = silu(x[t] @ gate[e]) * (x[t] @ up[e])`` for each pair
   ``p`` of token ``t`` and expert ``e``: both matrices in one program (one read of
   the token rows, two accumulators), the SwiGLU in float32, ``h`` stored in x's dtype.
-- ``moe_down``: ``out[p] = weight[p] * (h[p] @ down[e])``, stored in float32; the
-  caller sums each token's ``TOP_K`` rows.
+- ``moe_down``: ``out[p] = weight[p] * (h[p] @ down[e])``, the product and the
+  weighting in float32, stored in x's dtype; the caller sums each token's ``TOP_K``
+  rows in float32.
 
 Both write every row of their output whose pair is in a block (the rows of ``h`` and
 ``out`` are pairs, not slots) and no other: padding slots (``-1``) are masked.
@@ -188,7 +189,7 @@ def moe_down(
     block_experts_ptr,  # int32 [slots / BLOCK_M]
     num_padded_ptr,  # int32 [1]
     weights_ptr,  # float32 [pairs]: the routing weights
-    out_ptr,  # out float32 [pairs, N]
+    out_ptr,  # out [pairs, N], h's dtype
     K: tl.constexpr,
     N: tl.constexpr,
     E: tl.constexpr,
@@ -222,7 +223,7 @@ def moe_down(
         w_ptrs += BLOCK_K * N
     acc *= tl.load(weights_ptr + pair, mask=live, other=0.0)[:, None]
     out = out_ptr + pair[:, None] * N + cols[None, :]
-    tl.store(out, acc, mask=live[:, None] & (cols < N)[None, :])
+    tl.store(out, acc.to(out_ptr.dtype.element_ty), mask=live[:, None] & (cols < N)[None, :])
 
 
 def launch_params(

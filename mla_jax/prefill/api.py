@@ -5,6 +5,8 @@ MLA's prefill runs the non-absorbed form: each head's keys are its ``k_nope``
 (decompressed from the latent rows) and the rope part ``k_pe``, one row a token shared
 by every head; pass the keys as that pair and the kernel reads ``k_pe`` once a token,
 not ``H`` copies of it. Plain multi-head attention passes one ``[B, T, H, D]`` array.
+The queries' rope part may come apart too (``(q, q_pe)``), so a projection's output
+passes as it is, with no concatenation.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ DTYPES = (jnp.bfloat16, jnp.float16, jnp.float32)
 BF16_MIN_CAPABILITY = 80  # Triton's bf16 dot starts at Ampere
 
 Keys = jax.Array | tuple[jax.Array, jax.Array]
+Queries = jax.Array | tuple[jax.Array, jax.Array]
 
 
 def split_dims(dim_qk: int) -> tuple[int, int]:
@@ -35,7 +38,9 @@ def _describe(a) -> str:
     return f"{a.dtype}{list(a.shape)}"
 
 
-def _check(q: jax.Array, k: Keys, v: jax.Array, lengths: jax.Array) -> tuple[int, int, bool]:
+def _check(
+    q: jax.Array, q_pe: jax.Array | None, k: Keys, v: jax.Array, lengths: jax.Array
+) -> tuple[int, int, bool]:
     """Shapes and dtypes, each error naming the argument and what it needed; returns
     ``(dim_nope, dim_rope, shared_pe)``, the two parts of ``q . k``."""
     check_array("q", q)
@@ -81,6 +86,16 @@ def _check(q: jax.Array, k: Keys, v: jax.Array, lengths: jax.Array) -> tuple[int
             )
         nope, rope = split_dims(dim_qk)
         parts, shared = (("k", k),), False
+    if q_pe is not None:
+        check_array("q[1] (q_pe)", q_pe)
+        if q_pe.shape != (batch, tokens, heads, rope) or rope == 0:
+            raise ValueError(
+                f"q[1] (q_pe): got {_describe(q_pe)}, needed {[batch, tokens, heads, rope]} "
+                f"(the last {rope} of q[0]'s {dim_qk} values, which it replaces)"
+                if rope
+                else f"q[1] (q_pe): got {_describe(q_pe)}, but these keys have no rope part"
+            )
+        parts += (("q[1] (q_pe)", q_pe),)
     for name, a in (*parts, ("v", v)):
         if a.dtype != q.dtype:
             raise ValueError(f"{name}: got {a.dtype}, needed q's dtype {q.dtype} (cast it)")
@@ -95,7 +110,7 @@ def _check(q: jax.Array, k: Keys, v: jax.Array, lengths: jax.Array) -> tuple[int
 
 
 def flash_prefill(
-    q: jax.Array,
+    q: Queries,
     k: Keys,
     v: jax.Array,
     lengths: jax.Array,
@@ -108,7 +123,10 @@ def flash_prefill(
     on a CUDA GPU.
 
     Args:
-      q: ``[B, T, H, D]``, bfloat16, float16 or float32.
+      q: ``[B, T, H, D]``, bfloat16, float16 or float32; or the pair ``(q, q_pe)``
+        whose ``q_pe [B, T, H, R]`` replaces q's last ``R`` values, the keys' rope
+        part (a projection's output passes unrotated, its rotated rope part beside
+        it, and nothing is concatenated).
       k: the keys in q's dtype: ``[B, T, H, D]``, or MLA's pair ``(k_nope [B, T, H,
         D - R], k_pe [B, T, R])`` whose rope keys ``k_pe`` every head shares (``q``'s
         last ``R`` values meet ``k_pe``, its first ``D - R`` meet ``k_nope``).
@@ -130,7 +148,16 @@ def flash_prefill(
     from mla_jax import _launch  # Triton: an optional dependency
     from mla_jax.prefill import kernel
 
-    dim_nope, dim_rope, shared_pe = _check(q, k, v, lengths)
+    q_pe = None
+    if isinstance(q, tuple | list):
+        if len(q) != 2:
+            raise ValueError(
+                f"q: got a {type(q).__name__} of {len(q)}, needed one [B, T, H, D] array or "
+                "the pair (q [B, T, H, D], q_pe [B, T, H, R])"
+            )
+        q, q_pe = q
+        check_array("q[0] (q)", q)
+    dim_nope, dim_rope, shared_pe = _check(q, q_pe, k, v, lengths)
     cc = check_compute_capability(compute_capability)
     if q.dtype == jnp.bfloat16 and cc is not None and cc < BF16_MIN_CAPABILITY:
         raise ValueError(
@@ -167,11 +194,12 @@ def flash_prefill(
         scale=float(scale),
         float32=q.dtype == jnp.float32,
         config=config,
+        q_pe=q_pe is not None,
     )
     keys = tuple(k) if shared_pe else (k, k)
     (out,) = _launch.launch(
         kernel.flash_prefill_fwd,
-        [q, *keys, v, lengths, jnp.full((1,), tokens, jnp.int32)],
+        [q, q if q_pe is None else q_pe, *keys, v, lengths, jnp.full((1,), tokens, jnp.int32)],
         out_shapes=[jax.ShapeDtypeStruct((batch, tokens, heads, dim_v), q.dtype)],
         compute_capability=cc,
         **params,

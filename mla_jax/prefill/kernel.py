@@ -7,7 +7,9 @@ tests), and ``mla_jax.prefill.api`` launches the same kernel from JAX
 ``launch_params``.
 
 Layout, all row-major and token-major as the layer computes them (no transposes):
-``q [B, T, H, DN + DR]``; the keys in two parts, ``k_nope [B, T, H, DN]`` and the rope
+``q [B, T, H, DN + DR]``, its last ``DR`` values read from ``q_pe [B, T, H, DR]``
+instead where ``Q_PE`` (a projection's output passes as it is, its rope part rotated
+beside it, with no concatenation); the keys in two parts, ``k_nope [B, T, H, DN]`` and the rope
 part ``k_pe`` (``SHARED_PE``: ``[B, T, DR]``, one row a token read by every head, as
 MLA's; else the keys are one ``[B, T, H, DN + DR]`` array passed as both parts);
 ``v [B, T, H, DV]``; the output ``o [B, T, H, DV]`` in q's dtype. ``q . k`` is the dot
@@ -124,6 +126,7 @@ def _step(
 @triton.jit
 def flash_prefill_fwd(
     q_ptr,  # [B, T, H, DN + DR]
+    qp_ptr,  # [B, T, H, DR] (Q_PE): q's rope part; else q again
     kn_ptr,  # [B, T, H, DN] (SHARED_PE), else the keys [B, T, H, DN + DR]
     kp_ptr,  # [B, T, DR] (SHARED_PE), else the keys again
     v_ptr,  # [B, T, H, DV]
@@ -134,6 +137,7 @@ def flash_prefill_fwd(
     DR: tl.constexpr,
     DV: tl.constexpr,
     SHARED_PE: tl.constexpr,
+    Q_PE: tl.constexpr,
     BLOCK_DN: tl.constexpr,
     BLOCK_DR: tl.constexpr,
     BLOCK_DV: tl.constexpr,
@@ -199,7 +203,12 @@ def flash_prefill_fwd(
         dr_ok = None
         if BLOCK_DR != DR:
             dr_ok = dr < DR
-        q_pe = _load(q_ptrs + DN + dr[None, :], row_ok, dr_ok)
+        if Q_PE:
+            qp_st = heads * DR
+            qp_ptrs = qp_ptr + ((seq + start_m) * qp_st + head * DR) + m[:, None] * qp_st
+            q_pe = _load(qp_ptrs + dr[None, :], row_ok, dr_ok)
+        else:
+            q_pe = _load(q_ptrs + DN + dr[None, :], row_ok, dr_ok)
         if SHARED_PE:
             kp_st = DR
             kp_base = kp_ptr + seq * DR
@@ -279,12 +288,14 @@ def launch_params(
     scale: float,
     float32: bool,
     config: PrefillConfig,
+    q_pe: bool = False,
 ) -> dict[str, Any]:
     """The launch of ``flash_prefill_fwd``: ``{"grid", "constexprs", "num_warps",
     "num_stages"}`` for ``batch`` prompts of ``tokens`` (at least one) over ``heads``
     heads, ``q . k`` over ``dim_nope`` then ``dim_rope`` dimensions (``shared_pe``:
     the rope keys one row a token for all heads), values of ``dim_v``; ``float32``
-    inputs take IEEE float32 dots (TF32 would round them to 10 mantissa bits)."""
+    inputs take IEEE float32 dots (TF32 would round them to 10 mantissa bits);
+    ``q_pe``: q's rope part comes from an array of its own."""
     return {
         "grid": (heads, batch, triton.cdiv(tokens, config.block_m)),
         "constexprs": {
@@ -292,6 +303,7 @@ def launch_params(
             "DR": dim_rope,
             "DV": dim_v,
             "SHARED_PE": shared_pe,
+            "Q_PE": q_pe,
             "BLOCK_DN": padded(dim_nope),
             "BLOCK_DR": padded(dim_rope),
             "BLOCK_DV": padded(dim_v),

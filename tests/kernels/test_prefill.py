@@ -95,6 +95,25 @@ def test_kernel_matches_float64(pool, rng, batch, tokens, heads, dims, dtype, le
     np.testing.assert_allclose(out, want, rtol=0, atol=TOL[dtype] * np.abs(live).max())
 
 
+@pytest.mark.interpreter
+@pytest.mark.parametrize(
+    "dims, dtype, lengths", [("mla", BF16, [64, 33]), ("tiny-mha", np.float32, [17, 5])]
+)
+def test_queries_rope_part_apart(pool, rng, dims, dtype, lengths):
+    """``q`` as the pair ``(q, q_pe)``: the rope part read from ``q_pe`` and never from
+    q's own last values (NaN there), every row as the reference on the joined q."""
+    q, k, v, lengths, scale = problem(rng, 2, max(lengths), 3, dims, dtype, lengths)
+    rope = DIMS[dims][1]
+    q_pe = q[..., -rope:].copy()
+    unrotated = q.copy()
+    unrotated[..., -rope:] = np.nan
+    out = pool.apply(run_prefill, ((unrotated, q_pe), k, v, lengths), dict(scale=scale))
+    assert not np.isnan(out).any()
+    want = flash_prefill_reference(q, k, v, lengths, scale=scale)
+    live = np.nan_to_num(v.astype(np.float32))
+    np.testing.assert_allclose(out, want, rtol=0, atol=TOL[dtype] * np.abs(live).max())
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize(
     "batch, tokens, heads, dims, dtype, lengths",
@@ -192,21 +211,22 @@ def check_layer_against_dense(dtype, compute_capability):
 def test_layer_triton_backend_matches_dense(pool, monkeypatch, dtype):
     """``check_layer_against_dense`` with the kernel run in the interpreter, through a
     host callback in place of the launch; ``flash_prefill`` gets the config's softmax
-    scale (YaRN's factor in it), the capability and MLA's pair of keys."""
+    scale (YaRN's factor in it), the capability, the queries' projection with its
+    rotated rope part beside it, and MLA's pair of keys."""
     from mla_jax import layer
 
     seen = {}
 
     def interpreted(q, k, v, lengths, *, scale, compute_capability=None):
-        seen.update(scale=scale, compute_capability=compute_capability, k=k)
+        seen.update(scale=scale, compute_capability=compute_capability, q=q, k=k)
 
-        def host(q, k_nope, k_pe, v, lengths):
-            q, k_nope, k_pe, v, lengths = map(np.asarray, (q, k_nope, k_pe, v, lengths))
-            args = (q, (k_nope, k_pe), v, lengths)
+        def host(q, q_pe, k_nope, k_pe, v, lengths):
+            q, q_pe, k_nope, k_pe, v, lengths = map(np.asarray, (q, q_pe, k_nope, k_pe, v, lengths))
+            args = ((q, q_pe), (k_nope, k_pe), v, lengths)
             return pool.apply(run_prefill, args, dict(scale=scale)).astype(q.dtype)
 
-        out = S((*q.shape[:3], v.shape[3]), q.dtype)
-        return jax.pure_callback(host, out, q, *k, v, lengths)
+        out = S((*q[0].shape[:3], v.shape[3]), q[0].dtype)
+        return jax.pure_callback(host, out, *q, *k, v, lengths)
 
     monkeypatch.setattr(layer, "flash_prefill", interpreted)
     check_layer_against_dense(dtype, 90)
@@ -215,6 +235,8 @@ def test_layer_triton_backend_matches_dense(pool, monkeypatch, dtype):
     assert seen["scale"] == config.softmax_scale and seen["compute_capability"] == 90
     k_nope, k_pe = seen["k"]  # the rope keys once a token, not once a head
     assert k_nope.shape == (3, 19, 3, 32) and k_pe.shape == (3, 19, 16)
+    q, q_pe = seen["q"]  # no concatenation of the two
+    assert q.shape == (3, 19, 3, 48) and q_pe.shape == (3, 19, 3, 16)
 
 
 @pytest.mark.gpu
@@ -287,7 +309,8 @@ def test_layer_builds_for_sm90_at_4096_tokens(ptx_in_calls, preset, heads):
     """The layer's prefill at T=4096 on backend="triton": one jaxlib FFI call carrying
     an sm_90 cubin on the grid (heads, batch, 4096 / 128), within sm_90's shared
     memory and without register spills (ptxas -v on the call's PTX); its operands
-    the rope keys once a token ([B, T, 64], not a [B, T, H, 64] copy), and no
+    the query projection and its rotated rope part apart, the rope keys once a token
+    ([B, T, 64], not a [B, T, H, 64] copy), and no
     [T, T] array anywhere in the module (the dense path's logits)."""
     from mla_jax import _launch
     from tests.kernel_calls import kernel_calls
@@ -305,9 +328,12 @@ def test_layer_builds_for_sm90_at_4096_tokens(ptx_in_calls, preset, heads):
     regs, spills = ptxas_spills(call.ptx.decode())
     assert spills == 0, f"{regs} registers, {spills} bytes of spill stores"
     assert "4096x4096" not in text
-    # q, k_nope, k_pe, v, lengths, T: the rope keys once a token, not once a head.
+    # q, q_pe, k_nope, k_pe, v, lengths, T: the projection's queries with their rotated
+    # rope part beside them (not joined), the rope keys once a token, not once a head.
     operand_types = re.search(r"\} : \(([^)]*)\) ->", call.line)[1].split(", ")
-    assert operand_types[1:4] == [
+    assert operand_types[:5] == [
+        f"tensor<1x4096x{heads}x192xbf16>",
+        f"tensor<1x4096x{heads}x64xbf16>",
         f"tensor<1x4096x{heads}x128xbf16>",
         "tensor<1x4096x64xbf16>",
         f"tensor<1x4096x{heads}x128xbf16>",
@@ -382,6 +408,9 @@ V, N = S((2, 8, 3, 16), jnp.bfloat16), S((2,), jnp.int32)
         ),
         (dict(q=S((2, 8, 3, 48), jnp.int32)), "q: .* in bfloat16, float16 or float32"),
         (dict(k=(KN, KP, KP)), "k: got a tuple of 3, needed one"),
+        (dict(q=(Q, Q, Q)), "q: got a tuple of 3, needed one"),
+        (dict(q=(Q, S((2, 8, 3, 8), jnp.bfloat16))), r"q\[1\] \(q_pe\): .* needed \[2, 8, 3, 16\]"),
+        (dict(q=(Q, S((2, 8, 3, 16), jnp.float16))), r"q\[1\] \(q_pe\): got float16, needed q's"),
         (dict(k=(KN, S((2, 8, 3, 16), jnp.bfloat16))), r"k\[1\] \(k_pe\): .* needed \[2, 8, R\]"),
         (dict(k=(KN, S((2, 8, 48), jnp.bfloat16))), r"with 0 < R < 48"),
         (dict(k=(S((2, 8, 3, 24), jnp.bfloat16), KP)), r"k\[0\] \(k_nope\): .* \[2, 8, 3, 32\]"),

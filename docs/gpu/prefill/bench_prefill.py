@@ -150,8 +150,7 @@ def path_fn(path: str, scale: float, config: PrefillConfig | None = None) -> Cal
 
         def layer_triton(x, n):
             params, mla = layer_parts(x)
-            q_nope, q_pe = x["q"][..., :NOPE], x["q"][..., NOPE:]
-            q, k, v = _flash_inputs(params, mla, q_nope, q_pe, x["rows"])
+            q, k, v = _flash_inputs(params, mla, x["q"], x["q"][..., NOPE:], x["rows"])
             return flash_prefill(q, k, v, n, scale=mla.softmax_scale, config=config)
 
         return layer_triton
