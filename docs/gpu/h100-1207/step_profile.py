@@ -1,7 +1,7 @@
 """Where a V2-Lite decode step's time goes at small B, kernel by kernel (device call 8).
 
     python step_profile.py --batch 1 --context 1024 [--layers 27] [--steps 16]
-        [--no-moe] [--einsum]
+        [--no-moe] [--einsum] [--prefill N]
 
 Builds model-bench's random V2-Lite model (bf16, the triton backend), then for the
 whole step (``decode_loop``) and for the MoE layers alone (``_ffn_steps``): the wall
@@ -10,7 +10,9 @@ kernels a step launches, the time some kernel was running (busy), and the costli
 kernels with their launches a step and mean time. Wall minus busy is the time the GPU
 sat idle between kernels. ``--no-moe`` profiles the step only; ``--einsum`` runs the
 projections as plain ``jnp.einsum`` instead of ``mla_jax.layer.project`` (device call
-13: against XLA_FLAGS=--xla_gpu_enable_dot_strength_reduction=false).
+13: against XLA_FLAGS=--xla_gpu_enable_dot_strength_reduction=false). ``--prefill N``
+profiles one N-token prompt's prefill (model-bench's) instead of the decode step,
+its 60 costliest kernels and its 12 longest gaps between kernels.
 """
 
 from __future__ import annotations
@@ -27,13 +29,16 @@ import jax.numpy as jnp
 import numpy as np
 
 from mla_jax.buffers import gpu_sm_count
-from mla_jax.deepseek.generate import decode_loop
+from mla_jax.deepseek import new_decode_state
+from mla_jax.deepseek.generate import _prefill, decode_loop
 from mla_jax.tools import model_bench as mb
 from mla_jax.tools.bench import GPU_PLANE_PREFIX, STREAM_LINE_PREFIX
 
 
-def kernels(run) -> tuple[int, dict[str, list[int]]]:
-    """(busy ns, {kernel: [durations ns]}) of ``run()`` under the profiler."""
+def kernels(run) -> tuple[int, dict[str, list[int]], list[tuple[int, str, str]]]:
+    """(busy ns, {kernel: [durations ns]}, gaps) of ``run()`` under the profiler; gaps:
+    ``(ns, kernel before, kernel after)`` for each stretch between kernels, the
+    longest first."""
     from jax.profiler import ProfileData
 
     with tempfile.TemporaryDirectory() as folder:
@@ -50,18 +55,20 @@ def kernels(run) -> tuple[int, dict[str, list[int]]]:
             for line in plane.lines:
                 if line.name.startswith(STREAM_LINE_PREFIX):
                     for e in line.events:
-                        spans.append((e.start_ns, e.end_ns))
+                        spans.append((e.start_ns, e.end_ns, e.name))
                         each[e.name].append(e.end_ns - e.start_ns)
-    busy, reach = 0, None
-    for start, end in sorted(spans):
+    busy, reach, last, gaps = 0, None, "", []
+    for start, end, name in sorted(spans):
+        if reach is not None and start > reach:
+            gaps.append((start - reach, last, name))
         if reach is None or start > reach:
-            busy, reach = busy + end - start, end
+            busy, reach, last = busy + end - start, end, name
         elif end > reach:
-            busy, reach = busy + end - reach, end
-    return busy, each
+            busy, reach, last = busy + end - reach, end, name
+    return busy, each, sorted(gaps, reverse=True)
 
 
-def report(name: str, call, steps: int) -> None:
+def report(name: str, call, steps: int, top: int = 25, gap_rows: int = 0) -> None:
     call()  # compile
     walls = []
     for _ in range(3):
@@ -69,18 +76,45 @@ def report(name: str, call, steps: int) -> None:
         call()
         walls.append(time.perf_counter() - start)
     wall = statistics.median(walls) / steps * 1e3
-    busy, each = kernels(call)
+    busy, each, gaps = kernels(call)
     launches = sum(len(d) for d in each.values()) / steps
+    between = sum(g for g, _, _ in gaps) / 1e6 / steps
     print(
         f"{name}: wall {wall:.3f} ms/step, kernels busy {busy / 1e6 / steps:.3f} ms/step, "
-        f"{launches:.0f} kernel launches/step, idle {wall - busy / 1e6 / steps:.3f} ms/step"
+        f"{launches:.0f} kernel launches/step, idle {wall - busy / 1e6 / steps:.3f} ms/step "
+        f"({between:.3f} between kernels, the rest before the first and after the last)"
     )
+    for g, before, after in gaps[:gap_rows]:
+        print(f"  gap {g / 1e3:8.1f} us  after {before[:50]}  before {after[:50]}")
     rows = sorted(each.items(), key=lambda kv: -sum(kv[1]))
-    for k, d in rows[:25]:
+    for k, d in rows[:top]:
         print(
             f"  {sum(d) / 1e6 / steps:8.4f} ms/step {len(d) / steps:6.1f}/step "
             f"{np.mean(d) / 1e3:8.2f} us  {k[:110]}"
         )
+
+
+def prefill(params, config, length: int, backend: str) -> None:
+    state = new_decode_state(
+        config, 1, length, page_size=mb.PAGE_SIZE, dtype=jnp.bfloat16, sm_count=gpu_sm_count()
+    )
+    prompts = jax.random.randint(jax.random.key(5), (1, length), 0, config.vocab_size)
+    box = [state.kv_caches]
+
+    def call():
+        logits, box[0] = _prefill(
+            params,
+            config,
+            prompts,
+            jnp.full(1, length, jnp.int32),
+            box[0],
+            state.block_table,
+            backend=backend,
+        )
+        np.asarray(logits)
+
+    print(f"prefill {length} tokens, layers={config.num_hidden_layers}")
+    report("prefill", call, 1, top=60, gap_rows=12)
 
 
 def main() -> None:
@@ -92,6 +126,7 @@ def main() -> None:
     p.add_argument("--backend", default="triton", help="xla: to check the script on a CPU")
     p.add_argument("--moe", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--einsum", action="store_true", help="projections as plain jnp.einsum")
+    p.add_argument("--prefill", type=int, default=0, help="profile an N-token prefill")
     a = p.parse_args()
     if a.einsum:
         import mla_jax.deepseek.model
@@ -103,6 +138,9 @@ def main() -> None:
         mla_jax.layer.project = mla_jax.deepseek.model.project = einsum
     config = mb.config_for("v2-lite", a.layers, False)
     params = mb.build_params(config, jnp.bfloat16)
+    if a.prefill:
+        prefill(params, config, a.prefill, a.backend)
+        return
     state = mb.filled_state(config, a.batch, a.context, a.steps, jnp.bfloat16, gpu_sm_count())
     logits = jax.random.normal(jax.random.key(7), (a.batch, config.vocab_size), jnp.float32)
     box = [state]
