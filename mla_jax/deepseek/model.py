@@ -37,6 +37,7 @@ from mla_jax.moe import fused_moe, shared_in_kernels
 # which XLA hands to cuBLAS. Up to a decode batch of 64 a merged matmul is one fused
 # GEMM that reads both weights in place, one launch fewer.
 PREFILL_ROWS = 64
+EXPERTS_DRAWN_AT_ONCE = 8  # init_layer's routed experts: the draw's temporaries
 
 
 class MLPParams(NamedTuple):
@@ -84,12 +85,24 @@ def init_layer(
     and ``moe`` static, it builds any layer of a model with one of two compilations."""
     hidden, experts = config.hidden_size, config.n_routed_experts
 
-    def mlp(k, width, lead=()):
+    def draw(k, shape, fan_in, stacked):
+        if not stacked:
+            return _normal(k, shape, fan_in, dtype)
+        # The routed experts' stacks a few experts at a time: one draw of a whole
+        # stack holds its float32 values and random bits at once, more than the
+        # layer's weights for DeepSeek-V3 (256 experts of 7168 x 2048).
+        return jax.lax.map(
+            lambda k: _normal(k, shape, fan_in, dtype),
+            jax.random.split(k, experts),
+            batch_size=EXPERTS_DRAWN_AT_ONCE,
+        )
+
+    def mlp(k, width, stacked=False):
         kg, ku, kd = jax.random.split(k, 3)
         return (
-            _normal(kg, (*lead, hidden, width), hidden, dtype),
-            _normal(ku, (*lead, hidden, width), hidden, dtype),
-            _normal(kd, (*lead, width, hidden), width, dtype),
+            draw(kg, (hidden, width), hidden, stacked),
+            draw(ku, (hidden, width), hidden, stacked),
+            draw(kd, (width, hidden), width, stacked),
         )
 
     k_attn, k_mlp, k_router, k_shared = jax.random.split(key, 4)
@@ -100,7 +113,7 @@ def init_layer(
             else None
         )
         bias = jnp.zeros(experts, jnp.float32) if config.model_type == "deepseek_v3" else None
-        gate, up, down = mlp(k_mlp, config.moe_intermediate_size, (experts,))
+        gate, up, down = mlp(k_mlp, config.moe_intermediate_size, stacked=True)
         block: MLPParams | MoEParams = MoEParams(
             router=_normal(k_router, (hidden, experts), hidden, jnp.float32),
             router_bias=bias,

@@ -134,8 +134,8 @@ def fused_moe(
       float32 ``[tokens, hidden]``. Two roundings to x's dtype: ``h``, the SwiGLU
       between the kernels, and each pair's weighted output (as a bf16 PyTorch MoE
       stores each expert's); the products, the weighting and the sum are float32.
-      The per-pair outputs are the MoE's largest array at prefill sizes (4,096
-      tokens, top-6, hidden 2048: 100 MB in bf16), written once and read once.
+      (The per-pair outputs are the MoE's largest array at prefill sizes: in x's
+      dtype they are written and read at half float32's bytes.)
     """
     from mla_jax import _launch  # Triton: an optional dependency
     from mla_jax.moe import kernel

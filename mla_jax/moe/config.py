@@ -105,9 +105,9 @@ def default_config(*, tokens: int, top_k: int, num_experts: int, itemsize: int) 
     problems (over 64 pairs an expert) reuse each weight tile over many pairs: 128 x 128
     tiles (two warpgroups of 64 rows on Hopper's warpgroup MMA), ``group_m`` 8 keeps an
     expert's blocks on one weight tile together in L2, and 8 warps hold the gate+up
-    kernel's two 128 x 128 float32 accumulators in 128 registers a thread; at V2-Lite's
-    4,096-token prefill they beat 64-pair blocks by 15% (docs/gpu/moe's sweep). Between
-    them, 32-pair blocks.
+    kernel's two 128 x 128 float32 accumulators in 128 registers a thread; they beat
+    64-pair blocks at V2-Lite's 4,096-token prefill (docs/performance.md, "Prefill at
+    40% of the roofline"). Between them, 32-pair blocks.
     Every config's shared memory fits sm_80 and sm_90 at 16 and 32-bit weights (the
     sm_90 builds are checked in tests/kernels/test_moe.py).
     """

@@ -9,13 +9,13 @@ tests), and ``mla_jax.prefill.api`` launches the same kernel from JAX
 Layout, all row-major and token-major as the layer computes them (no transposes):
 ``q [B, T, H, DN + DR]``, its last ``DR`` values read from ``q_pe [B, T, H, DR]``
 instead where ``Q_PE`` (a projection's output passes as it is, its rope part rotated
-beside it, with no concatenation); the keys in two parts, ``k_nope [B, T, H, DN]`` and the rope
-part ``k_pe`` (``SHARED_PE``: ``[B, T, DR]``, one row a token read by every head, as
-MLA's; else the keys are one ``[B, T, H, DN + DR]`` array passed as both parts);
-``v [B, T, H, DV]``; the output ``o [B, T, H, DV]`` in q's dtype. ``q . k`` is the dot
-over the first ``DN`` dimensions plus the dot over the last ``DR`` (two ``tl.dot`` into
-one float32 accumulator); each part is loaded at its width rounded up to a power of
-two (``BLOCK_DN``, ``BLOCK_DR``, ``BLOCK_DV``), the padding masked to zero.
+beside it, with no concatenation); the keys in two parts, ``k_nope [B, T, H, DN]`` and
+the rope part ``k_pe`` (``SHARED_PE``: ``[B, T, DR]``, one row a token read by every
+head, as MLA's; else the keys are one ``[B, T, H, DN + DR]`` array passed as both
+parts); ``v [B, T, H, DV]``; the output ``o [B, T, H, DV]`` in q's dtype. ``q . k`` is
+the dot over the first ``DN`` dimensions plus the dot over the last ``DR`` (two
+``tl.dot`` into one float32 accumulator); each part is loaded at its width rounded up to
+a power of two (``BLOCK_DN``, ``BLOCK_DR``, ``BLOCK_DV``), the padding masked to zero.
 
 Each program takes ``BLOCK_M`` query rows of one sequence and head and walks the keys
 ``BLOCK_N`` at a time with the online softmax in float32 (base 2, ``log2(e)`` folded

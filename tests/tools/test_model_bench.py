@@ -316,3 +316,22 @@ def test_a_spent_time_budget_skips_and_lists(tmp_path):
     r = json.loads((tmp_path / "results.json").read_text())
     assert r["decode"] == [] and "build" in r["skipped"]
     assert "skipped (time budget)" in (tmp_path / "model-bench.md").read_text()
+
+
+def test_a_layers_draw_needs_no_more_than_one_expert_stack_beside_it():
+    """``init_layer`` draws the routed experts a few at a time, so building a layer
+    needs about one expert stack of temporaries beside its weights (compiled for the
+    CPU here), where drawing each stack at once held its float32 values and random
+    bits, about four stacks: more than a DeepSeek-V3 layer's weights, which ran an
+    80 GB GPU out of memory while its second layer was drawn."""
+    import dataclasses
+
+    from mla_jax.deepseek.model import init_layer
+
+    config = dataclasses.replace(
+        floors.tiny("v3-stack", 1), n_routed_experts=64, moe_intermediate_size=256
+    )
+    layer = jax.jit(init_layer, static_argnums=(0, 2), static_argnames="moe")
+    compiled = layer.lower(config, model_bench.model_key(0), jnp.bfloat16, moe=True).compile()
+    stack = 64 * config.hidden_size * 256 * 2  # one [E, hidden, width] bf16 array
+    assert compiled.memory_analysis().temp_size_in_bytes <= 1.25 * stack
