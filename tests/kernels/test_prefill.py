@@ -310,7 +310,9 @@ def test_layer_builds_for_sm90_at_4096_tokens(ptx_in_calls, preset, heads):
     an sm_90 cubin on the grid (heads, batch, 4096 / 128), within sm_90's shared
     memory and without register spills (ptxas -v on the call's PTX); its operands
     the query projection and its rotated rope part apart, the rope keys once a token
-    ([B, T, 64], not a [B, T, H, 64] copy), and no
+    ([B, T, 64], not a [B, T, H, 64] copy), the decompressed keys and values in bf16
+    straight from their own matmuls (no float32 copy of them; the matmuls sharing an
+    input kept apart from XLA's dot merger by optimization barriers), and no
     [T, T] array anywhere in the module (the dense path's logits)."""
     from mla_jax import _launch
     from tests.kernel_calls import kernel_calls
@@ -328,6 +330,8 @@ def test_layer_builds_for_sm90_at_4096_tokens(ptx_in_calls, preset, heads):
     regs, spills = ptxas_spills(call.ptx.decode())
     assert spills == 0, f"{regs} registers, {spills} bytes of spill stores"
     assert "4096x4096" not in text
+    assert f"tensor<1x4096x{heads}x128xf32>" not in text
+    assert text.count("stablehlo.optimization_barrier") == 2  # x, then the latent rows
     # q, q_pe, k_nope, k_pe, v, lengths, T: the projection's queries with their rotated
     # rope part beside them (not joined), the rope keys once a token, not once a head.
     operand_types = re.search(r"\} : \(([^)]*)\) ->", call.line)[1].split(", ")
