@@ -415,6 +415,10 @@ V, N = S((2, 8, 3, 16), jnp.bfloat16), S((2,), jnp.int32)
         (dict(q=(Q, Q, Q)), "q: got a tuple of 3, needed one"),
         (dict(q=(Q, S((2, 8, 3, 8), jnp.bfloat16))), r"q\[1\] \(q_pe\): .* needed \[2, 8, 3, 16\]"),
         (dict(q=(Q, S((2, 8, 3, 16), jnp.float16))), r"q\[1\] \(q_pe\): got float16, needed q's"),
+        (
+            dict(q=(S((2, 8, 3, 32), jnp.bfloat16), KP), k=S((2, 8, 3, 32), jnp.bfloat16)),
+            r"q\[1\] \(q_pe\): .* these keys have no rope part",
+        ),
         (dict(k=(KN, S((2, 8, 3, 16), jnp.bfloat16))), r"k\[1\] \(k_pe\): .* needed \[2, 8, R\]"),
         (dict(k=(KN, S((2, 8, 48), jnp.bfloat16))), r"with 0 < R < 48"),
         (dict(k=(S((2, 8, 3, 24), jnp.bfloat16), KP)), r"k\[0\] \(k_nope\): .* \[2, 8, 3, 32\]"),
