@@ -38,12 +38,29 @@ def _describe(a) -> str:
     return f"{a.dtype}{list(a.shape)}"
 
 
+def _pair(
+    name: str, a: jax.Array | tuple[jax.Array, jax.Array], pair: str
+) -> tuple[jax.Array, jax.Array | None]:
+    """``a``'s two parts: the pair's, or the one array and None; ``pair`` names the
+    pair's parts for the error of a tuple of any other length."""
+    if not isinstance(a, tuple | list):
+        return a, None
+    if len(a) != 2:
+        raise ValueError(
+            f"{name}: got a {type(a).__name__} of {len(a)}, needed one [B, T, H, D] array "
+            f"or the pair {pair}"
+        )
+    return a[0], a[1]
+
+
 def _check(
-    q: jax.Array, q_pe: jax.Array | None, k: Keys, v: jax.Array, lengths: jax.Array
-) -> tuple[int, int, bool]:
+    queries: Queries, k: Keys, v: jax.Array, lengths: jax.Array
+) -> tuple[jax.Array, jax.Array | None, int, int, bool]:
     """Shapes and dtypes, each error naming the argument and what it needed; returns
-    ``(dim_nope, dim_rope, shared_pe)``, the two parts of ``q . k``."""
-    check_array("q", q)
+    ``(q, q_pe, dim_nope, dim_rope, shared_pe)``: the queries apart (``q_pe`` None
+    where q holds its rope part) and the two parts of ``q . k``."""
+    q, q_pe = _pair("q", queries, "(q [B, T, H, D], q_pe [B, T, H, R])")
+    check_array("q" if q_pe is None else "q[0] (q)", q)
     check_array("v", v)
     check_array("lengths", lengths)
     if q.ndim != 4 or q.dtype not in DTYPES:
@@ -51,13 +68,9 @@ def _check(
             f"q: got {_describe(q)}, needed [B, T, H, D] in bfloat16, float16 or float32"
         )
     batch, tokens, heads, dim_qk = q.shape
-    if isinstance(k, tuple | list):
-        if len(k) != 2:
-            raise ValueError(
-                f"k: got a {type(k).__name__} of {len(k)}, needed one [B, T, H, D] array "
-                "or the pair (k_nope [B, T, H, D - R], k_pe [B, T, R])"
-            )
-        k_nope, k_pe = k
+    key, k_pe = _pair("k", k, "(k_nope [B, T, H, D - R], k_pe [B, T, R])")
+    if k_pe is not None:
+        k_nope = key
         check_array("k[0] (k_nope)", k_nope)
         check_array("k[1] (k_pe)", k_pe)
         rope = k_pe.shape[-1] if k_pe.ndim == 3 else -1
@@ -78,14 +91,14 @@ def _check(
         )
         shared = True
     else:
-        check_array("k", k)
-        if k.shape != q.shape:
+        check_array("k", key)
+        if key.shape != q.shape:
             raise ValueError(
-                f"k: got {_describe(k)}, needed q's shape {list(q.shape)} (or the pair "
+                f"k: got {_describe(key)}, needed q's shape {list(q.shape)} (or the pair "
                 "(k_nope, k_pe) with the rope keys shared by the heads)"
             )
         nope, rope = split_dims(dim_qk)
-        parts, shared = (("k", k),), False
+        parts, shared = (("k", key),), False
     if q_pe is not None:
         check_array("q[1] (q_pe)", q_pe)
         if q_pe.shape != (batch, tokens, heads, rope) or rope == 0:
@@ -106,7 +119,7 @@ def _check(
             f"lengths: got {_describe(lengths)}, needed int32 [{batch}] (each prompt's "
             f"tokens, 0 to {tokens})"
         )
-    return nope, rope, shared
+    return q, q_pe, nope, rope, shared
 
 
 def flash_prefill(
@@ -148,16 +161,7 @@ def flash_prefill(
     from mla_jax import _launch  # Triton: an optional dependency
     from mla_jax.prefill import kernel
 
-    q_pe = None
-    if isinstance(q, tuple | list):
-        if len(q) != 2:
-            raise ValueError(
-                f"q: got a {type(q).__name__} of {len(q)}, needed one [B, T, H, D] array or "
-                "the pair (q [B, T, H, D], q_pe [B, T, H, R])"
-            )
-        q, q_pe = q
-        check_array("q[0] (q)", q)
-    dim_nope, dim_rope, shared_pe = _check(q, q_pe, k, v, lengths)
+    q, q_pe, dim_nope, dim_rope, shared_pe = _check(q, k, v, lengths)
     cc = check_compute_capability(compute_capability)
     if q.dtype == jnp.bfloat16 and cc is not None and cc < BF16_MIN_CAPABILITY:
         raise ValueError(
