@@ -29,8 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from mla_jax.buffers import gpu_sm_count
-from mla_jax.deepseek import new_decode_state
-from mla_jax.deepseek.generate import _prefill, decode_loop
+from mla_jax.deepseek.generate import decode_loop
 from mla_jax.tools import model_bench as mb
 from mla_jax.tools.bench import GPU_PLANE_PREFIX, STREAM_LINE_PREFIX
 
@@ -95,24 +94,8 @@ def report(name: str, call, steps: int, top: int = 25, gap_rows: int = 0) -> Non
 
 
 def prefill(params, config, length: int, backend: str) -> None:
-    state = new_decode_state(
-        config, 1, length, page_size=mb.PAGE_SIZE, dtype=jnp.bfloat16, sm_count=gpu_sm_count()
-    )
-    prompts = jax.random.randint(jax.random.key(5), (1, length), 0, config.vocab_size)
-    box = [state.kv_caches]
-
-    def call():
-        logits, box[0] = _prefill(
-            params,
-            config,
-            prompts,
-            jnp.full(1, length, jnp.int32),
-            box[0],
-            state.block_table,
-            backend=backend,
-        )
-        np.asarray(logits)
-
+    env = {"dtype": jnp.bfloat16, "sm_count": gpu_sm_count(), "backend": backend}
+    call = mb.prefill_call(params, config, length, env)
     print(f"prefill {length} tokens, layers={config.num_hidden_layers}")
     report("prefill", call, 1, top=60, gap_rows=12)
 
