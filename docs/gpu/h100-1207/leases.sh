@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The sixth lease's device calls, one function each: `DEADLINE=S bash lease-6.sh N`
-# (N = 16, 17 or 18; carry .whl, .ab/REV, and .ab/base for 17 and 18). Each writes its
-# logs to $OUT, most important first, as its comment lists.
+# Device calls from the sixth lease on, one function each: `DEADLINE=S bash leases.sh N`
+# (carry .whl, .ab/REV, and what each call's comment names). Each writes its logs to
+# $OUT, most important first, as its comment lists.
 set -u
 source docs/gpu/h100-1207/common.sh
 left() { echo $(( deadline - ($(date +%s) - t0) )); }
@@ -98,6 +98,70 @@ call18() {
   [ $t -ge 120 ] && new timeout -k 10 $t python3 -m mla_jax model-bench --model v2-lite --batch 1,64,8 \
       --contexts 1024 --no-split --steps 32 --repeats 3 --prefill-len 4096 \
       --time-budget $(( t - 15 )) --out $OUT/v2-lite 2>&1 | grep -E "^(decode|prefill|model|jax|transformers|parity|torch)"
+  el
+}
+
+# Call 24 (the seventh lease; carry .whl, .ab/REV, .ab/base): the decode step's
+# projections through skinny_einsum (NEW) against XLA's GEMMs (BASE, .ab/base: a401cfa).
+# Logs to $OUT:
+#   gpu-tests.log  the tiny V2/V3 models' prefill logits and greedy tokens against
+#                  transformers (the triton backend's among them), the skinny kernel's
+#                  GPU test
+#   v2-lite-base/, v2-lite-new/  model-bench B=1, 64, 8 at context 1024 and the
+#                  4,096-token prefill, no transformers, BASE then NEW
+#   profile.log    step_profile.py --no-moe at B=1 and 8 on NEW, then NEW with
+#                  --xla-projections, then --projections (each projection alone)
+call24() {
+  (echo "rev $rev"; nvidia-smi -L; new timeout 150 python3 -m pytest -v -rfEs -p no:cacheprovider -n 6 --tb=short \
+     -W ignore::pytest.PytestWarning tests/model/test_deepseek.py tests/kernels/test_skinny.py \
+     -k "gpu or generation or prefill_logits" 2>&1 | grep -v "PytestBenchmarkWarning\|warner("; echo "rc=$? $(el)") > $OUT/gpu-tests.log
+  grep -E "FAILED|ERROR|passed|failed|rc=" $OUT/gpu-tests.log | tail -8
+  for tree in base new; do
+    $tree timeout -k 10 130 python3 -m mla_jax model-bench --model v2-lite --batch 1,64,8 \
+      --contexts 1024 --no-torch --no-split --steps 32 --repeats 3 --prefill-len 4096 \
+      --time-budget 115 --out $OUT/v2-lite-$tree 2>&1 | grep -E "^(decode|prefill|model|jax)"
+    el
+  done
+  { echo "NEW $rev"
+    for args in "--batch 1" "--batch 8" "--batch 1 --xla-projections" "--batch 8 --xla-projections"; do
+      [ "$(left)" -lt 60 ] && break
+      echo "== $args"; new env XLA_FLAGS="$PROF" timeout 90 python3 $P --no-moe $args 2>&1 | grep -v "^WARNING" | head -24; el
+    done
+    t=$(( $(left) - 5 ))
+    [ $t -gt 30 ] && { echo "== --projections"; new timeout $t python3 $P --projections 2>&1 | grep -v "^WARNING"; el; }
+  } > $OUT/profile.log 2>&1
+  grep -E "^==|decode step|^\[" $OUT/profile.log; grep "^B=" $OUT/profile.log
+}
+
+# Call 25 (carry .whl, .ab/REV, .vllm): the Done-when numbers on one tree (NEW). Logs
+# to $OUT:
+#   v2-lite/     model-bench B=1, 64, 8 at context 1024 and the 4,096-token prefill,
+#                transformers' DeepseekV2ForCausalLM on the same weights beside it
+#   attention/   the sweep's bench at B=128, H=128 (L 4096, 16384; bf16 and the fp8
+#                cache's exact path) and B=16, H=32 and 64, L=1024, vLLM's kernel beside
+#   v3-stack/    model-bench --model v3-stack, decode at B=1, 8, 64
+call25() {
+  echo "NEW $rev"; nvidia-smi -L
+  new timeout -k 10 240 python3 -m mla_jax model-bench --model v2-lite --batch 1,64,8 \
+      --contexts 1024 --no-split --steps 32 --repeats 3 --prefill-len 4096 \
+      --time-budget 225 --out $OUT/v2-lite 2>&1 | grep -E "^(decode|prefill|model|jax|transformers|parity|torch)"
+  el
+  bench() {  # name, seconds, bench arguments
+    local name=$1 want=$2; shift 2
+    local to=$(( want < $(left) - 5 ? want : $(left) - 5 ))
+    [ $to -lt 40 ] && { echo "$name: not run, $(left) s left"; return; }
+    new timeout $to python3 -m mla_jax bench "$@" --repeats 3 --out $OUT/attention/$name \
+      --markdown $OUT/attention/$name.md --time-budget $(( to - 15 )) 2>&1 | tr '\r' '\n' \
+      | grep -v '^bench:' > $OUT/attention/$name.log
+    grep -E "^ +[0-9]+ +[0-9]+ +[0-9]+ " $OUT/attention/$name.log | sort -u; el
+  }
+  mkdir -p $OUT/attention
+  bench h128 130 --batch 128 --heads 128 --lens 4096,16384 --paths triton-occupancy,triton-fp8,vllm
+  bench h32-h64 60 --batch 16 --heads 32,64 --lens 1024 --paths triton-occupancy,vllm
+  t=$(( $(left) - 5 ))
+  [ $t -ge 60 ] && new timeout -k 10 $t python3 -m mla_jax model-bench --model v3-stack --batch 1,8,64 \
+      --contexts 1024 --no-torch --no-split --steps 16 --repeats 3 --time-budget $(( t - 15 )) \
+      --out $OUT/v3-stack 2>&1 | grep -E "^(decode|prefill|model|jax|layers|stack|v3)"
   el
 }
 
