@@ -29,7 +29,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from mla_jax import skinny
 from mla_jax._checks import check_array, is_int, narrow_int32, positive_int
 from mla_jax.buffers import LogitsBuffer
 from mla_jax.cache import append_latent, write_latents
@@ -260,32 +259,18 @@ def rms_norm(x: jax.Array, weight: jax.Array, eps: float) -> jax.Array:
     return (normed * weight.astype(jnp.float32)).astype(x.dtype)
 
 
-def project(
-    spec: str,
-    x: jax.Array,
-    w: jax.Array,
-    *,
-    backend: Backend = "xla",
-    compute_capability: int | None = None,
-    **einsum: Any,
-) -> jax.Array:
-    """``jnp.einsum(spec, x, w, **einsum)`` of activations ``x`` and a weight ``w``.
+def project(spec: str, x: jax.Array, w: jax.Array, **einsum: Any) -> jax.Array:
+    """``jnp.einsum(spec, x, w, **einsum)`` of activations ``x`` and a weight ``w``,
+    with a lone row computed as two (a zero row beside it, sliced off).
 
     ``spec`` names ``x``'s axes first, leading ``...`` allowed; its first axis must be
-    a row axis (in the output, not in ``w``). On the triton backend (``backend``,
-    ``compute_capability`` as ``mla_decode`` resolves them) a product of at most
-    ``mla_jax.skinny.MAX_ROWS`` rows in one float dtype is ``skinny_einsum``: a
-    decode step's projections are weight streams, which XLA's GEMMs for a few rows
-    read at well under the card's bandwidth (docs/performance.md).
-
-    On XLA a lone row is computed as two (a zero row beside it, sliced off). Why:
-    XLA's GPU compiler rewrites a dot with a vector operand (its row axes multiply to
-    1) into a multiply and a reduction when (rows + columns) x the contracted size is
-    under ten million, which covers every projection of a V2-Lite decode step; at
-    batch one it stores the whole weight-sized product before reducing it, about three
-    times a matmul's memory traffic, each product rounded to the operands' dtype. Two
-    rows keep it a matrix product, which XLA hands to a GEMM (docs/performance.md,
-    "One-row matmuls").
+    a row axis (in the output, not in ``w``). Why the second row: XLA's GPU compiler
+    rewrites a dot with a vector operand (its row axes multiply to 1) into a multiply
+    and a reduction when (rows + columns) x the contracted size is under ten million,
+    which covers every projection of a V2-Lite decode step; at batch one it stores the
+    whole weight-sized product before reducing it, about three times a matmul's memory
+    traffic, each product rounded to the operands' dtype. Two rows keep it a matrix
+    product, which XLA hands to a GEMM (docs/performance.md, "One-row matmuls").
     """
     inputs, out = spec.split("->")
     xs, ws = inputs.split(",")
@@ -295,21 +280,6 @@ def project(
     rows = math.prod(ellipsis) * math.prod(
         n for n, axis in zip(x.shape[len(ellipsis) :], named) if axis in out and axis not in ws
     )
-    if (
-        rows <= skinny.MAX_ROWS
-        and einsum.keys() <= {"preferred_element_type"}
-        and resolve_backend(backend, compute_capability) == "triton"
-    ):
-        flat_spec, flat_x = spec, x
-        if lead:  # the leading axes as one row axis, a letter the spec does not use
-            letter = next(a for a in "zyxwvutsrqponmlkjihgfedcba" if a not in spec)
-            flat_spec = spec.replace("...", letter)
-            flat_x = x.reshape(rows, *x.shape[len(ellipsis) :])
-        if skinny.fits(flat_spec, flat_x, w):
-            y = skinny.skinny_einsum(
-                flat_spec, flat_x, w, compute_capability=compute_capability, **einsum
-            )
-            return y.reshape(*ellipsis, *y.shape[1:]) if lead else y
     if rows != 1:
         return jnp.einsum(spec, x, w, **einsum)
     two = jnp.concatenate([x, jnp.zeros_like(x)], axis=0)
@@ -352,29 +322,27 @@ def apply_rope(x: jax.Array, positions: jax.Array, config: MLAConfig) -> jax.Arr
     return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1).astype(x.dtype)
 
 
-def _query_heads(params: MLAParams, config: MLAConfig, x, positions, **kernels):
+def _query_heads(params: MLAParams, config: MLAConfig, x, positions):
     """The query projection ``q [..., H, nope + rope]`` of ``x [..., hidden]`` (its rope
-    part as projected) and that part rotated, ``q_pe [..., H, rope]``. ``kernels``:
-    ``project``'s ``backend`` and ``compute_capability``."""
+    part as projected) and that part rotated, ``q_pe [..., H, rope]``."""
     if params.wq_a is None:
         q = x
     else:
         assert params.q_a_norm is not None, "a q LoRA has its norm"
-        q_a = project("...h,hq->...q", x, params.wq_a, **kernels)
-        q = rms_norm(q_a, params.q_a_norm, config.rms_norm_eps)
-    q = project("...q,qhd->...hd", q, params.wq_b, **kernels)
+        q = rms_norm(project("...h,hq->...q", x, params.wq_a), params.q_a_norm, config.rms_norm_eps)
+    q = project("...q,qhd->...hd", q, params.wq_b)
     return q, apply_rope(q[..., config.qk_nope_head_dim :], positions[..., None], config)
 
 
-def _queries(params: MLAParams, config: MLAConfig, x, positions, **kernels):
+def _queries(params: MLAParams, config: MLAConfig, x, positions):
     """``q_nope [..., H, nope]`` and rotated ``q_pe [..., H, rope]`` for ``x [..., hidden]``."""
-    q, q_pe = _query_heads(params, config, x, positions, **kernels)
+    q, q_pe = _query_heads(params, config, x, positions)
     return q[..., : config.qk_nope_head_dim], q_pe
 
 
-def _latent_row(params: MLAParams, config: MLAConfig, x, positions, **kernels):
+def _latent_row(params: MLAParams, config: MLAConfig, x, positions):
     """Cache rows ``[..., kv_lora_rank + rope]``: normed ``kv_c`` ++ rotated ``k_pe``."""
-    kv = project("...h,hc->...c", x, params.wkv_a, **kernels)
+    kv = project("...h,hc->...c", x, params.wkv_a)
     kv_c = rms_norm(kv[..., : config.kv_lora_rank], params.kv_a_norm, config.rms_norm_eps)
     k_pe = apply_rope(kv[..., config.kv_lora_rank :], positions, config)
     return jnp.concatenate([kv_c, k_pe], axis=-1)
@@ -437,11 +405,10 @@ def mla_decode_layer(
     _check_x(config, x, positions)
     if validate:
         validate_inputs(kv_cache, block_table, positions + 1, positions=positions)
-    kernels: dict[str, Any] = dict(backend=backend, compute_capability=compute_capability)
-    q_nope, q_pe = _queries(params, config, x, positions, **kernels)
+    q_nope, q_pe = _queries(params, config, x, positions)
     # Absorption: q_nope . (kv_c @ W_UK) == (W_UK @ q_nope) . kv_c, per head.
-    q_latent = project("bhn,chn->bhc", q_nope, params.w_uk, **kernels)
-    row = _latent_row(params, config, x, positions, **kernels)
+    q_latent = project("bhn,chn->bhc", q_nope, params.w_uk)
+    row = _latent_row(params, config, x, positions)
     kv_cache = append_latent(kv_cache, row.astype(kv_cache.dtype), block_table, positions)
     out, _, logits_buffer = mla_decode(
         (q_latent.astype(kv_cache.dtype), q_pe.astype(kv_cache.dtype)),
@@ -454,8 +421,8 @@ def mla_decode_layer(
         compute_capability=compute_capability,
         backend=backend,
     )
-    v = project("bhc,chv->bhv", out.astype(x.dtype), params.w_uv, **kernels)
-    return project("bhv,hvd->bd", v, params.wo, **kernels), kv_cache, logits_buffer
+    v = project("bhc,chv->bhv", out.astype(x.dtype), params.w_uv)
+    return project("bhv,hvd->bd", v, params.wo), kv_cache, logits_buffer
 
 
 def _dense_attention(params: MLAParams, config: MLAConfig, q_nope, q_pe, rows, live):

@@ -253,35 +253,6 @@ def run_moe(
     return h.float().numpy(), out.float().numpy()
 
 
-def run_skinny(spec, x, w, config):
-    """``skinny_matmul`` (``mla_jax.skinny.kernel``) on numpy ``x`` and ``w`` for the
-    einsum ``spec``, in a pool worker. Returns the float32 partials ``[splits, *out]``,
-    poisoned with NaN before the kernel ran so an unwritten element shows."""
-    import torch
-
-    from mla_jax.skinny import kernel
-    from mla_jax.skinny.api import plan
-
-    if os.environ.get("TRITON_INTERPRET") != "1":
-        raise RuntimeError("run_skinny() belongs in a worker of interpreter_pool()")
-    p = plan(spec, x.shape, w.shape)
-    params = kernel.launch_params(
-        groups=p["groups"],
-        m=p["m"],
-        k=p["k"],
-        n=p["n"],
-        x_strides=p["x_strides"],
-        w_strides=p["w_strides"],
-        out_strides=p["out_strides"],
-        float32=x.dtype == np.float32,
-        config=config,
-    )
-    out = torch.full((config.splits, *p["out_shape"]), float("nan"), dtype=torch.float32)
-    with _bf16_dots():
-        kernel.skinny_matmul[params["grid"]](_torch(x), _torch(w), out, **params["constexprs"])
-    return out.numpy()
-
-
 def run_prefill(q, k, v, lengths, *, scale, config=None):
     """The prefill attention kernel (``mla_jax.prefill.kernel``) on numpy inputs, in a
     pool worker: ``q`` one array or the pair ``(q, q_pe)``, ``k`` one ``[B, T, H, D]``

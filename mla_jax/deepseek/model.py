@@ -14,7 +14,7 @@ SwiGLU MLPs).
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -163,20 +163,13 @@ def init_params(
     return DeepseekParams(embed, layers, jnp.ones(config.hidden_size, dtype), lm_head)
 
 
-def mlp(
-    params: MLPParams,
-    x: jax.Array,
-    *,
-    backend: Backend = "xla",
-    compute_capability: int | None = None,
-) -> jax.Array:
-    """SwiGLU over the last axis of ``x`` (a decode step's rows through ``project``'s
-    kernel on the triton backend; a prefill's gate and up kept two matmuls: ``apart``)."""
-    kernels: dict[str, Any] = dict(backend=backend, compute_capability=compute_capability)
+def mlp(params: MLPParams, x: jax.Array) -> jax.Array:
+    """SwiGLU over the last axis of ``x`` (a lone row's matmuls kept GEMMs: ``project``;
+    a prefill's gate and up kept two matmuls: ``apart``)."""
     x_gate, x_up = apart(x, 2) if x.size // x.shape[-1] > PREFILL_ROWS else (x, x)
-    gate = project("...h,hi->...i", x_gate, params.gate, **kernels)
-    h = jax.nn.silu(gate) * project("...h,hi->...i", x_up, params.up, **kernels)
-    return project("...i,ih->...h", h, params.down, **kernels)
+    gate = project("...h,hi->...i", x_gate, params.gate)
+    h = jax.nn.silu(gate) * project("...h,hi->...i", x_up, params.up)
+    return project("...i,ih->...h", h, params.down)
 
 
 def _top_groups(scores: jax.Array, config: DeepseekConfig, group_score) -> jax.Array:
@@ -291,7 +284,7 @@ def moe(
         y = _experts_grouped(params, x, weights, experts)
     y = y.astype(x.dtype)
     if params.shared is not None and not in_kernels:
-        y = y + mlp(params.shared, x, backend=backend, compute_capability=compute_capability)
+        y = y + mlp(params.shared, x)
     return y.reshape(shape)
 
 
@@ -306,7 +299,7 @@ def _ffn(
     x = rms_norm(h, layer.post_attn_norm, config.rms_norm_eps)
     if isinstance(layer.mlp, MoEParams):
         return h + moe(layer.mlp, config, x, backend=backend, compute_capability=compute_capability)
-    return h + mlp(layer.mlp, x, backend=backend, compute_capability=compute_capability)
+    return h + mlp(layer.mlp, x)
 
 
 def _logits(params: DeepseekParams, config: DeepseekConfig, h: jax.Array) -> jax.Array:

@@ -1,28 +1,24 @@
 """Where a V2-Lite decode step's time goes at small B, kernel by kernel (device call 8).
 
     python step_profile.py --batch 1 --context 1024 [--layers 27] [--steps 16]
-        [--no-moe] [--xla-projections] [--prefill N | --projections]
+        [--no-moe] [--einsum] [--prefill N]
 
 Builds model-bench's random V2-Lite model (bf16, the triton backend), then for the
 whole step (``decode_loop``) and for the MoE layers alone (``_ffn_steps``): the wall
 time a step (median of 3 calls), and from one more call under the JAX profiler the
 kernels a step launches, the time some kernel was running (busy), and the costliest
 kernels with their launches a step and mean time. Wall minus busy is the time the GPU
-sat idle between kernels. ``--no-moe`` profiles the step only; ``--xla-projections``
-runs ``mla_jax.layer.project`` on the xla backend (XLA's GEMMs, the lone row as two)
-where the step's backend would take its Triton kernel. ``--prefill N`` profiles one
-N-token prompt's prefill (model-bench's) instead of the decode step, its 60 costliest
-kernels and its 12 longest gaps between kernels. ``--projections`` profiles each
-projection of a V2-Lite decode step alone at B = 1 and 8 (64 calls in one jitted
-loop): XLA's GEMM (``project`` on xla) and ``skinny_einsum`` at its default and
-other splits, each kernel's mean time and the weight's bytes over it.
+sat idle between kernels. ``--no-moe`` profiles the step only; ``--einsum`` runs the
+projections as plain ``jnp.einsum`` instead of ``mla_jax.layer.project`` (device call
+13: against XLA_FLAGS=--xla_gpu_enable_dot_strength_reduction=false). ``--prefill N``
+profiles one N-token prompt's prefill (model-bench's) instead of the decode step,
+its 60 costliest kernels and its 12 longest gaps between kernels.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
-import functools
 import statistics
 import tempfile
 import time
@@ -104,60 +100,6 @@ def prefill(params, config, length: int, backend: str) -> None:
     report("prefill", call, 1, top=60, gap_rows=12)
 
 
-PROJECTIONS = (  # a V2-Lite decode step's: (spec, x's shape past the rows, w's shape)
-    ("bq,qhd->bhd", (2048,), (2048, 16, 192)),  # wq
-    ("bh,hc->bc", (2048,), (2048, 576)),  # wkv_a
-    ("bhn,chn->bhc", (16, 128), (512, 16, 128)),  # w_uk, absorbed
-    ("bhc,chv->bhv", (16, 512), (512, 16, 128)),  # w_uv
-    ("bhv,hvd->bd", (16, 128), (16, 128, 2048)),  # wo
-    ("bh,hi->bi", (2048,), (2048, 10944)),  # the dense layer's gate (and up)
-    ("bi,ih->bh", (10944,), (10944, 2048)),  # its down
-)
-
-
-def _projection(spec: str, b: int, x, w, label: str, fn, calls: int) -> None:
-    """One line of ``--projections``: ``fn(x, w)`` called ``calls`` times in one loop."""
-
-    def loop(x, w):
-        def body(i, acc):  # each call's input differs: nothing is hoisted
-            return acc + fn(x + i.astype(x.dtype), w).astype(jnp.float32).sum()
-
-        return jax.lax.fori_loop(0, calls, body, jnp.float32(0))
-
-    run = jax.jit(loop)
-    float(run(x, w))
-    _, each, _ = kernels(lambda: float(run(x, w)))
-    mine = {k: d for k, d in each.items() if len(d) == calls}
-    matmul = max(mine, key=lambda k: sum(mine[k]))
-    us = np.mean(mine[matmul]) / 1e3
-    rest = sum(np.mean(d) for k, d in mine.items() if k != matmul) / 1e3
-    print(
-        f"B={b} {spec:14s} {w.shape!s:18s} {label:22s} {us:7.2f} us "
-        f"{w.nbytes / us / 1e6:5.2f} TB/s  (+{rest:5.2f} us of other kernels a call) "
-        f"{matmul[:40]}"
-    )
-
-
-def projections(batches=(1, 8), calls: int = 64) -> None:
-    from mla_jax import skinny
-    from mla_jax.layer import project
-
-    for b in batches:
-        for spec, x_shape, w_shape in PROJECTIONS:
-            keys = jax.random.split(jax.random.key(b), 2)
-            x = jax.random.normal(keys[0], (b, *x_shape), jnp.bfloat16)
-            w = (jax.random.normal(keys[1], w_shape, jnp.float32) * 0.02).astype(jnp.bfloat16)
-            p = skinny.api.plan(spec, x.shape, w.shape)
-            default = skinny.default_config(groups=p["groups"], k=p["k"], n=p["n"])
-            variants = {"xla": functools.partial(project, spec, backend="xla")}
-            for splits in sorted({1, 4, 16, default.splits}):
-                label = f"skinny s={splits}" + (" (default)" if splits == default.splits else "")
-                config = skinny.SkinnyConfig(splits=splits)
-                variants[label] = functools.partial(skinny.skinny_einsum, spec, config=config)
-            for label, fn in variants.items():
-                _projection(spec, b, x, w, label, fn, calls)
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--batch", type=int, default=1)
@@ -166,23 +108,17 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=16)
     p.add_argument("--backend", default="triton", help="xla: to check the script on a CPU")
     p.add_argument("--moe", action=argparse.BooleanOptionalAction, default=True)
-    p.add_argument("--xla-projections", action="store_true", help="project on xla")
+    p.add_argument("--einsum", action="store_true", help="projections as plain jnp.einsum")
     p.add_argument("--prefill", type=int, default=0, help="profile an N-token prefill")
-    p.add_argument("--projections", action="store_true", help="each projection alone")
     a = p.parse_args()
-    if a.projections:
-        projections()
-        return
-    if a.xla_projections:
+    if a.einsum:
         import mla_jax.deepseek.model
         import mla_jax.layer
 
-        project = mla_jax.layer.project
+        def einsum(spec, x, w, **kw):
+            return jnp.einsum(spec, x, w, **kw)
 
-        def on_xla(spec, x, w, **kw):
-            return project(spec, x, w, **(kw | {"backend": "xla"}))
-
-        mla_jax.layer.project = mla_jax.deepseek.model.project = on_xla
+        mla_jax.layer.project = mla_jax.deepseek.model.project = einsum
     config = mb.config_for("v2-lite", a.layers, False)
     params = mb.build_params(config, jnp.bfloat16)
     if a.prefill:
