@@ -1,12 +1,333 @@
 #!/usr/bin/env bash
-# Device calls from the sixth lease on, one function each: `DEADLINE=S bash leases.sh N`
-# (carry .whl, .ab/REV, and what each call's comment names). Each writes its logs to
-# $OUT, most important first, as its comment lists.
+# Device calls of this folder, one function each: `DEADLINE=S bash leases.sh N`, with
+# the carried paths each call's comment names. Each writes its logs to $OUT, most
+# important first, as its comment lists. Calls 1-18 ran as the files call-N.sh and
+# lease-6.sh, as the logs name them; call 7 is still its own file (call-7.sh, which
+# call 9 ran again); calls 11, 12, 14, 15 and 19-23 were one-liners, in README.md.
 set -u
 source docs/gpu/h100-1207/common.sh
 left() { echo $(( deadline - ($(date +%s) - t0) )); }
 P=$NEW/docs/gpu/h100-1207/step_profile.py
 PROF=--xla_enable_command_buffers_during_profiling=true
+
+# Call 1 (call-1.sh; about 9.5 minutes; carry .whl, .vllm, .ab): this tree (NEW) against
+# .ab/old (OLD: 30be8da, the kernels launched by mla_jax's own g++-built FFI handler),
+# side by side, then the sweep's part `small`. Logs to $OUT:
+#   check.log       every stage 1, bf16 and fp8, by both trees: bitwise equal, float64
+#   first-call.log  every module byte-compiled first (is the bytecode read?), then the
+#                   first mla_decode in new processes, cold and warm, both trees; where
+#                   a warm one spends its time (first_call.py --phases, both trees), and
+#                   the backend's costliest imports (NEW, -X importtime)
+#   chain.log       20-call chains at B=1, both trees (NEW also with command buffers off)
+#   bench-{old,new}.{log,json}  the bench at 12 shapes by each tree (device time)
+#   sweep-1.tar     the part small: B 1 and 4 at H 16, 64, 128
+call1() {
+D=$NEW/docs/gpu/h100-1207
+{
+  echo "NEW $rev  OLD $(cat .ab/old/REV)"; nvidia-smi -L
+  new python3 -c 'import sys, jax, jaxlib, triton, jax_triton, numpy; print(sys.version.split()[0], "jax", jax.__version__, "jaxlib", jaxlib.__version__, "triton", triton.__version__, "jax-triton", jax_triton.__version__, "numpy", numpy.__version__)'
+  echo "== NEW"; new timeout 150 python3 $D/check.py run /tmp/new.npz 2>&1 | grep -v "^WARNING"
+  echo "== OLD"; old timeout 150 python3 $D/check.py run /tmp/old.npz 2>&1 | grep -v "^WARNING"
+  echo "== compare (A = OLD, B = NEW)"; new timeout 60 python3 $D/check.py compare /tmp/old.npz /tmp/new.npz
+  el
+} > $OUT/check.log 2>&1
+cat $OUT/check.log
+{
+  env | grep -E "^PYTHON"
+  python3 -m compileall -q -j 8 "$NEW/mla_jax" "$NEW/scripts" "$OLD/mla_jax" "$OLD/scripts" /tmp/site >/dev/null; echo "compileall rc=$?"
+  for tree in new old; do
+    $tree python3 -v -c "import mla_jax._triton_backend" > /tmp/v.txt 2>&1
+    echo "$tree: modules read from bytecode $(grep -c 'pyc matches' /tmp/v.txt), compiled from source $(grep -c 'code object from .*\.py$' /tmp/v.txt)"
+  done
+  for shape in "4 128 4096" "64 16 4096" "1 16 1024"; do
+    set -- $shape
+    for tree in old new; do
+      for i in cold warm warm warm; do
+        echo -n "$tree $i: "
+        $tree env TRITON_CACHE_DIR=/tmp/fc-$tree-$1-$2-$3 timeout 60 python3 scripts/first_call.py --batch $1 --heads $2 --max-len $3 2>&1 | grep "first mla_decode"
+      done
+      for i in 1 2; do
+        echo -n "$tree warm, "
+        $tree env TRITON_CACHE_DIR=/tmp/fc-$tree-$1-$2-$3 timeout 60 python3 $NEW/scripts/first_call.py --phases --batch $1 --heads $2 --max-len $3 2>&1 | grep "phases"
+      done
+    done
+  done
+  echo "== NEW, the backend's imports over 10 ms (-X importtime: self us | cumulative us | module), warm"
+  new env TRITON_CACHE_DIR=/tmp/fc-new-1-16-1024 python3 -X importtime scripts/first_call.py --batch 1 --heads 16 --max-len 1024 2>&1 \
+    | grep "import time" | awk -F'|' '$2+0 > 10000' | tail -25
+  el
+} > $OUT/first-call.log 2>&1
+cat $OUT/first-call.log
+{
+  echo "== OLD"; old timeout 60 python3 $D/chain.py mla_jax_cubin_launch 2>&1 | grep -v "^WARNING"
+  for flags in "" "--xla_gpu_enable_command_buffer="; do
+    echo "== NEW, XLA_FLAGS='$flags'"; new env XLA_FLAGS="$flags" timeout 60 python3 $D/chain.py triton_kernel_call_ffi 2>&1 | grep -v "^WARNING"
+  done
+  echo "== OLD again"; old timeout 60 python3 $D/chain.py mla_jax_cubin_launch 2>&1 | grep -v "^WARNING"
+  el
+} > $OUT/chain.log 2>&1
+cat $OUT/chain.log
+ARGS="--batch 1,64,128 --heads 16,128 --lens 4096,16384 --paths triton-occupancy --repeats 3 --time-budget 50"
+for tree in old new; do
+  (echo "$tree"; $tree timeout 90 python3 -m mla_jax bench $ARGS --out /tmp/b-$tree --markdown /tmp/b-$tree.md 2>&1 | tr '\r' '\n' | grep -v '^bench:') > $OUT/bench-$tree.log
+  cp /tmp/b-$tree/results.json $OUT/bench-$tree.json
+  grep -E "^ +[0-9]+ +[0-9]+ +[0-9]+ |wrote" $OUT/bench-$tree.log
+done
+el
+part small 200 --batch 1,4 --heads 16,64,128
+pack sweep-1
+el
+}
+
+# Call 2 (call-2.sh; about 9.5 minutes; carry .whl, .vllm, .ab): the GPU test files, then the
+# sweep's parts large-b128-h32-h128 and large-b128 (B=128 at H 16, 32, 64, 128).
+# Logs to $OUT: gpu-suite.log, sweep-2.tar.
+call2() {
+suite 330
+part large-b128-h32-h128 110 --batch 128 --heads 32,128
+part large-b128 100 --batch 128 --heads 16,64
+pack sweep-2
+el
+}
+
+# Call 3 (call-3.sh; about 9.5 minutes; carry .whl, .vllm, .ab): the sweep's parts
+# large-b16-b64 (B 16 and 64 at H 16, 64, 128) and h32 (H=32, B 1-64), then the fp8
+# rows (B=128, L=16384, H 16 and 128: the bf16 cache, the fp8 cache by the default and
+# the fp8-MMA path, and vLLM) as time allows. Logs to $OUT: sweep-3.tar.
+call3() {
+part large-b16-b64 230 --batch 16,64 --heads 16,64,128
+part h32 150 --batch 1,4,16,64 --heads 32
+left=$(( deadline - ($(date +%s) - t0) ))
+if [ $left -ge 60 ]; then
+  (echo "rev $rev"; new timeout $left python3 -m mla_jax bench --batch 128 --heads 16,128 --lens 16384 \
+     --paths triton-occupancy,triton-fp8,triton-fp8-mma,vllm --repeats 3 --out /tmp/b-fp8 \
+     --markdown /tmp/b-fp8.md --time-budget $(( left - 20 )) 2>&1 | tr '\r' '\n' | grep -v '^bench:') \
+     > /tmp/parts/bench-fp8-b128-l16384.log
+  cp /tmp/b-fp8/results.json /tmp/parts/fp8-b128-l16384.json
+  grep -E "^ +[0-9]+ +[0-9]+ +[0-9]+ " /tmp/parts/bench-fp8-b128-l16384.log | sort -u
+fi
+pack sweep-3
+el
+}
+
+# Call 4 (call-4.sh; 8 minutes; carry .whl, .vllm, .ab): the GPU test files again, every test
+# named as it ends (call 2's quiet run stopped at its limit before naming its failures).
+# Log: gpu-suite.log. Ran as one command line on 2026-12-07; this is that line, spread out.
+call4() {
+files=()
+for f in tests/*/test_*.py; do
+  case "$f" in
+  tests/tools/test_notebooks.py | tests/api/test_fuzz.py | tests/kernels/test_gluon_build.py \
+    | tests/kernels/test_kernel_build.py) ;;
+  *) files+=("$f") ;;
+  esac
+done
+(echo "rev $rev"; nvidia-smi -L; new timeout 480 python3 -m pytest -v -rfEs -p no:cacheprovider -n 12 \
+   -m "not interpreter" --tb=short --durations=15 -W ignore::pytest.PytestWarning "${files[@]}" 2>&1 \
+   | grep -v "PytestBenchmarkWarning\|warner("; echo "rc=$? $(el)") > $OUT/gpu-suite.log
+grep -E "FAILED|ERROR|passed|failed" $OUT/gpu-suite.log | tail -30
+}
+
+# Call 5 (call-5.sh; about 3 minutes; carry .whl, .vllm, .ab): the test files that failed in
+# call 4's suite, rerun after their fix (gpu-rerun.log), then the first mla_decode with
+# every module the call imports byte-compiled, the device machine's own packages too
+# (PYTHONPYCACHEPREFIX: its site-packages are read-only and ship no bytecode), both
+# trees (first-call-pyc.log).
+call5() {
+(echo "rev $rev"; new timeout 150 python3 -m pytest -q -rfEs -p no:cacheprovider -n 12 --tb=short \
+   -W ignore::pytest.PytestWarning tests/api/test_errors.py tests/kernels/test_prefill.py \
+   tests/tools/test_model_bench.py tests/tools/test_cli.py 2>&1 | grep -v "PytestBenchmarkWarning\|warner("; echo "rc=$? $(el)") > $OUT/gpu-rerun.log
+tail -n 25 $OUT/gpu-rerun.log
+export PYTHONPYCACHEPREFIX=/tmp/pyc
+{
+  echo "PYTHONPYCACHEPREFIX=$PYTHONPYCACHEPREFIX"
+  for tree in new old; do byte_compile $tree 1 16 1024; done
+  for shape in "1 16 1024" "4 128 4096" "64 16 4096"; do
+    for tree in old new; do
+      left=$(( deadline - ($(date +%s) - t0) )); [ $left -lt 30 ] && { echo "stopped: $left s left"; break 2; }
+      first_calls $tree $shape cold warm warm warm
+    done
+  done
+  el
+} > $OUT/first-call-pyc.log 2>&1
+cat $OUT/first-call-pyc.log
+}
+
+# Call 6 (call-6.sh; about 6 minutes; carry .whl, .vllm, .ab): a second lease, NEW against
+# OLD again. Logs to $OUT:
+#   ab-64-128-16384.log  the one shape call 1 measured outside ±2%: six bench processes
+#                        per tree, alternating (OLD first in odd pairs, NEW first in
+#                        even), each its own compile and 5 repeats of the profiler's time
+#   first-call-lazy.log  call 5's first-call measurement (every imported module
+#                        byte-compiled) on this tree, whose plan imports a Gluon family's
+#                        module only when it plans that family, against OLD
+#   gpu-model.log        the DeepSeek tests that check generation against transformers,
+#                        the one with backend="triton" (flash prefill, fused MoE,
+#                        mla_decode) among them
+call6() {
+{
+  echo "NEW $rev  OLD $(cat .ab/old/REV)"; nvidia-smi -L
+  for i in 1 2 3 4 5 6; do
+    if [ $((i % 2)) = 1 ]; then order="old new"; else order="new old"; fi
+    for tree in $order; do
+      echo -n "pair $i $tree: "
+      $tree timeout 60 python3 -m mla_jax bench --batch 64 --heads 128 --lens 16384 \
+        --paths triton-occupancy --repeats 5 --out /tmp/ab-$tree-$i --markdown /tmp/ab-$tree-$i.md 2>&1 \
+        | tr '\r' '\n' | grep -E "^ +64 +128 +16384 "
+    done
+  done
+  el
+} > $OUT/ab-64-128-16384.log 2>&1
+cat $OUT/ab-64-128-16384.log
+export PYTHONPYCACHEPREFIX=/tmp/pyc
+{
+  echo "NEW $rev  OLD $(cat .ab/old/REV)  PYTHONPYCACHEPREFIX=$PYTHONPYCACHEPREFIX"
+  for tree in new old; do byte_compile $tree 64 16 4096; done
+  for shape in "64 16 4096" "4 128 4096" "1 16 1024"; do
+    for tree in old new; do first_calls $tree $shape cold warm warm warm warm; done
+  done
+  el
+} > $OUT/first-call-lazy.log 2>&1
+cat $OUT/first-call-lazy.log
+unset PYTHONPYCACHEPREFIX
+left=$(( deadline - ($(date +%s) - t0) ))
+(echo "rev $rev"; nvidia-smi -L; new timeout $left python3 -m pytest -v -rfEs -p no:cacheprovider -n 3 --tb=short \
+   -W ignore::pytest.PytestWarning tests/model/test_deepseek.py -k "generation or prefill_logits" 2>&1 \
+   | grep -v "PytestBenchmarkWarning\|warner("; echo "rc=$? $(el)") > $OUT/gpu-model.log
+grep -E "PASSED|FAILED|ERROR|passed|failed|rc=" $OUT/gpu-model.log | tail -20
+}
+
+# Call 8 (call-8.sh; DEADLINE seconds; carry .whl, .ab): where a V2-Lite decode step's time
+# goes (step_profile.py) at B=1, then B=8 as time allows, BASE (.ab/base: 8e6faa8, the
+# tree of calls 6-7) against this tree (moe_align without while loops, and one token's
+# pairs aligned without a sort). Logs to $OUT:
+#   step-profile.log  wall and kernel time a step, launches, the costliest kernels
+#   hlo.tar           XLA's optimized HLO of this tree's decode loop and MoE layers, B=1
+call8() {
+P=$NEW/docs/gpu/h100-1207/step_profile.py
+{
+  echo "NEW $rev  BASE $(cat .ab/base/REV)"; nvidia-smi -L
+  for b in 1 8; do
+    for tree in base new; do
+      left=$(( deadline - ($(date +%s) - t0) )); [ $left -lt 75 ] && { echo "stopped: $left s left"; break 2; }
+      echo "== $tree"
+      if [ $tree = new ] && [ $b = 1 ]; then
+        new env XLA_FLAGS="--xla_dump_to=/tmp/dump --xla_dump_hlo_as_text" timeout $((left - 5)) python3 $P --batch $b 2>&1 | grep -v "^WARNING"
+      else
+        $tree timeout $((left - 5)) python3 $P --batch $b 2>&1 | grep -v "^WARNING"
+      fi
+      el
+    done
+  done
+} > $OUT/step-profile.log 2>&1
+cat $OUT/step-profile.log
+(cd /tmp/dump && tar -cf $OUT/hlo.tar $(ls | grep -E "(decode_loop|_ffn_steps).*after_optimizations\.txt" | head -8)) 2>&1 | tail -2
+}
+
+# Call 10 (call-10.sh; DEADLINE seconds; carry .whl, .ab): a decode step's one-row matmuls
+# kept GEMMs (`mla_jax.layer.project`, NEW) against BASE (.ab/base: the tree before it,
+# with the one-token moe_align), then the model benchmark, the GPU generation tests and
+# the fused MoE's config sweep on NEW, each as time allows. Logs to $OUT, most important
+# first:
+#   step-profile.log     step_profile.py at B=1: BASE, NEW (B=8 last, as time allows)
+#   hlo.tar              XLA's optimized HLO of NEW's decode loop and MoE layers, B=1
+#   v2-lite/             model-bench's results.json and model-bench.log (call 7's flags
+#                        with 200 s left; else B=1 and 8 without transformers)
+#   gpu-model.log        the DeepSeek tests that check generation against transformers
+#   moe-sweep.log, moe.json  docs/gpu/moe/bench_moe.py at 1, 8 and 4096 tokens
+call10() {
+left() { echo $(( deadline - ($(date +%s) - t0) )); }
+P=$NEW/docs/gpu/h100-1207/step_profile.py
+profile() {  # B, then the trees
+  local b=$1; shift
+  for tree in "$@"; do
+    [ "$(left)" -lt 60 ] && { echo "B=$b $tree: not run, $(left) s left"; continue; }
+    echo "== $tree"
+    if [ $tree = new ] && [ $b = 1 ]; then
+      new env XLA_FLAGS="--xla_dump_to=/tmp/dump --xla_dump_hlo_as_text" timeout $(( $(left) - 5 )) python3 $P --batch $b 2>&1 | grep -v "^WARNING"
+    else
+      $tree timeout $(( $(left) - 5 )) python3 $P --batch $b 2>&1 | grep -v "^WARNING"
+    fi
+    el
+  done
+}
+{ echo "NEW $rev  BASE $(cat .ab/base/REV)"; nvidia-smi -L; profile 1 base new; } > $OUT/step-profile.log 2>&1
+cat $OUT/step-profile.log
+(cd /tmp/dump && tar -cf $OUT/hlo.tar $(ls | grep -E "(decode_loop|_ffn_steps).*after_optimizations\.txt" | head -8)) 2>&1 | tail -2
+t=$(( $(left) < 300 ? $(left) : 300 ))
+if [ $t -ge 200 ]; then  # call 7's run
+  flags="--batch 1,64,8 --contexts 4096,1024 --time-budget $(( t - 40 ))"
+else  # what fits: no transformers, no prefill split
+  flags="--batch 1,8 --contexts 1024,4096 --no-torch --time-budget $(( t - 25 ))"
+fi
+[ $t -ge 70 ] && new timeout -k 15 $t python3 -m mla_jax model-bench --model v2-lite $flags \
+    --steps 32 --repeats 3 --prefill-len 4096 --out $OUT/v2-lite 2>&1 \
+    | grep --line-buffered -v "^WARNING: All log messages" | grep -v "Writing model shards"
+rm -f $OUT/v2-lite/model-bench.md; el
+t=$(( $(left) < 120 ? $(left) : 120 ))
+[ $t -ge 90 ] && (echo "rev $rev"; new timeout $t python3 -m pytest -v -rfEs -p no:cacheprovider -n 3 --tb=short \
+   -W ignore::pytest.PytestWarning tests/model/test_deepseek.py -k "generation or prefill_logits" 2>&1 \
+   | grep -v "PytestBenchmarkWarning\|warner("; echo "rc=$? $(el)") > $OUT/gpu-model.log
+grep -E "PASSED|FAILED|ERROR|passed|failed|rc=" $OUT/gpu-model.log | tail -12
+t=$(( $(left) - 10 ))
+[ $t -gt 60 ] && (echo "rev $rev"; new timeout $t python3 docs/gpu/moe/bench_moe.py --out /tmp/moe --tokens 1 8 4096 \
+   --sweep-seconds $(( t / 2 - 20 )) 2>&1 | grep -v "^WARNING"; echo "rc=$? $(el)") > $OUT/moe-sweep.log \
+   && cp /tmp/moe/moe.json $OUT/ ; tail -n 25 $OUT/moe-sweep.log
+{ profile 8 base new; } >> $OUT/step-profile.log 2>&1; tail -n 4 $OUT/step-profile.log
+}
+
+# Call 13 (call-13.sh; fifth lease; carry .whl, .ab/base, .ab/REV): the shared experts in
+# the fused MoE kernels (NEW) against BASE (.ab/base: the tree before, the shared MLP
+# its own matmuls), what XLA's options do to NEW's B=1 step, and the fused MoE's
+# config sweep. Logs to $OUT, most important first:
+#   step-ab.log     step_profile.py --no-moe at B=1, BASE then NEW (B=8 last, as time allows)
+#   gpu-moe.log     the fused MoE's GPU tests and the generation tests against transformers
+#   v2-lite/        NEW's model benchmark, B=1, 8, 64 at context 1024 (no transformers)
+#   flags.log       step_profile.py --no-moe at B=1 on NEW under each XLA_FLAGS variant
+#   moe-sweep.log, moe.json  docs/gpu/moe/bench_moe.py at 1, 8 and 4096 tokens, V2-Lite's 2 shared experts
+#   hlo.tar         XLA's optimized HLO of NEW's B=1 decode loop
+# Every profile keeps XLA's command buffers on under the profiler ($PROF), so its
+# kernel table is the timed run's.
+call13() {
+left() { echo $(( deadline - ($(date +%s) - t0) )); }
+P=$NEW/docs/gpu/h100-1207/step_profile.py
+PROF=--xla_enable_command_buffers_during_profiling=true
+CB=FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL,CUDNN,DYNAMIC_SLICE_FUSION
+profile() {  # tree, label, need (s), XLA_FLAGS, step_profile's arguments
+  local tree=$1 label=$2 need=$3 flags=$4; shift 4
+  [ "$(left)" -lt "$need" ] && { echo "== $label: not run, $(left) s left"; return; }
+  echo "== $label ($tree): XLA_FLAGS='$flags' $*"
+  $tree env XLA_FLAGS="$flags" timeout 90 python3 $P --no-moe "$@" 2>&1 | grep -v "^WARNING" | head -26
+  el
+}
+{ echo "NEW $rev  BASE $(cat .ab/base/REV)"; nvidia-smi -L
+  profile base B=1 60 "$PROF" --batch 1
+  profile new B=1 60 "$PROF --xla_dump_to=/tmp/dump --xla_dump_hlo_as_text" --batch 1; } > $OUT/step-ab.log 2>&1
+(cd /tmp/dump && tar -cf $OUT/hlo.tar $(ls | grep -E "decode_loop.*after_optimizations\.txt" | head -2)) 2>&1 | tail -2
+grep -E "^==|decode step|^\[" $OUT/step-ab.log
+t=$(( $(left) < 150 ? $(left) : 150 ))
+[ $t -ge 60 ] && (echo "rev $rev"; new timeout $t python3 -m pytest -v -rfEs -p no:cacheprovider -n 4 --tb=short \
+   -W ignore::pytest.PytestWarning tests/kernels/test_moe.py tests/model/test_deepseek.py \
+   -k "gpu or generation or prefill_logits" 2>&1 | grep -v "PytestBenchmarkWarning\|warner("; echo "rc=$? $(el)") > $OUT/gpu-moe.log
+grep -E "PASSED|FAILED|ERROR|passed|failed|rc=" $OUT/gpu-moe.log | tail -14
+t=$(( $(left) < 110 ? $(left) : 110 ))
+[ $t -ge 80 ] && new timeout -k 10 $t python3 -m mla_jax model-bench --model v2-lite --batch 1,8,64 \
+    --contexts 1024 --no-torch --no-split --steps 32 --repeats 3 --prefill-len 4096 \
+    --time-budget $(( t - 15 )) --out $OUT/v2-lite 2>&1 | grep -E "^(decode|prefill|model|jax)"
+rm -f $OUT/v2-lite/model-bench.md; el
+{ echo "rev $rev"
+  profile new no-command-buffers 200 "--xla_gpu_enable_command_buffer=" --batch 1
+  profile new while-in-command-buffers 170 "$PROF --xla_gpu_enable_command_buffer=$CB,WHILE,CONDITIONAL" --batch 1
+  profile new einsum-no-strength-reduction 140 "$PROF --xla_gpu_enable_dot_strength_reduction=false" --batch 1 --einsum
+} > $OUT/flags.log 2>&1
+grep -E "^==|decode step|^\[" $OUT/flags.log
+t=$(( $(left) - 10 ))
+[ $t -gt 60 ] && (echo "rev $rev"; new timeout $t python3 docs/gpu/moe/bench_moe.py --out /tmp/moe --tokens 1 8 4096 --shared 2 \
+   --sweep-seconds $(( t / 2 )) 2>&1 | grep -v "^WARNING"; echo "rc=$? $(el)") > $OUT/moe-sweep.log \
+   && cp /tmp/moe/moe.json $OUT/ ; tail -n 8 $OUT/moe-sweep.log
+{ profile base B=8 40 "$PROF" --batch 8; profile new B=8 40 "$PROF" --batch 8; } >> $OUT/step-ab.log 2>&1
+tail -n 3 $OUT/step-ab.log
+}
 
 # Call 16 (carry .whl, .ab/REV): what call 13 had no time for, on
 # one tree (NEW). Logs to $OUT, most important first:
@@ -133,19 +454,15 @@ call24() {
   grep -E "^==|decode step|^\[" $OUT/profile.log; grep "^B=" $OUT/profile.log
 }
 
-# Call 25 (carry .whl, .ab/REV, .vllm): the Done-when numbers on one tree (NEW). Logs
-# to $OUT:
+# Call 25 (not yet run; carry .whl, .ab/REV, .vllm): the Done-when numbers on one tree
+# (NEW), the least measured first, each part only where time is left for it. Logs to $OUT:
+#   v3-stack/    model-bench --model v3-stack, decode at B=1, 8, 64
 #   v2-lite/     model-bench B=1, 64, 8 at context 1024 and the 4,096-token prefill,
 #                transformers' DeepseekV2ForCausalLM on the same weights beside it
 #   attention/   the sweep's bench at B=128, H=128 (L 4096, 16384; bf16 and the fp8
-#                cache's exact path) and B=16, H=32 and 64, L=1024, vLLM's kernel beside
-#   v3-stack/    model-bench --model v3-stack, decode at B=1, 8, 64
+#                cache's exact path), then B=16, H=32 and 64, L=1024, vLLM's kernel beside
 call25() {
   echo "NEW $rev"; nvidia-smi -L
-  new timeout -k 10 240 python3 -m mla_jax model-bench --model v2-lite --batch 1,64,8 \
-      --contexts 1024 --no-split --steps 32 --repeats 3 --prefill-len 4096 \
-      --time-budget 225 --out $OUT/v2-lite 2>&1 | grep -E "^(decode|prefill|model|jax|transformers|parity|torch)"
-  el
   bench() {  # name, seconds, bench arguments
     local name=$1 want=$2; shift 2
     local to=$(( want < $(left) - 5 ? want : $(left) - 5 ))
@@ -156,13 +473,18 @@ call25() {
     grep -E "^ +[0-9]+ +[0-9]+ +[0-9]+ " $OUT/attention/$name.log | sort -u; el
   }
   mkdir -p $OUT/attention
-  bench h128 130 --batch 128 --heads 128 --lens 4096,16384 --paths triton-occupancy,triton-fp8,vllm
-  bench h32-h64 60 --batch 16 --heads 32,64 --lens 1024 --paths triton-occupancy,vllm
-  t=$(( $(left) - 5 ))
-  [ $t -ge 60 ] && new timeout -k 10 $t python3 -m mla_jax model-bench --model v3-stack --batch 1,8,64 \
+  t=$(( $(left) - 5 )); t=$(( t > 150 ? 150 : t ))
+  new timeout -k 10 $t python3 -m mla_jax model-bench --model v3-stack --batch 1,8,64 \
       --contexts 1024 --no-torch --no-split --steps 16 --repeats 3 --time-budget $(( t - 15 )) \
-      --out $OUT/v3-stack 2>&1 | grep -E "^(decode|prefill|model|jax|layers|stack|v3)"
+      --out $OUT/v3-stack 2>&1 | grep -E "^(decode|model|jax|skipped)"
   el
+  t=$(( $(left) - 5 )); t=$(( t > 250 ? 250 : t ))
+  [ $t -ge 200 ] && new timeout -k 10 $t python3 -m mla_jax model-bench --model v2-lite --batch 1,64,8 \
+      --contexts 1024 --no-split --steps 32 --repeats 3 --prefill-len 4096 \
+      --time-budget $(( t - 15 )) --out $OUT/v2-lite 2>&1 | grep -E "^(decode|prefill|model|jax|transformers|parity|torch|skipped)"
+  el
+  bench h128 120 --batch 128 --heads 128 --lens 4096,16384 --paths triton-occupancy,triton-fp8,vllm
+  bench h32-h64 60 --batch 16 --heads 32,64 --lens 1024 --paths triton-occupancy,vllm
 }
 
 call$1
