@@ -456,6 +456,8 @@ call24() {
 
 # Call 25 (not yet run; carry .whl, .ab/REV, .vllm): the Done-when numbers on one tree
 # (NEW), the least measured first, each part only where time is left for it. Logs to $OUT:
+#   layer.log    step_profile.py --no-moe --batch 1 --layer: the B=1 step's costliest
+#                kernels and one layer's launches in order, each with the idle before it
 #   v3-stack/    model-bench --model v3-stack, decode at B=1, 8, 64
 #   v2-lite/     model-bench B=1, 64, 8 at context 1024 and the 4,096-token prefill,
 #                transformers' DeepseekV2ForCausalLM on the same weights beside it
@@ -473,6 +475,8 @@ call25() {
     grep -E "^ +[0-9]+ +[0-9]+ +[0-9]+ " $OUT/attention/$name.log | sort -u; el
   }
   mkdir -p $OUT/attention
+  new env XLA_FLAGS="$PROF" timeout 90 python3 $P --no-moe --batch 1 --layer 2>&1 \
+    | grep -v "^WARNING" > $OUT/layer.log; grep -E "decode step|one layer:" $OUT/layer.log; el
   t=$(( $(left) - 5 )); t=$(( t > 150 ? 150 : t ))
   new timeout -k 10 $t python3 -m mla_jax model-bench --model v3-stack --batch 1,8,64 \
       --contexts 1024 --no-torch --no-split --steps 16 --repeats 3 --time-budget $(( t - 15 )) \

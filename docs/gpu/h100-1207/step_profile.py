@@ -1,18 +1,20 @@
 """Where a V2-Lite decode step's time goes at small B, kernel by kernel (device call 8).
 
     python step_profile.py --batch 1 --context 1024 [--layers 27] [--steps 16]
-        [--no-moe] [--einsum] [--prefill N]
+        [--no-moe] [--einsum] [--layer] [--prefill N]
 
 Builds model-bench's random V2-Lite model (bf16, the triton backend), then for the
 whole step (``decode_loop``) and for the MoE layers alone (``_ffn_steps``): the wall
 time a step (median of 3 calls), and from one more call under the JAX profiler the
 kernels a step launches, the time some kernel was running (busy), and the costliest
-kernels with their launches a step and mean time. Wall minus busy is the time the GPU
-sat idle between kernels. ``--no-moe`` profiles the step only; ``--einsum`` runs the
-projections as plain ``jnp.einsum`` instead of ``mla_jax.layer.project`` (device call
-13: against XLA_FLAGS=--xla_gpu_enable_dot_strength_reduction=false). ``--prefill N``
-profiles one N-token prompt's prefill (model-bench's) instead of the decode step,
-its 60 costliest kernels and its 12 longest gaps between kernels.
+kernels with their launches a step and mean time (``--layer``: then one layer's
+kernels in launch order, each with the idle time before it). Wall minus busy is the
+time the GPU sat idle between kernels. ``--no-moe`` profiles the step only;
+``--einsum`` runs the projections as plain ``jnp.einsum`` instead of
+``mla_jax.layer.project`` (device call 13: against
+XLA_FLAGS=--xla_gpu_enable_dot_strength_reduction=false). ``--prefill N`` profiles one
+N-token prompt's prefill (model-bench's) instead of the decode step, its 60 costliest
+kernels and its 12 longest gaps between kernels.
 """
 
 from __future__ import annotations
@@ -34,10 +36,10 @@ from mla_jax.tools import model_bench as mb
 from mla_jax.tools.bench import GPU_PLANE_PREFIX, STREAM_LINE_PREFIX
 
 
-def kernels(run) -> tuple[int, dict[str, list[int]], list[tuple[int, str, str]]]:
-    """(busy ns, {kernel: [durations ns]}, gaps) of ``run()`` under the profiler; gaps:
-    ``(ns, kernel before, kernel after)`` for each stretch between kernels, the
-    longest first."""
+def kernels(run) -> tuple[int, dict[str, list[int]], list[tuple[int, str, str]], list]:
+    """(busy ns, {kernel: [durations ns]}, gaps, spans) of ``run()`` under the
+    profiler; gaps: ``(ns, kernel before, kernel after)`` for each stretch between
+    kernels, the longest first; spans: ``(start ns, end ns, kernel)`` in launch order."""
     from jax.profiler import ProfileData
 
     with tempfile.TemporaryDirectory() as folder:
@@ -64,10 +66,34 @@ def kernels(run) -> tuple[int, dict[str, list[int]], list[tuple[int, str, str]]]
             busy, reach, last = busy + end - start, end, name
         elif end > reach:
             busy, reach, last = busy + end - reach, end, name
-    return busy, each, sorted(gaps, reverse=True)
+    return busy, each, sorted(gaps, reverse=True), sorted(spans)
 
 
-def report(name: str, call, steps: int, top: int = 25, gap_rows: int = 0) -> None:
+def one_layer(spans: list, marker: str = "mla_decode_stage1") -> None:
+    """The kernels from one ``marker`` launch to the next, mid-run, in launch order:
+    a layer's cycle (its attention's second half, its MLP or MoE, the next layer's
+    first half), each with its start, its time and the idle time before it."""
+    marks = [i for i, (_, _, name) in enumerate(spans) if marker in name]
+    if len(marks) < 3:
+        print(f"  one layer: fewer than 3 launches of {marker}")
+        return
+    first, last = marks[len(marks) // 2], marks[len(marks) // 2 + 1]
+    t0, busy, idle = spans[first][0], 0, 0
+    print(f"  one layer in launch order ({last - first} launches; us from the first):")
+    for i in range(first, last):
+        start, end, name = spans[i]
+        gap = start - spans[i - 1][1]
+        busy, idle = busy + end - start, idle + max(gap, 0)
+        print(
+            f"  {(start - t0) / 1e3:8.2f} {(end - start) / 1e3:7.2f} us "
+            f"(idle before {max(gap, 0) / 1e3:5.2f})  {name[:90]}"
+        )
+    print(f"  one layer: {busy / 1e3:.1f} us of kernels, {idle / 1e3:.1f} us idle between them")
+
+
+def report(
+    name: str, call, steps: int, top: int = 25, gap_rows: int = 0, layer: bool = False
+) -> None:
     call()  # compile
     walls = []
     for _ in range(3):
@@ -75,7 +101,7 @@ def report(name: str, call, steps: int, top: int = 25, gap_rows: int = 0) -> Non
         call()
         walls.append(time.perf_counter() - start)
     wall = statistics.median(walls) / steps * 1e3
-    busy, each, gaps = kernels(call)
+    busy, each, gaps, spans = kernels(call)
     launches = sum(len(d) for d in each.values()) / steps
     between = sum(g for g, _, _ in gaps) / 1e6 / steps
     print(
@@ -91,6 +117,8 @@ def report(name: str, call, steps: int, top: int = 25, gap_rows: int = 0) -> Non
             f"  {sum(d) / 1e6 / steps:8.4f} ms/step {len(d) / steps:6.1f}/step "
             f"{np.mean(d) / 1e3:8.2f} us  {k[:110]}"
         )
+    if layer:
+        one_layer(spans)
 
 
 def prefill(params, config, length: int, backend: str) -> None:
@@ -110,6 +138,7 @@ def main() -> None:
     p.add_argument("--moe", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--einsum", action="store_true", help="projections as plain jnp.einsum")
     p.add_argument("--prefill", type=int, default=0, help="profile an N-token prefill")
+    p.add_argument("--layer", action="store_true", help="one layer's kernels in order")
     a = p.parse_args()
     if a.einsum:
         import mla_jax.deepseek.model
@@ -152,7 +181,7 @@ def main() -> None:
         np.asarray(mb._ffn_steps(params, config, h, steps=a.steps, moe=True, backend=a.backend))
 
     print(f"B={a.batch} context={a.context} layers={a.layers} steps={a.steps}")
-    report("decode step", decode, a.steps)
+    report("decode step", decode, a.steps, layer=a.layer)
     if a.moe:
         report("MoE layers", moe, a.steps)
 
