@@ -491,4 +491,32 @@ call25() {
   bench h32-h64 60 --batch 16 --heads 32,64 --lens 1024 --paths triton-occupancy,vllm
 }
 
+# Call 26 (not yet run; on branch b1-zero-row; carry .whl, .ab/REV, .ab/base = git
+# archive of main's tree before it): the batch-one step's zero row (NEW) against the
+# pad before each matmul (BASE). Logs to $OUT:
+#   gpu-tests.log  the tiny V2/V3 models' prefill logits and greedy tokens against
+#                  transformers, the triton backend's among them (NEW)
+#   v2-lite-base/, v2-lite-new/  model-bench B=1, 8 at context 1024, no transformers
+#   layer.log      step_profile.py --no-moe --batch 1 --layer, BASE then NEW
+call26() {
+  (echo "rev $rev"; nvidia-smi -L; new timeout 120 python3 -m pytest -v -rfEs -p no:cacheprovider -n 6 --tb=short \
+     -W ignore::pytest.PytestWarning tests/model/test_deepseek.py -k "generation or prefill_logits" 2>&1 \
+     | grep -v "PytestBenchmarkWarning\|warner("; echo "rc=$? $(el)") > $OUT/gpu-tests.log
+  grep -E "FAILED|ERROR|passed|failed|rc=" $OUT/gpu-tests.log | tail -4
+  for tree in base new; do
+    $tree timeout -k 10 100 python3 -m mla_jax model-bench --model v2-lite --batch 1,8 \
+      --contexts 1024 --no-torch --no-split --steps 32 --repeats 5 --prefill-len 512 \
+      --time-budget 85 --out $OUT/v2-lite-$tree 2>&1 | grep -E "^(decode|model)"
+    el
+  done
+  { echo "NEW $rev  BASE $(cat .ab/base/REV)"
+    for tree in base new; do
+      [ "$(left)" -lt 50 ] && break
+      echo "== $tree"; $tree env XLA_FLAGS="$PROF" timeout 90 python3 $P --no-moe --batch 1 --layer 2>&1 \
+        | grep -v "^WARNING"; el
+    done
+  } > $OUT/layer.log 2>&1
+  grep -E "^==|decode step|one layer:" $OUT/layer.log
+}
+
 call$1
