@@ -491,9 +491,10 @@ call25() {
   bench h32-h64 60 --batch 16 --heads 32,64 --lens 1024 --paths triton-occupancy,vllm
 }
 
-# Call 26 (not yet run; on branch b1-zero-row; carry .whl, .ab/REV, .ab/base = git
-# archive of main's tree before it): the batch-one step's zero row (NEW) against the
-# pad before each matmul (BASE). Logs to $OUT:
+# Call 26 (not yet run): the batch-one step's zero row (NEW: the tree with ead492e's
+# product change applied again, `git revert <the commit that parked it>`) against the
+# pad before each matmul (BASE, .ab/base: git archive of the tree before); carry .whl,
+# .ab/REV, .ab/base. Logs to $OUT:
 #   gpu-tests.log  the tiny V2/V3 models' prefill logits and greedy tokens against
 #                  transformers, the triton backend's among them (NEW)
 #   v2-lite-base/, v2-lite-new/  model-bench B=1, 8 at context 1024, no transformers
