@@ -1,8 +1,9 @@
 # Sourced by this folder's device calls, on the device machine, from the repo root:
 # jax-triton from the carried wheel, the environment, and the helpers
 #   part NAME SECONDS BENCH-ARGS...  a sweep part (our default path and vLLM's kernel in
-#                                    one process) into /tmp/parts, its time budget
-#                                    SECONDS less 20 (none when under 40 s are left)
+#                                    one process, or the paths $BENCH_PATHS names) into
+#                                    /tmp/parts, its time budget SECONDS less 20 (none
+#                                    when under 40 s are left)
 #   suite SECONDS                    the GPU test files (scripts/gpu_checks.sh's choice),
 #                                    12 xdist workers sharing the GPU
 #   pack NAME                        /tmp/parts into $OUT/NAME.tar (eight files come back)
@@ -27,7 +28,7 @@ part() {
   local name=$1 want=$2; shift 2
   local left=$(( deadline - ($(date +%s) - t0) )); local to=$(( want < left ? want : left ))
   if [ $to -lt 40 ]; then echo "$name: not run, $left s left"; return; fi
-  (echo "rev $rev"; new timeout $to python3 -m mla_jax bench "$@" --paths triton-occupancy,vllm \
+  (echo "rev $rev"; new timeout $to python3 -m mla_jax bench "$@" --paths "${BENCH_PATHS:-triton-occupancy,vllm}" \
      --repeats 3 --out /tmp/b-$name --markdown /tmp/b-$name.md --time-budget $(( to - 20 )) 2>&1 \
      | tr '\r' '\n' | grep -v '^bench:') > /tmp/parts/bench-$name.log
   cp /tmp/b-$name/results.json /tmp/parts/$name.json

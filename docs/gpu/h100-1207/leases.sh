@@ -461,20 +461,11 @@ call24() {
 #   v3-stack/    model-bench --model v3-stack, decode at B=1, 8, 64
 #   v2-lite/     model-bench B=1, 64, 8 at context 1024 and the 4,096-token prefill,
 #                transformers' DeepseekV2ForCausalLM on the same weights beside it
-#   attention/   the sweep's bench at B=128, H=128 (L 4096, 16384; bf16 and the fp8
-#                cache's exact path), then B=16, H=32 and 64, L=1024, vLLM's kernel beside
+#   attention.tar  common.sh's sweep parts h128 (B=128, H=128, L 4096 and 16384; bf16
+#                and the fp8 cache's exact path) and h32-h64 (B=16, H=32 and 64,
+#                L=1024), vLLM's kernel beside
 call25() {
   echo "NEW $rev"; nvidia-smi -L
-  bench() {  # name, seconds, bench arguments
-    local name=$1 want=$2; shift 2
-    local to=$(( want < $(left) - 5 ? want : $(left) - 5 ))
-    [ $to -lt 40 ] && { echo "$name: not run, $(left) s left"; return; }
-    new timeout $to python3 -m mla_jax bench "$@" --repeats 3 --out $OUT/attention/$name \
-      --markdown $OUT/attention/$name.md --time-budget $(( to - 15 )) 2>&1 | tr '\r' '\n' \
-      | grep -v '^bench:' > $OUT/attention/$name.log
-    grep -E "^ +[0-9]+ +[0-9]+ +[0-9]+ " $OUT/attention/$name.log | sort -u; el
-  }
-  mkdir -p $OUT/attention
   new env XLA_FLAGS="$PROF" timeout 90 python3 $P --no-moe --batch 1 --layer 2>&1 \
     | grep -v "^WARNING" > $OUT/layer.log; grep -E "decode step|one layer:" $OUT/layer.log; el
   t=$(( $(left) - 5 )); t=$(( t > 150 ? 150 : t ))
@@ -487,8 +478,9 @@ call25() {
       --contexts 1024 --no-split --steps 32 --repeats 3 --prefill-len 4096 \
       --time-budget $(( t - 15 )) --out $OUT/v2-lite 2>&1 | grep -E "^(decode|prefill|model|jax|transformers|parity|torch|skipped)"
   el
-  bench h128 120 --batch 128 --heads 128 --lens 4096,16384 --paths triton-occupancy,triton-fp8,vllm
-  bench h32-h64 60 --batch 16 --heads 32,64 --lens 1024 --paths triton-occupancy,vllm
+  BENCH_PATHS=triton-occupancy,triton-fp8,vllm part h128 120 --batch 128 --heads 128 --lens 4096,16384
+  part h32-h64 60 --batch 16 --heads 32,64 --lens 1024
+  pack attention
 }
 
 # Call 26 (not yet run): the batch-one step's zero row (NEW: the tree with ead492e's
