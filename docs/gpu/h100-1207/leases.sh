@@ -483,17 +483,20 @@ call25() {
   pack attention
 }
 
-# Call 26 (not yet run): the batch-one step's zero row (NEW: the tree with ead492e's
-# product change applied again, `git revert <the commit that parked it>`) against the
-# pad before each matmul (BASE, .ab/base: git archive of the tree before); carry .whl,
-# .ab/REV, .ab/base. Logs to $OUT:
-#   gpu-tests.log  the tiny V2/V3 models' prefill logits and greedy tokens against
-#                  transformers, the triton backend's among them (NEW)
+# Call 26 (not yet run): the batch-one launches (NEW: the branch b1-launches checked
+# out, ead492e's zero row applied again and the MoE's one-token path, 633 launches a
+# B=1 step by scripts/step_kernels.py) against main (BASE, .ab/base: git archive of
+# main, 763); carry .whl, .ab/REV, .ab/base. Logs to $OUT:
+#   gpu-tests.log  fused_moe on the GPU against float64 (one token among them, with
+#                  and without the shared experts), then the tiny V2/V3 models' prefill
+#                  logits and greedy tokens against transformers, the triton backend's
+#                  among them (NEW)
 #   v2-lite-base/, v2-lite-new/  model-bench B=1, 8 at context 1024, no transformers
 #   layer.log      step_profile.py --no-moe --batch 1 --layer, BASE then NEW
 call26() {
-  (echo "rev $rev"; nvidia-smi -L; new timeout 120 python3 -m pytest -v -rfEs -p no:cacheprovider -n 6 --tb=short \
-     -W ignore::pytest.PytestWarning tests/model/test_deepseek.py -k "generation or prefill_logits" 2>&1 \
+  (echo "rev $rev"; nvidia-smi -L; new timeout 150 python3 -m pytest -v -rfEs -p no:cacheprovider -n 6 --tb=short \
+     -W ignore::pytest.PytestWarning tests/kernels/test_moe.py::test_fused_moe_on_the_gpu_matches_float64 \
+     tests/model/test_deepseek.py -k "gpu or generation or prefill_logits" 2>&1 \
      | grep -v "PytestBenchmarkWarning\|warner("; echo "rc=$? $(el)") > $OUT/gpu-tests.log
   grep -E "FAILED|ERROR|passed|failed|rc=" $OUT/gpu-tests.log | tail -4
   for tree in base new; do
