@@ -484,7 +484,7 @@ call25() {
 }
 
 # Call 26 (not yet run): the batch-one launches (NEW: the branch b1-launches checked
-# out, ead492e's zero row applied again and the MoE's one-token path, 633 launches a
+# out, ead492e's zero row applied again and the MoE's one-token path, 581 launches a
 # B=1 step by scripts/step_kernels.py) against main (BASE, .ab/base: git archive of
 # main, 763); carry .whl, .ab/REV, .ab/base. Logs to $OUT:
 #   gpu-tests.log  fused_moe on the GPU against float64 (one token among them, with
