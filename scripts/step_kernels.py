@@ -225,6 +225,11 @@ def main() -> None:
         f"{a.model} B={a.batch} context={a.context} layers={a.layers} backend={a.backend}"
         f" for {target.name}"
     )
+    held = compiled.memory_analysis().argument_size_in_bytes
+    if held > target.memory_bytes:
+        # XLA's scheduler then recomputes values (a GEMM twice, `.remat` kernels) to
+        # save memory the step could never have: counts unlike the card's.
+        print(f"warning: the step's arguments ({held / 2**30:.1f} GiB) do not fit the card")
     print(f"kernel launches a step: {len(kernels)}")
     if a.layers >= 4:
         layer = layer_kernels(kernels)
