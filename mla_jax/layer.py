@@ -398,20 +398,65 @@ def mla_decode_layer(
     Returns:
       ``y [B, hidden]`` in x's dtype, the cache with the new rows, the logits buffer.
     """
+    block_table, positions = check_decode_inputs(config, x, block_table, positions)
+    if validate:
+        validate_inputs(kv_cache, block_table, positions + 1, positions=positions)
+    return decode_attention(
+        params,
+        config,
+        x,
+        kv_cache,
+        block_table,
+        positions,
+        logits_buffer,
+        backend=backend,
+        compute_capability=compute_capability,
+    )
+
+
+def check_decode_inputs(
+    config: MLAConfig, x: jax.Array, block_table: jax.Array, positions: jax.Array
+) -> tuple[jax.Array, jax.Array]:
+    """``mla_decode_layer``'s argument checks (errors naming the argument);
+    ``block_table`` and ``positions`` returned as int32."""
     for name, array in (("x", x), ("block_table", block_table), ("positions", positions)):
         check_array(name, array)
     block_table = narrow_int32("block_table", block_table)
     positions = narrow_int32("positions", positions)
     _check_x(config, x, positions)
-    if validate:
-        validate_inputs(kv_cache, block_table, positions + 1, positions=positions)
-    q_nope, q_pe = _queries(params, config, x, positions)
+    return block_table, positions
+
+
+def decode_attention(
+    params: MLAParams,
+    config: MLAConfig,
+    x: jax.Array,
+    kv_cache: jax.Array,
+    block_table: jax.Array,
+    positions: jax.Array,
+    logits_buffer: LogitsBuffer,
+    *,
+    backend: Backend,
+    compute_capability: int | None,
+) -> tuple[jax.Array, jax.Array, LogitsBuffer]:
+    """``mla_decode_layer``'s computation, unchecked, for ``x [R, hidden]`` with ``R >=
+    B = positions.shape[0]``: rows past ``B`` are padding, computed alongside and
+    neither cached nor attended (their rows of the output are unspecified).
+
+    Why padding rows: a decode step at batch one that carries a zero row beside its
+    token (``mla_jax.deepseek.model.decode_step``) keeps every matmul here at two rows
+    without the pad ``project`` adds to a lone row, one small kernel fewer per matmul;
+    only the attention's output, one row, is padded back for ``w_uv``.
+    """
+    b, extra = positions.shape[0], x.shape[0] - positions.shape[0]
+    at = jnp.pad(positions, (0, extra)) if extra else positions
+    q_nope, q_pe = _queries(params, config, x, at)
     # Absorption: q_nope . (kv_c @ W_UK) == (W_UK @ q_nope) . kv_c, per head.
     q_latent = project("bhn,chn->bhc", q_nope, params.w_uk)
-    row = _latent_row(params, config, x, positions)
+    row = _latent_row(params, config, x, at)[:b]
     kv_cache = append_latent(kv_cache, row.astype(kv_cache.dtype), block_table, positions)
     out, _, logits_buffer = mla_decode(
-        (q_latent.astype(kv_cache.dtype), q_pe.astype(kv_cache.dtype)),
+        (q_latent[:b].astype(kv_cache.dtype), q_pe[:b].astype(kv_cache.dtype)),
         kv_cache,
         block_table,
         positions + 1,
@@ -421,7 +466,10 @@ def mla_decode_layer(
         compute_capability=compute_capability,
         backend=backend,
     )
-    v = project("bhc,chv->bhv", out.astype(x.dtype), params.w_uv)
+    out = out.astype(x.dtype)
+    if extra:
+        out = jnp.pad(out, ((0, extra), (0, 0), (0, 0)))
+    v = project("bhc,chv->bhv", out, params.w_uv)
     return project("bhv,hvd->bd", v, params.wo), kv_cache, logits_buffer
 
 

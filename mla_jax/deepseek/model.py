@@ -24,7 +24,8 @@ from mla_jax.deepseek.config import DeepseekConfig
 from mla_jax.layer import (
     MLAParams,
     apart,
-    mla_decode_layer,
+    check_decode_inputs,
+    decode_attention,
     mla_prefill_layer,
     project,
     rms_norm,
@@ -264,12 +265,30 @@ def moe(
     """
     shape = x.shape
     x = x.reshape(-1, shape[-1])
+    y = _moe_rows(params, config, x, x.shape[0], backend, compute_capability)
+    return y.reshape(shape)
+
+
+def _moe_rows(
+    params: MoEParams,
+    config: DeepseekConfig,
+    x: jax.Array,
+    tokens: int,
+    backend: Backend,
+    compute_capability: int | None,
+) -> jax.Array:
+    """``moe`` of ``x [R, hidden]`` whose first ``tokens`` rows are tokens and the rest
+    padding (``decode_step``'s zero row at batch one): the router and a shared MLP run
+    over all ``R`` rows (matmuls of two rows need no pad), the experts over the
+    tokens only; the padding rows of the result are zero."""
     weights, experts = route(params, config, x)
+    weights, experts = weights[:tokens], experts[:tokens]
+    rows = x[:tokens]
     triton = resolve_backend(backend, compute_capability) == "triton"
-    in_kernels = triton and params.shared is not None and shared_in_kernels(tokens=x.shape[0])
+    in_kernels = triton and params.shared is not None and shared_in_kernels(tokens=tokens)
     if triton:
         y = fused_moe(
-            x,
+            rows,
             weights,
             experts,
             params.gate,
@@ -279,13 +298,14 @@ def moe(
             compute_capability=compute_capability,
         )
     elif experts.size <= config.n_routed_experts:
-        y = _experts_gathered(params, x, weights, experts)
+        y = _experts_gathered(params, rows, weights, experts)
     else:
-        y = _experts_grouped(params, x, weights, experts)
+        y = _experts_grouped(params, rows, weights, experts)
     y = y.astype(x.dtype)
     if params.shared is not None and not in_kernels:
-        y = y + mlp(params.shared, x)
-    return y.reshape(shape)
+        y = y + mlp(params.shared, x)[:tokens]
+    extra = x.shape[0] - tokens
+    return jnp.pad(y, ((0, extra), (0, 0))) if extra else y
 
 
 def _ffn(
@@ -294,10 +314,15 @@ def _ffn(
     h: jax.Array,
     backend: Backend,
     compute_capability: int | None,
+    tokens: int | None = None,
 ) -> jax.Array:
-    """The residual MLP/MoE half of a decoder layer (``backend`` the MoE's)."""
+    """The residual MLP/MoE half of a decoder layer (``backend`` the MoE's) on ``h
+    [..., hidden]``; ``tokens``: ``h`` is ``[R, hidden]`` and only its first
+    ``tokens`` rows are tokens (``_moe_rows``)."""
     x = rms_norm(h, layer.post_attn_norm, config.rms_norm_eps)
     if isinstance(layer.mlp, MoEParams):
+        if tokens is not None:
+            return h + _moe_rows(layer.mlp, config, x, tokens, backend, compute_capability)
         return h + moe(layer.mlp, config, x, backend=backend, compute_capability=compute_capability)
     return h + mlp(layer.mlp, x)
 
@@ -395,22 +420,31 @@ def decode_step(
     """
     _check_params(params, config, len(state.kv_caches))
     h = params.embed[tokens]
+    block_table, positions = check_decode_inputs(
+        config.attention, h, state.block_table, state.positions
+    )
+    # At batch one a zero row rides beside the token through the step: every matmul
+    # then has two rows of its own, where ``project`` would pad a lone row for each
+    # (one small kernel per matmul); the experts and the attention see the token only.
+    b = h.shape[0]
+    if b == 1:
+        h = jnp.pad(h, ((0, 1), (0, 0)))
     buffer, caches = state.logits_buffer, []
     for layer, cache in zip(params.layers, state.kv_caches):
         x = rms_norm(h, layer.input_norm, config.rms_norm_eps)
-        attn, cache, buffer = mla_decode_layer(
+        attn, cache, buffer = decode_attention(
             layer.attn,
             config.attention,
             x,
             cache,
-            state.block_table,
-            state.positions,
+            block_table,
+            positions,
             buffer,
             backend=backend,
             compute_capability=compute_capability,
         )
-        h = _ffn(layer, config, h + attn, backend, compute_capability)
+        h = _ffn(layer, config, h + attn, backend, compute_capability, tokens=b)
         caches.append(cache)
-    return _logits(params, config, h), DecodeState(
+    return _logits(params, config, h)[:b], DecodeState(
         tuple(caches), state.block_table, buffer, state.positions + 1
     )

@@ -222,9 +222,10 @@ def test_unsupported_checkpoints_raise(case, tmp_path, changes, message):
 
 
 def test_batch_one_step_has_no_vector_matmul(case):
-    """At B=1 each matmul of a decode step keeps two rows (``mla_jax.layer.project``),
-    lowered for an H100/H200: a one-row operand is what XLA's GPU compiler rewrites
-    into a multiply and a reduction."""
+    """At B=1 each matmul of a decode step has two rows, lowered for an H100/H200: a
+    one-row operand is what XLA's GPU compiler rewrites into a multiply and a
+    reduction. The second row is the zero row ``decode_step`` carries from the
+    embedding on, not a pad before each matmul (``mla_jax.layer.project``'s)."""
     pytest.importorskip("triton")
     from mla_jax.deepseek.model import decode_step
 
@@ -239,6 +240,51 @@ def test_batch_one_step_has_no_vector_matmul(case):
     dots = re.findall(r"stablehlo\.dot_general .*: \((tensor<[^>]*>), (tensor<[^>]*>)\)", text)
     assert len(dots) >= 5 * config.num_hidden_layers
     assert [d for d in dots if any(t.startswith("tensor<1x") for t in d)] == []
+    # The second row rides along from the embedding (decode_step): no matmul pads its
+    # operand with a zero row of its own, a kernel each.
+    two_rows = r"stablehlo\.concatenate [^\n]*: \(tensor<1x[^>]*>, tensor<1x[^>]*>\) -> tensor<2x"
+    assert re.findall(two_rows, text) == []
+
+
+def test_batch_one_step_matches_the_public_layers(case):
+    """``decode_step`` at B=1 carries a zero row beside the token; composed from the
+    public layer ops instead (``mla_decode_layer``, ``moe``, each matmul's lone row
+    padded by ``project``), the step gives the same logits and caches."""
+    from mla_jax.deepseek.model import MoEParams, _logits, decode_step, mlp, moe
+    from mla_jax.layer import mla_decode_layer, rms_norm
+
+    _, _, config, params, prompts = case
+    state = new_decode_state(config, 1, 64, dtype=jnp.float32, sm_count=SM)
+    _, caches = prefill(
+        params, config, jnp.asarray(prompts[:1, :9]), jnp.array([9], jnp.int32),
+        state.kv_caches, state.block_table, backend="xla",
+    )  # fmt: skip
+    state = state._replace(kv_caches=caches, positions=jnp.array([9], jnp.int32))
+    tokens = jnp.asarray(prompts[:1, 9])
+
+    def composed(params, tokens, state):
+        h, buffer, new = params.embed[tokens], state.logits_buffer, []
+        for layer, cache in zip(params.layers, state.kv_caches):
+            x = rms_norm(h, layer.input_norm, config.rms_norm_eps)
+            attn, cache, buffer = mla_decode_layer(
+                layer.attn, config.attention, x, cache, state.block_table,
+                state.positions, buffer, backend="xla",
+            )  # fmt: skip
+            h = h + attn
+            x = rms_norm(h, layer.post_attn_norm, config.rms_norm_eps)
+            if isinstance(layer.mlp, MoEParams):
+                h = h + moe(layer.mlp, config, x, backend="xla")
+            else:
+                h = h + mlp(layer.mlp, x)
+            new.append(cache)
+        return _logits(params, config, h), new
+
+    step = jax.jit(lambda p, t, s: decode_step(p, config, t, s, backend="xla"))
+    logits, after = step(params, tokens, state)
+    want, want_caches = jax.jit(composed)(params, tokens, state)
+    np.testing.assert_allclose(np.asarray(logits), np.asarray(want), rtol=1e-6, atol=1e-6)
+    for got, cache in zip(after.kv_caches, want_caches):
+        np.testing.assert_allclose(np.asarray(got), np.asarray(cache), rtol=1e-6, atol=1e-6)
 
 
 def test_decode_loop_lowers_for_sm90(case):
