@@ -208,26 +208,33 @@ def _torch(a: np.ndarray):
     return torch.from_numpy(a)
 
 
-def run_moe(
-    x, weights, experts, gate, up, down, pairs, block_experts, num_padded, config, shared=None
-):
-    """Both fused-MoE kernels (``mla_jax.moe.kernel``) on numpy inputs and the
-    ``Alignment`` (numpy) ``config.block_m`` gave, in a pool worker; ``shared`` the
-    shared MLP's ``(gate, up, down)``, its experts already in ``experts`` (ids from
-    ``gate.shape[0]``) and ``weights``. Returns float32 numpy ``(h, out)``, the
-    per-pair outputs, each poisoned with NaN before the kernels ran so an unwritten
-    row shows."""
+def run_moe(x, weights, experts, gate, up, down, alignment, config, shared=None, tokens=None):
+    """Both fused-MoE kernels (``mla_jax.moe.kernel``) on numpy inputs, in a pool
+    worker. ``alignment``: the ``Alignment`` (numpy) ``config.block_m`` gave, the
+    shared experts (``shared``: the shared MLP's ``(gate, up, down)``) already in
+    ``experts`` (ids from ``gate.shape[0]``) and ``weights``; or None for one token's
+    pairs straight from its routed ``experts`` and ``weights``, the shared experts
+    after them (``fused_moe``'s one-token path); ``tokens``: the rows that are tokens
+    (None: all), the rest padding. Returns float32 numpy ``(h, out)``,
+    the per-pair outputs, each poisoned with NaN before the kernels ran so an
+    unwritten row shows."""
     import torch
 
     from mla_jax.moe import kernel
 
     if os.environ.get("TRITON_INTERPRET") != "1":
         raise RuntimeError("run_moe() belongs in a worker of interpreter_pool()")
-    tokens, top_k = experts.shape
     num_experts, hidden, inter = gate.shape
+    n_shared = 0 if shared is None else shared[0].shape[1] // inter
+    one_token = alignment is None
+    rows, top_k = experts.shape
+    tokens = rows if tokens is None else tokens
+    if one_token:  # the kernels read its experts; pairs and num_padded go unread
+        top_k += n_shared
+        alignment = (np.asarray(experts, np.int32).reshape(-1),) * 3
     x_t, gate_t, up_t, down_t = map(_torch, (x, gate, up, down))
     s_gate, s_up, s_down = (gate_t, up_t, down_t) if shared is None else map(_torch, shared)
-    pairs_t, block_t, padded_t = map(_torch, (pairs, block_experts, num_padded))
+    pairs_t, block_t, padded_t = map(_torch, alignment)
     routing = _torch(np.asarray(weights, np.float32).reshape(-1))
     h = torch.full((tokens * top_k, inter), float("nan"), dtype=x_t.dtype)
     out = torch.full((tokens * top_k, hidden), float("nan"), dtype=x_t.dtype)
@@ -239,7 +246,8 @@ def run_moe(
         intermediate=inter,
         float32=x.dtype == np.float32,
         config=config,
-        shared=0 if shared is None else shared[0].shape[1] // inter,
+        shared=n_shared,
+        one_token=one_token,
     )
     with _bf16_dots():
         kernel.moe_gate_up[gate_up["grid"]](

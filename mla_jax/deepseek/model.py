@@ -282,13 +282,11 @@ def _moe_rows(
     over all ``R`` rows (matmuls of two rows need no pad), the experts over the
     tokens only; the padding rows of the result are zero."""
     weights, experts = route(params, config, x)
-    weights, experts = weights[:tokens], experts[:tokens]
-    rows = x[:tokens]
     triton = resolve_backend(backend, compute_capability) == "triton"
     in_kernels = triton and params.shared is not None and shared_in_kernels(tokens=tokens)
-    if triton:
+    if triton:  # the kernels skip the padding rows: nothing sliced off
         y = fused_moe(
-            rows,
+            x,
             weights,
             experts,
             params.gate,
@@ -296,11 +294,14 @@ def _moe_rows(
             params.down,
             shared=params.shared if in_kernels else None,
             compute_capability=compute_capability,
+            tokens=tokens,
         )
-    elif experts.size <= config.n_routed_experts:
-        y = _experts_gathered(params, rows, weights, experts)
     else:
-        y = _experts_grouped(params, rows, weights, experts)
+        weights, experts, rows = weights[:tokens], experts[:tokens], x[:tokens]
+        if experts.size <= config.n_routed_experts:
+            y = _experts_gathered(params, rows, weights, experts)
+        else:
+            y = _experts_grouped(params, rows, weights, experts)
     y = y.astype(x.dtype)
     if params.shared is not None and not in_kernels:
         y = y + mlp(params.shared, x)[:tokens]

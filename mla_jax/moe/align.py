@@ -27,7 +27,7 @@ class Alignment(NamedTuple):
     ``pairs``: int32 ``[max_blocks * block_m]``, pair ids grouped by expert in
     increasing expert order (within an expert, in increasing pair id), each expert's
     run padded with ``NO_PAIR`` to a multiple of ``block_m``; past ``num_padded``,
-    ``NO_PAIR`` only (one token's pairs instead keep their own order, a block each).
+    ``NO_PAIR`` only.
     ``block_experts``: int32 ``[max_blocks]``, the expert of each block (past
     ``num_padded``: the last expert, never read). ``num_padded``: int32 ``[1]``, the
     slots in use (a multiple of ``block_m``).
@@ -44,24 +44,11 @@ def moe_align(experts: jax.Array, num_experts: int, block_m: int) -> Alignment:
 
     An expert id outside ``[0, num_experts)`` cannot be checked in a traced array; its
     pair is in no block (its output rows are left unwritten) and nothing is read or
-    written outside the arrays.
-
-    One token (a decode step at batch 1) needs no sort: each of its pairs is already a
-    block of one pair, in the pairs' own order, so the alignment is one elementwise op
-    where the sort and the scatter are several kernels. A row that names an expert
-    twice then reads its weights twice (top-k routing never does).
+    written outside the arrays. (One token's pairs need no alignment: ``fused_moe``
+    hands them to the kernels as they are, a block each.)
     """
     flat = experts.reshape(-1).astype(jnp.int32)
     num_pairs = flat.shape[0]
-    if experts.shape[0] == 1 and num_pairs <= num_experts:  # max_blocks is num_pairs
-        inside = (flat >= 0) & (flat < num_experts)
-        head = jnp.where(inside, jnp.arange(num_pairs, dtype=jnp.int32), NO_PAIR)
-        padding = jnp.full((num_pairs, block_m - 1), NO_PAIR, jnp.int32)
-        return Alignment(
-            jnp.concatenate([head[:, None], padding], axis=1).reshape(-1),
-            jnp.clip(flat, 0, num_experts - 1),
-            jnp.full(1, num_pairs * block_m, jnp.int32),
-        )
     blocks = max_blocks(num_pairs, num_experts, block_m)
     # The sort keys: the expert ids, any id out of range as num_experts (after every
     # expert's run). At a prefill's pair counts a GPU sorts (key, index) pairs by

@@ -2,8 +2,9 @@
 kernels (``mla_jax.moe.kernel``), computing only the pairs the router chose.
 
 Three steps, jit-able: the pairs sorted by expert and padded to the kernels' blocks
-(``moe_align``, JAX ops); ``moe_gate_up``; ``moe_down`` with the routing weights;
-then each token's ``top_k`` rows (stored in x's dtype) summed in float32. A decode
+(``moe_align``, JAX ops; one token's pairs need none, a block each); ``moe_gate_up``;
+``moe_down`` with the routing weights; then each token's ``top_k`` rows (stored in
+x's dtype) summed in float32. A decode
 step's token reads only its experts' weights, each once, straight from the stacked
 arrays. Shared experts, if given, are more pairs of every token (weight 1), read in
 place from the shared MLP.
@@ -14,7 +15,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from mla_jax._checks import check_array, check_compute_capability
+from mla_jax._checks import as_int, check_array, check_compute_capability
 from mla_jax.moe.align import moe_align
 from mla_jax.moe.config import MoEConfig, default_config
 
@@ -111,14 +112,15 @@ def fused_moe(
     shared: tuple[jax.Array, jax.Array, jax.Array] | None = None,
     compute_capability: int | None = None,
     config: MoEConfig | None = None,
+    tokens: int | None = None,
 ) -> jax.Array:
     """``sum_j weights[t, j] * down_e(silu(x[t] @ gate_e) * (x[t] @ up_e))``, with ``e =
     experts[t, j]``, for each token ``t``: the routed experts, on a CUDA GPU.
 
     Args:
-      x: ``[tokens, hidden]``, bfloat16, float16 or float32.
-      weights: floating ``[tokens, top_k]``, the routing weights (used in float32).
-      experts: integer ``[tokens, top_k]``, each in ``[0, E)`` (a traced id cannot be
+      x: ``[rows, hidden]``, bfloat16, float16 or float32.
+      weights: floating ``[rows, top_k]``, the routing weights (used in float32).
+      experts: integer ``[rows, top_k]``, each in ``[0, E)`` (a traced id cannot be
         checked: one outside leaves its pair out and its token's sum unspecified).
       gate, up: ``[E, hidden, intermediate]``; down: ``[E, intermediate, hidden]``
         (``x @ w`` layout), in x's dtype.
@@ -129,6 +131,8 @@ def fused_moe(
       compute_capability: the CUDA capability to build for (e.g. 90: lowering needs
         no GPU); None asks device 0 at lowering.
       config: the kernels' tiles (``MoEConfig``); None: ``default_config``'s choice.
+      tokens: how many of the rows are tokens, the rest padding, never read (a decode
+        step's zero row at batch one: no slice of the router's outputs); None: all.
 
     Returns:
       float32 ``[tokens, hidden]``. Two roundings to x's dtype: ``h``, the SwiGLU
@@ -149,7 +153,10 @@ def fused_moe(
         )
     if config is not None and not isinstance(config, MoEConfig):
         raise ValueError(f"config: got a {type(config).__name__}, needed a MoEConfig or None")
-    tokens, hidden = x.shape
+    rows, hidden = x.shape
+    tokens = rows if tokens is None else as_int("tokens", tokens, 0)
+    if tokens > rows:
+        raise ValueError(f"tokens: got {tokens}, needed at most x's {rows} rows (or None)")
     num_experts, _, inter = gate.shape
     if tokens == 0:
         return jnp.zeros((tokens, hidden), jnp.float32)
@@ -161,15 +168,27 @@ def fused_moe(
             itemsize=x.dtype.itemsize,
         )
     n_shared = 0 if shared is None else shared[0].shape[1] // inter
-    if n_shared:  # shared expert s is expert E + s of every token, weight 1
-        ids = jnp.arange(num_experts, num_experts + n_shared, dtype=experts.dtype)
-        experts = jnp.concatenate([experts, jnp.broadcast_to(ids, (tokens, n_shared))], axis=1)
-        ones = jnp.ones((tokens, n_shared), weights.dtype)
-        weights = jnp.concatenate([weights, ones], axis=1)
     s_gate, s_up, s_down = (gate, up, down) if shared is None else shared
-    top_k = experts.shape[1]
+    top_k = experts.shape[1] + n_shared
     num_pairs = tokens * top_k
-    aligned = moe_align(experts, num_experts + n_shared, config.block_m)
+    # One token's pairs are a block each, in their own order: the kernels read its
+    # experts and weights as the router gave them (no alignment, no concatenation).
+    one_token = tokens == 1
+    # The kernels read x's rows by token and the weights by pair: padding rows after
+    # the tokens go unread.
+    if one_token:  # the first row's experts and weights, at the start of their arrays
+        chosen = experts.reshape(-1).astype(jnp.int32)
+        blocks = (chosen, chosen, chosen)  # pairs and num_padded are not read
+        routing = weights.reshape(-1).astype(jnp.float32)
+    else:
+        experts, weights = experts[:tokens], weights[:tokens]
+        if n_shared:  # shared expert s is expert E + s of every token, weight 1
+            ids = jnp.arange(num_experts, num_experts + n_shared, dtype=experts.dtype)
+            experts = jnp.concatenate([experts, jnp.broadcast_to(ids, (tokens, n_shared))], 1)
+            weights = jnp.concatenate([weights, jnp.ones((tokens, n_shared), weights.dtype)], 1)
+        aligned = moe_align(experts, num_experts + n_shared, config.block_m)
+        blocks = (aligned.pairs, aligned.block_experts, aligned.num_padded)
+        routing = weights.reshape(-1).astype(jnp.float32)
     gate_up, down_launch = kernel.launch_params(
         num_pairs=num_pairs,
         top_k=top_k,
@@ -179,8 +198,8 @@ def fused_moe(
         float32=x.dtype == jnp.float32,
         config=config,
         shared=n_shared,
+        one_token=one_token,
     )
-    blocks = (aligned.pairs, aligned.block_experts, aligned.num_padded)
     (h,) = _launch.launch(
         kernel.moe_gate_up,
         [x, gate, up, s_gate, s_up, *blocks],
@@ -188,7 +207,6 @@ def fused_moe(
         compute_capability=cc,
         **gate_up,
     )
-    routing = weights.reshape(-1).astype(jnp.float32)
     (out,) = _launch.launch(
         kernel.moe_down,
         [h, down, s_down, *blocks, routing],

@@ -32,6 +32,12 @@ Programs are numbered along one grid axis, ``GROUP_M`` blocks of pairs at a time
 column tile (Triton's grouped ordering: those blocks share an expert's weight tile
 in L2); the block count is the grid's size over ``N_TILES``, so one build serves
 every token count. Programs whose block starts at or past ``num_padded`` exit at once.
+
+One token (``ROUTED > 0``, a decode step at batch one) needs no alignment: block
+``b`` is the token's pair ``b`` alone, ``block_experts`` holds its ``ROUTED`` routed
+experts as the router chose them and ``weights`` their routing weights; pairs from
+``ROUTED`` on are the shared experts, at weight 1; ``pairs`` and ``num_padded`` are
+not read. That leaves nothing to compute between the router and the kernels.
 """
 
 from __future__ import annotations
@@ -63,6 +69,36 @@ def _block_pairs(pairs_ptr, block, BLOCK_M: tl.constexpr):
     # Padding reads row 0 under a false mask; int64 so that rows times widths cannot
     # wrap at prefill sizes (65536 tokens x 8 experts x 7168 columns is past 2^31).
     return tl.where(live, pair, 0).to(tl.int64), live
+
+
+@triton.jit
+def _block(
+    pairs_ptr,
+    block_experts_ptr,
+    num_padded_ptr,
+    block,
+    E: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    ROUTED: tl.constexpr,
+):
+    """``(pair ids, live, expert, unused)`` of a block: its slots' pair ids (int64)
+    and which slots hold one, its expert (int64), and whether the block is past the
+    slots in use. One token's block ``b`` (``ROUTED > 0``) is pair ``b`` in slot 0; a
+    routed expert id outside ``[0, E)`` leaves its pair out (nothing read outside the
+    arrays)."""
+    if ROUTED > 0:
+        chosen = tl.load(block_experts_ptr + tl.minimum(block, ROUTED - 1))
+        routed = block < ROUTED
+        ok = ~routed | ((chosen >= 0) & (chosen < E))
+        expert = tl.where(routed, tl.where(ok, chosen, 0), E + block - ROUTED)
+        pair = tl.zeros((BLOCK_M,), tl.int64) + block
+        live = (tl.arange(0, BLOCK_M) == 0) & ok
+        unused = False
+    else:
+        pair, live = _block_pairs(pairs_ptr, block, BLOCK_M)
+        expert = tl.load(block_experts_ptr + block)
+        unused = block * BLOCK_M >= tl.load(num_padded_ptr)
+    return pair, live, expert.to(tl.int64), unused
 
 
 @triton.jit
@@ -133,7 +169,7 @@ def moe_gate_up(
     shared_gate_ptr,  # [K, SHARED * N] (gate_ptr when SHARED is 0: never read)
     shared_up_ptr,  # [K, SHARED * N]
     pairs_ptr,  # int32 [slots]: pair ids by expert, -1 padding
-    block_experts_ptr,  # int32 [slots / BLOCK_M]
+    block_experts_ptr,  # int32 [slots / BLOCK_M] (one token: [ROUTED], its experts)
     num_padded_ptr,  # int32 [1]: slots in use
     h_ptr,  # out [tokens * TOP_K, N], x's dtype
     K: tl.constexpr,
@@ -141,6 +177,7 @@ def moe_gate_up(
     TOP_K: tl.constexpr,
     E: tl.constexpr,
     SHARED: tl.constexpr,
+    ROUTED: tl.constexpr,
     N_TILES: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -151,10 +188,11 @@ def moe_gate_up(
     """``h[p] = silu(x[p // TOP_K] @ gate[e]) * (x[p // TOP_K] @ up[e])`` for the pairs
     ``p`` of one block (expert ``e``), over one tile of columns."""
     block, col_tile = _tile(N_TILES, GROUP_M)
-    if block * BLOCK_M >= tl.load(num_padded_ptr):
+    pair, live, expert, unused = _block(
+        pairs_ptr, block_experts_ptr, num_padded_ptr, block, E, BLOCK_M, ROUTED
+    )
+    if unused:
         return
-    pair, live = _block_pairs(pairs_ptr, block, BLOCK_M)
-    expert = tl.load(block_experts_ptr + block).to(tl.int64)
     cols, read = _weight_cols(col_tile, N, BLOCK_N)
     ks = tl.arange(0, BLOCK_K)
     x_ptrs = x_ptr + (pair // TOP_K)[:, None] * K + ks[None, :]
@@ -186,14 +224,15 @@ def moe_down(
     down_ptr,  # [E, K, N]
     shared_down_ptr,  # [SHARED * K, N] (down_ptr when SHARED is 0: never read)
     pairs_ptr,  # int32 [slots]
-    block_experts_ptr,  # int32 [slots / BLOCK_M]
+    block_experts_ptr,  # int32 [slots / BLOCK_M] (one token: [ROUTED], its experts)
     num_padded_ptr,  # int32 [1]
-    weights_ptr,  # float32 [pairs]: the routing weights
+    weights_ptr,  # float32 [pairs]: the routing weights (one token: [ROUTED])
     out_ptr,  # out [pairs, N], h's dtype
     K: tl.constexpr,
     N: tl.constexpr,
     E: tl.constexpr,
     SHARED: tl.constexpr,
+    ROUTED: tl.constexpr,
     N_TILES: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -204,10 +243,11 @@ def moe_down(
     """``out[p] = weights[p] * (h[p] @ down[e])`` for the pairs ``p`` of one block
     (expert ``e``), over one tile of columns."""
     block, col_tile = _tile(N_TILES, GROUP_M)
-    if block * BLOCK_M >= tl.load(num_padded_ptr):
+    pair, live, expert, unused = _block(
+        pairs_ptr, block_experts_ptr, num_padded_ptr, block, E, BLOCK_M, ROUTED
+    )
+    if unused:
         return
-    pair, live = _block_pairs(pairs_ptr, block, BLOCK_M)
-    expert = tl.load(block_experts_ptr + block).to(tl.int64)
     cols, read = _weight_cols(col_tile, N, BLOCK_N)
     ks = tl.arange(0, BLOCK_K)
     h_ptrs = h_ptr + pair[:, None] * K + ks[None, :]
@@ -221,7 +261,11 @@ def moe_down(
         acc = tl.dot(rows, w, acc, input_precision=DOT_PRECISION)
         h_ptrs += BLOCK_K
         w_ptrs += BLOCK_K * N
-    acc *= tl.load(weights_ptr + pair, mask=live, other=0.0)[:, None]
+    if ROUTED > 0:  # one token: the shared experts' weight is 1
+        routing = tl.load(weights_ptr + tl.minimum(block, ROUTED - 1))
+        acc *= tl.where(block < ROUTED, routing, 1.0)
+    else:
+        acc *= tl.load(weights_ptr + pair, mask=live, other=0.0)[:, None]
     out = out_ptr + pair[:, None] * N + cols[None, :]
     tl.store(out, acc.to(out_ptr.dtype.element_ty), mask=live[:, None] & (cols < N)[None, :])
 
@@ -236,14 +280,18 @@ def launch_params(
     float32: bool,
     config: MoEConfig,
     shared: int = 0,
+    one_token: bool = False,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """The launches of ``moe_gate_up`` and ``moe_down``: each ``{"grid", "constexprs",
     "num_warps", "num_stages"}`` for ``num_pairs`` (token, expert) pairs (at least
     one) of ``top_k`` a token over ``num_experts`` routed experts of ``hidden ->
     intermediate -> hidden`` and ``shared`` shared ones (``top_k`` and ``num_pairs``
     count a token's shared pairs too); ``float32`` weights take IEEE float32 dots
-    (TF32 would round the inputs to 10 mantissa bits)."""
-    blocks = max_blocks(num_pairs, num_experts + shared, config.block_m)
+    (TF32 would round the inputs to 10 mantissa bits). ``one_token``: one token's
+    pairs, a block each, taken straight from its experts (``ROUTED``), no alignment."""
+    if one_token and num_pairs != top_k:
+        raise ValueError(f"one_token: got {num_pairs} pairs of {top_k} a token")
+    blocks = num_pairs if one_token else max_blocks(num_pairs, num_experts + shared, config.block_m)
 
     def launch(k: int, n: int, **extra: int) -> dict[str, Any]:
         block_k, block_n = config.tile(k, n)
@@ -265,7 +313,7 @@ def launch_params(
             "num_stages": config.num_stages,
         }
 
-    experts = {"E": num_experts, "SHARED": shared}
+    experts = {"E": num_experts, "SHARED": shared, "ROUTED": top_k - shared if one_token else 0}
     return launch(hidden, intermediate, TOP_K=top_k, **experts), launch(
         intermediate, hidden, **experts
     )

@@ -88,19 +88,6 @@ def test_align_has_no_loop():
     assert "stablehlo.while" not in text and "stablehlo.sort" in text
 
 
-def test_align_of_one_token_needs_no_sort():
-    """A batch-1 decode step's pairs are a block each in their own order: no sort, no
-    scatter; an id out of range leaves its block empty, its expert clipped into range."""
-    text = jax.jit(moe_align, static_argnums=(1, 2)).lower(S((1, 6), jnp.int32), 64, 16).as_text()
-    assert "stablehlo.sort" not in text and "stablehlo.scatter" not in text
-    pairs, block_experts, num_padded = aligned(np.array([[2, 5, 0, -1]], np.int32), 4, 4)
-    assert (
-        pairs.reshape(4, 4)[:, 0].tolist() == [0, -1, 2, -1]
-        and (pairs.reshape(4, 4)[:, 1:] == -1).all()
-    )
-    assert block_experts.tolist() == [2, 3, 0, 0] and num_padded.tolist() == [16]
-
-
 def test_align_bound_is_reached_and_out_of_range_ids_are_dropped():
     # Each expert one pair past a block: the most padding there can be.
     block_m, num_experts = 4, 3
@@ -183,8 +170,9 @@ def test_kernels_match_float64(pool, rng, tokens, num_experts, top_k, dtype, con
     )
     counts = np.bincount(experts.reshape(-1), minlength=num_experts)
     assert counts[-1] == 0  # an expert with no pair
-    alignment = aligned(experts, num_experts, cfg.block_m)
-    h, out = pool.apply(run_moe, (x, weights, experts, gate, up, down, *alignment, cfg))
+    # One token: its pairs straight from the router, as fused_moe runs them.
+    alignment = None if tokens == 1 else aligned(experts, num_experts, cfg.block_m)
+    h, out = pool.apply(run_moe, (x, weights, experts, gate, up, down, alignment, cfg))
     assert not np.isnan(h).any() and not np.isnan(out).any()
     ref_h, ref_out = pair_outputs_reference(x, weights, experts, gate, up, down)
     h_err = np.abs(h - ref_h)
@@ -251,16 +239,57 @@ def test_kernels_with_shared_experts_match_float64(
     cfg = CONFIGS[config] or default_config(
         tokens=tokens, top_k=top_k, num_experts=num_experts, itemsize=np.dtype(dtype).itemsize
     )
-    alignment = aligned(all_experts, num_experts + n_shared, cfg.block_m)
-    h, out = pool.apply(
-        run_moe, (x, all_weights, all_experts, gate, up, down, *alignment, cfg, shared)
-    )
+    if tokens == 1:  # the routed experts alone, the shared ones after them in-kernel
+        routed = (x, weights, experts, gate, up, down, None, cfg, shared)
+        h, out = pool.apply(run_moe, routed)
+    else:
+        alignment = aligned(all_experts, num_experts + n_shared, cfg.block_m)
+        h, out = pool.apply(
+            run_moe, (x, all_weights, all_experts, gate, up, down, alignment, cfg, shared)
+        )
     assert not np.isnan(h).any() and not np.isnan(out).any()
     y = out.reshape(tokens, top_k + n_shared, HIDDEN).sum(axis=1)
     from mla_jax.moe import fused_moe_reference
 
     want = fused_moe_reference(x, weights, experts, gate, up, down) + dense_reference(x, *shared)
     np.testing.assert_allclose(y, want, rtol=0, atol=OUT_TOL[dtype] * np.abs(want).max())
+
+
+@pytest.mark.interpreter
+def test_one_token_leaves_out_pairs_of_experts_out_of_range(pool, rng):
+    """One token's pairs straight from the router: an expert id outside ``[0, E)``
+    (past the routed experts, or negative) leaves that pair's rows unwritten (NaN
+    here) and reads nothing outside the arrays; the other pairs, the shared expert's
+    among them, are right."""
+    x, weights, _, gate, up, down = problem(rng, 1, 8, 4, np.float32)
+    experts = np.array([[3, 8, 0, -2]], np.int32)  # 8 would be the shared expert's id
+    shared = shared_mlp(rng, 1, np.float32)
+    cfg = default_config(tokens=1, top_k=4, num_experts=8, itemsize=4)
+    h, out = pool.apply(run_moe, (x, weights, experts, gate, up, down, None, cfg, shared))
+    assert np.isnan(h[[1, 3]]).all() and np.isnan(out[[1, 3]]).all()
+    ok = [0, 2]
+    _, ref_out = pair_outputs_reference(x, weights[:, ok], experts[:, ok], gate, up, down)
+    np.testing.assert_allclose(out[ok], ref_out, rtol=0, atol=1e-5 * np.abs(ref_out).max())
+    np.testing.assert_allclose(out[4], dense_reference(x, *shared)[0], rtol=0, atol=1e-5)
+
+
+@pytest.mark.interpreter
+def test_one_token_reads_no_padding_row(pool, rng):
+    """One token with padding rows after it (``fused_moe(..., tokens=1)``, a decode
+    step's zero row): x's second row NaN, its experts out of range and its weights
+    NaN change nothing, as the kernels read the first row's alone."""
+    x, weights, experts, gate, up, down = problem(rng, 1, 16, 6, np.float32)
+    shared = shared_mlp(rng, 2, np.float32)
+    cfg = default_config(tokens=1, top_k=6, num_experts=16, itemsize=4)
+    want = pool.apply(run_moe, (x, weights, experts, gate, up, down, None, cfg, shared))
+    padded = (
+        np.concatenate([x, np.full_like(x, np.nan)]),
+        np.concatenate([weights, np.full_like(weights, np.nan)]),
+        np.concatenate([experts, np.full_like(experts, 99)]),
+    )
+    got = pool.apply(run_moe, (*padded, gate, up, down, None, cfg, shared, 1))
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
 
 
 @pytest.mark.gpu
@@ -334,6 +363,7 @@ def test_v2_lite_builds_for_sm90(tokens):
         intermediate=inter,
         float32=False,
         config=config,
+        one_token=tokens == 1,
     )
     for call, launch in zip(calls, launches):
         assert call.target == "triton_kernel_call_ffi" and call.cubin.startswith(b"\x7fELF")
@@ -352,7 +382,8 @@ def test_v2_lite_builds_for_sm90(tokens):
 def test_v2_lite_shared_experts_build_for_sm90():
     """V2-Lite's two shared experts in the kernels at one token: eight blocks (six
     routed, two shared) of 22 and 32 column tiles, the shared MLP read in place (no
-    copy of it, no matmul beside the two calls), and the same SASS as the routed-only
+    copy of it, no matmul beside the two calls), the router's choices unaligned (no
+    sort, scatter or concatenation before the calls), and the same SASS as the routed-only
     build's where it matters: every weight tile by 128-bit asynchronous copies (the
     shared experts' runtime row stride keeps them) and as many MMAs."""
     from mla_jax.moe import fused_moe
@@ -376,6 +407,8 @@ def test_v2_lite_shared_experts_build_for_sm90():
     text, calls = build(shared)
     assert [(c.kernel_name, c.grid[0]) for c in calls] == [("moe_gate_up", 176), ("moe_down", 256)]
     assert len(re.findall(r"custom_call @", text)) == 2 and "dot_general" not in text
+    # The router's experts and weights go to the kernels as they are: no alignment.
+    assert not re.search(r"stablehlo\.(sort|scatter|concatenate)", text)
     assert set(re.findall(r"tensor<2048x2816xbf16>|tensor<2816x2048xbf16>", text)) == {
         "tensor<2048x2816xbf16>",
         "tensor<2816x2048xbf16>",
@@ -504,6 +537,9 @@ SG, SD = S((64, 32), jnp.bfloat16), S((32, 64), jnp.bfloat16)  # one shared expe
         (dict(compute_capability=91), "compute_capability: got 91"),
         (dict(config={"block_m": 16}), "config: got a dict, needed a MoEConfig"),
         (dict(shared=[SG, SG, SD]), "shared: got a list, needed None or a tuple"),
+        (dict(tokens=3), "tokens: got 3, needed at most x's 2 rows"),
+        (dict(tokens=-1), "tokens: got -1, needed an int >= 0"),
+        (dict(tokens=1.0), "tokens: got 1.0, needed an int"),
         (
             dict(shared=(S((64, 40), jnp.bfloat16), SG, SD)),
             r"shared gate: got \[64, 40\], needed \[64, n \* 32\]",
@@ -519,7 +555,8 @@ def test_bad_arguments_are_named(change, message):
     from mla_jax.moe import fused_moe
 
     args = dict(x=X, weights=W, experts=E, gate=G, up=G, down=D) | change
-    options = {k: args.pop(k) for k in ("compute_capability", "config", "shared") if k in args}
+    keywords = ("compute_capability", "config", "shared", "tokens")
+    options = {k: args.pop(k) for k in keywords if k in args}
     with pytest.raises(ValueError, match=message):
         jax.eval_shape(lambda a: fused_moe(**a, **options), args)
 
