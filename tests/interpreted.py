@@ -208,14 +208,17 @@ def _torch(a: np.ndarray):
     return torch.from_numpy(a)
 
 
-def run_moe(x, weights, experts, gate, up, down, alignment, config, shared=None, tokens=None):
+def run_moe(
+    x, weights, experts, gate, up, down, alignment, config, shared=None, tokens=None, top_k=None
+):
     """Both fused-MoE kernels (``mla_jax.moe.kernel``) on numpy inputs, in a pool
     worker. ``alignment``: the ``Alignment`` (numpy) ``config.block_m`` gave, the
     shared experts (``shared``: the shared MLP's ``(gate, up, down)``) already in
     ``experts`` (ids from ``gate.shape[0]``) and ``weights``; or None for one token's
     pairs straight from its routed ``experts`` and ``weights``, the shared experts
     after them (``fused_moe``'s one-token path); ``tokens``: the rows that are tokens
-    (None: all), the rest padding. Returns float32 numpy ``(h, out)``,
+    (None: all), the rest padding; ``top_k``: the experts' columns a token uses, the
+    first (None: all). Returns float32 numpy ``(h, out)``,
     the per-pair outputs, each poisoned with NaN before the kernels ran so an
     unwritten row shows."""
     import torch
@@ -227,8 +230,9 @@ def run_moe(x, weights, experts, gate, up, down, alignment, config, shared=None,
     num_experts, hidden, inter = gate.shape
     n_shared = 0 if shared is None else shared[0].shape[1] // inter
     one_token = alignment is None
-    rows, top_k = experts.shape
+    rows, columns = experts.shape
     tokens = rows if tokens is None else tokens
+    top_k = columns if top_k is None else top_k
     if one_token:  # the kernels read its experts; pairs and num_padded go unread
         top_k += n_shared
         alignment = (np.asarray(experts, np.int32).reshape(-1),) * 3

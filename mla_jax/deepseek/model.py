@@ -182,11 +182,16 @@ def _top_groups(scores: jax.Array, config: DeepseekConfig, group_score) -> jax.A
     return jnp.repeat(chosen, experts // config.n_group, axis=1)
 
 
-def route(params: MoEParams, config: DeepseekConfig, x: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """Each token's experts and weights: float32 ``[N, k]`` and int32 ``[N, k]``.
+def route(
+    params: MoEParams, config: DeepseekConfig, x: jax.Array, *, ranked: bool = False
+) -> tuple[jax.Array, jax.Array]:
+    """Each token's weights and experts: float32 ``[N, k]`` and int32 ``[N, k]``.
 
     The router runs in float32 (as transformers'); see ``DeepseekConfig`` for the
-    V2 and V3 rules.
+    V2 and V3 rules. ``ranked`` (V2's rules): every expert, best first, ``[N, E]``,
+    the top ``k`` being the first ``k`` columns: the sort ``top_k`` runs, without the
+    copies that cut its first ``k`` columns out (``fused_moe(top_k=k)`` reads them in
+    place at one token). V3's weights are the top ``k``'s, renormalised: ``[N, k]``.
     """
     logits = project(
         "nh,he->ne", x.astype(jnp.float32), params.router, precision=jax.lax.Precision.HIGHEST
@@ -197,7 +202,7 @@ def route(params: MoEParams, config: DeepseekConfig, x: jax.Array) -> tuple[jax.
         if config.topk_method == "group_limited_greedy":
             keep = _top_groups(scores, config, lambda g: g.max(axis=-1))
             scores = jnp.where(keep, scores, 0.0)
-        weights, experts = jax.lax.top_k(scores, k)
+        weights, experts = jax.lax.top_k(scores, scores.shape[-1] if ranked else k)
     else:
         scores = jax.nn.sigmoid(logits)
         assert params.router_bias is not None, "V3's router has e_score_correction_bias"
@@ -281,8 +286,9 @@ def _moe_rows(
     padding (``decode_step``'s zero row at batch one): the router and a shared MLP run
     over all ``R`` rows (matmuls of two rows need no pad), the experts over the
     tokens only; the padding rows of the result are zero."""
-    weights, experts = route(params, config, x)
     triton = resolve_backend(backend, compute_capability) == "triton"
+    # One token's kernels read its choices in place: the router's ranking, uncut.
+    weights, experts = route(params, config, x, ranked=triton and tokens == 1)
     in_kernels = triton and params.shared is not None and shared_in_kernels(tokens=tokens)
     if triton:  # the kernels skip the padding rows: nothing sliced off
         y = fused_moe(
@@ -295,6 +301,7 @@ def _moe_rows(
             shared=params.shared if in_kernels else None,
             compute_capability=compute_capability,
             tokens=tokens,
+            top_k=config.num_experts_per_tok,
         )
     else:
         weights, experts, rows = weights[:tokens], experts[:tokens], x[:tokens]

@@ -113,6 +113,7 @@ def fused_moe(
     compute_capability: int | None = None,
     config: MoEConfig | None = None,
     tokens: int | None = None,
+    top_k: int | None = None,
 ) -> jax.Array:
     """``sum_j weights[t, j] * down_e(silu(x[t] @ gate_e) * (x[t] @ up_e))``, with ``e =
     experts[t, j]``, for each token ``t``: the routed experts, on a CUDA GPU.
@@ -133,6 +134,9 @@ def fused_moe(
       config: the kernels' tiles (``MoEConfig``); None: ``default_config``'s choice.
       tokens: how many of the rows are tokens, the rest padding, never read (a decode
         step's zero row at batch one: no slice of the router's outputs); None: all.
+      top_k: how many of ``experts``' columns a token uses, the first (a ranking of
+        every expert, best first, as ``route(ranked=True)`` gives: one token's are
+        read in place); None: all of them.
 
     Returns:
       float32 ``[tokens, hidden]``. Two roundings to x's dtype: ``h``, the SwiGLU
@@ -157,31 +161,35 @@ def fused_moe(
     tokens = rows if tokens is None else as_int("tokens", tokens, 0)
     if tokens > rows:
         raise ValueError(f"tokens: got {tokens}, needed at most x's {rows} rows (or None)")
+    columns = experts.shape[1]
+    routed = columns if top_k is None else as_int("top_k", top_k, 1)
+    if routed > columns:
+        raise ValueError(f"top_k: got {routed}, needed at most experts' {columns} columns")
     num_experts, _, inter = gate.shape
     if tokens == 0:
         return jnp.zeros((tokens, hidden), jnp.float32)
     if config is None:
         config = default_config(
             tokens=tokens,
-            top_k=experts.shape[1],
+            top_k=routed,
             num_experts=num_experts,
             itemsize=x.dtype.itemsize,
         )
     n_shared = 0 if shared is None else shared[0].shape[1] // inter
     s_gate, s_up, s_down = (gate, up, down) if shared is None else shared
-    top_k = experts.shape[1] + n_shared
+    top_k = routed + n_shared
     num_pairs = tokens * top_k
     # One token's pairs are a block each, in their own order: the kernels read its
     # experts and weights as the router gave them (no alignment, no concatenation).
     one_token = tokens == 1
     # The kernels read x's rows by token and the weights by pair: padding rows after
     # the tokens go unread.
-    if one_token:  # the first row's experts and weights, at the start of their arrays
+    if one_token:  # the first row's choices open the arrays: read in place
         chosen = experts.reshape(-1).astype(jnp.int32)
         blocks = (chosen, chosen, chosen)  # pairs and num_padded are not read
         routing = weights.reshape(-1).astype(jnp.float32)
     else:
-        experts, weights = experts[:tokens], weights[:tokens]
+        experts, weights = experts[:tokens, :routed], weights[:tokens, :routed]
         if n_shared:  # shared expert s is expert E + s of every token, weight 1
             ids = jnp.arange(num_experts, num_experts + n_shared, dtype=experts.dtype)
             experts = jnp.concatenate([experts, jnp.broadcast_to(ids, (tokens, n_shared))], 1)

@@ -274,20 +274,25 @@ def test_one_token_leaves_out_pairs_of_experts_out_of_range(pool, rng):
 
 
 @pytest.mark.interpreter
-def test_one_token_reads_no_padding_row(pool, rng):
-    """One token with padding rows after it (``fused_moe(..., tokens=1)``, a decode
-    step's zero row): x's second row NaN, its experts out of range and its weights
-    NaN change nothing, as the kernels read the first row's alone."""
+def test_one_token_reads_its_choices_in_place(pool, rng):
+    """One token with a padding row after it (``fused_moe(..., tokens=1, top_k=6)``,
+    a decode step's zero row) and its choices the first columns of a ranking of every
+    expert (``route(ranked=True)``): x's second row NaN, the ranking's other columns
+    and the padding row's experts out of range and weights NaN change nothing, as the
+    kernels read the first row's first six alone."""
     x, weights, experts, gate, up, down = problem(rng, 1, 16, 6, np.float32)
     shared = shared_mlp(rng, 2, np.float32)
     cfg = default_config(tokens=1, top_k=6, num_experts=16, itemsize=4)
     want = pool.apply(run_moe, (x, weights, experts, gate, up, down, None, cfg, shared))
+    rest = (1, 16 - 6)
     padded = (
         np.concatenate([x, np.full_like(x, np.nan)]),
-        np.concatenate([weights, np.full_like(weights, np.nan)]),
-        np.concatenate([experts, np.full_like(experts, 99)]),
-    )
-    got = pool.apply(run_moe, (*padded, gate, up, down, None, cfg, shared, 1))
+        np.pad(np.concatenate([weights, np.full(rest, np.nan, np.float32)], 1), ((0, 1), (0, 0)),
+               constant_values=np.nan),
+        np.pad(np.concatenate([experts, np.full(rest, 99, np.int32)], 1), ((0, 1), (0, 0)),
+               constant_values=-7),
+    )  # fmt: skip
+    got = pool.apply(run_moe, (*padded, gate, up, down, None, cfg, shared, 1, 6))
     for g, w in zip(got, want):
         np.testing.assert_array_equal(g, w)
 
@@ -540,6 +545,8 @@ SG, SD = S((64, 32), jnp.bfloat16), S((32, 64), jnp.bfloat16)  # one shared expe
         (dict(tokens=3), "tokens: got 3, needed at most x's 2 rows"),
         (dict(tokens=-1), "tokens: got -1, needed an int >= 0"),
         (dict(tokens=1.0), "tokens: got 1.0, needed an int"),
+        (dict(top_k=3), "top_k: got 3, needed at most experts' 2 columns"),
+        (dict(top_k=0), "top_k: got 0, needed an int >= 1"),
         (
             dict(shared=(S((64, 40), jnp.bfloat16), SG, SD)),
             r"shared gate: got \[64, 40\], needed \[64, n \* 32\]",
@@ -555,7 +562,7 @@ def test_bad_arguments_are_named(change, message):
     from mla_jax.moe import fused_moe
 
     args = dict(x=X, weights=W, experts=E, gate=G, up=G, down=D) | change
-    keywords = ("compute_capability", "config", "shared", "tokens")
+    keywords = ("compute_capability", "config", "shared", "tokens", "top_k")
     options = {k: args.pop(k) for k in keywords if k in args}
     with pytest.raises(ValueError, match=message):
         jax.eval_shape(lambda a: fused_moe(**a, **options), args)

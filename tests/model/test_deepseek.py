@@ -221,6 +221,27 @@ def test_unsupported_checkpoints_raise(case, tmp_path, changes, message):
         load_checkpoint(tmp_path)
 
 
+def test_ranked_routing_opens_with_the_top_k(case):
+    """``route(ranked=True)``: V2's rule ranks every expert, best first, its first k
+    columns ``route``'s choices and weights (what the one-token MoE kernels read in
+    place); V3's are its top k as ``route`` gives them."""
+    from mla_jax.deepseek import route
+
+    _, _, config, params, _ = case
+    moe = next(p.mlp for i, p in enumerate(params.layers) if config.is_moe_layer(i))
+    x = jax.random.normal(jax.random.key(3), (5, config.hidden_size), jnp.float32)
+    weights, experts = map(np.asarray, route(moe, config, x))
+    ranked_weights, ranked = map(np.asarray, route(moe, config, x, ranked=True))
+    k, num_experts = config.num_experts_per_tok, config.n_routed_experts
+    width = num_experts if config.model_type == "deepseek_v2" else k
+    assert ranked.shape == ranked_weights.shape == (5, width)
+    np.testing.assert_array_equal(ranked[:, :k], experts)
+    np.testing.assert_array_equal(ranked_weights[:, :k], weights)
+    if width > k:
+        assert (np.sort(ranked, axis=1) == np.arange(num_experts)).all()
+        assert (np.diff(ranked_weights, axis=1) <= 0).all()
+
+
 def test_batch_one_step_has_no_vector_matmul(case):
     """At B=1 each matmul of a decode step has two rows, lowered for an H100/H200: a
     one-row operand is what XLA's GPU compiler rewrites into a multiply and a
