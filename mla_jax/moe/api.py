@@ -4,10 +4,9 @@ kernels (``mla_jax.moe.kernel``), computing only the pairs the router chose.
 Three steps, jit-able: the pairs sorted by expert and padded to the kernels' blocks
 (``moe_align``, JAX ops; one token's pairs need none, a block each); ``moe_gate_up``;
 ``moe_down`` with the routing weights; then each token's ``top_k`` rows (stored in
-x's dtype) summed in float32. A decode
-step's token reads only its experts' weights, each once, straight from the stacked
-arrays. Shared experts, if given, are more pairs of every token (weight 1), read in
-place from the shared MLP.
+x's dtype) summed in float32. A decode step's token reads only its experts' weights,
+each once, straight from the stacked arrays. Shared experts, if given, are more pairs
+of every token (weight 1), read in place from the shared MLP.
 """
 
 from __future__ import annotations
@@ -120,9 +119,10 @@ def fused_moe(
 
     Args:
       x: ``[rows, hidden]``, bfloat16, float16 or float32.
-      weights: floating ``[rows, top_k]``, the routing weights (used in float32).
-      experts: integer ``[rows, top_k]``, each in ``[0, E)`` (a traced id cannot be
+      weights: floating ``[rows, columns]``, the routing weights (used in float32).
+      experts: integer ``[rows, columns]``, each in ``[0, E)`` (a traced id cannot be
         checked: one outside leaves its pair out and its token's sum unspecified).
+        A token's choices are its row's first ``top_k`` columns.
       gate, up: ``[E, hidden, intermediate]``; down: ``[E, intermediate, hidden]``
         (``x @ w`` layout), in x's dtype.
       shared: None, or the shared experts' MLP ``(gate, up, down)``, ``[hidden, n *
@@ -180,11 +180,11 @@ def fused_moe(
     top_k = routed + n_shared
     num_pairs = tokens * top_k
     # One token's pairs are a block each, in their own order: the kernels read its
-    # experts and weights as the router gave them (no alignment, no concatenation).
+    # experts and weights in place (no alignment, no concatenation), the first
+    # ``routed`` values of the arrays; they read x's rows by token, so padding rows
+    # and columns past ``routed`` go unread.
     one_token = tokens == 1
-    # The kernels read x's rows by token and the weights by pair: padding rows after
-    # the tokens go unread.
-    if one_token:  # the first row's choices open the arrays: read in place
+    if one_token:
         chosen = experts.reshape(-1).astype(jnp.int32)
         blocks = (chosen, chosen, chosen)  # pairs and num_padded are not read
         routing = weights.reshape(-1).astype(jnp.float32)
