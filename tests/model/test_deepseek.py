@@ -61,11 +61,11 @@ def _rel(got, want):
     return float(np.abs(np.asarray(got, np.float32) - want).max() / np.abs(want).max())
 
 
-def _assert_matches_transformers(model, prompts, out):
+def _assert_matches_transformers(model, prompts, out, lens=PROMPT_LENS):
     """Each row's generated tokens equal transformers' greedy ones, and each step's
     logits are within ``RTOL`` of the model's, teacher-forced: the whole sequence in
     one forward pass, logits at the positions each new token was chosen from."""
-    for b, n in enumerate(PROMPT_LENS):
+    for b, n in enumerate(lens):
         np.testing.assert_array_equal(
             out.tokens[b], hf.greedy(model, prompts[b, :n], NEW_TOKENS), err_msg=f"row {b}"
         )
@@ -127,6 +127,18 @@ def test_greedy_generation_on_the_triton_backend_matches(case):
         params, config, prompts, PROMPT_LENS, NEW_TOKENS, backend="triton", return_logits=True
     )
     _assert_matches_transformers(model, prompts, out)
+
+
+@pytest.mark.parametrize("backend", ["xla", pytest.param("triton", marks=pytest.mark.gpu)])
+@pytest.mark.parametrize("row", [0, 2])
+def test_batch_one_generation_matches(case, row, backend):
+    """One prompt at a time: the batch-one step (its zero row; on a GPU the MoE's
+    one-token kernels reading the router's choices in place) gives the same greedy
+    tokens as transformers, each step's logits within ``RTOL``."""
+    model, _, config, params, prompts = case
+    one, lens = prompts[row : row + 1], PROMPT_LENS[row : row + 1]
+    out = generate(params, config, one, lens, NEW_TOKENS, backend=backend, return_logits=True)
+    _assert_matches_transformers(model, one, out, lens)
 
 
 def test_bfloat16_within_bf16_tolerance(case):
