@@ -87,6 +87,7 @@ COMPUTATION = re.compile(r"^(?:ENTRY )?%(\S+) \(.*?\{\n(.*?)^\}", re.S | re.M)
 @dataclass(frozen=True)
 class Kernel:
     name: str
+    op: str  # the HLO opcode: fusion, custom-call, copy...
     shape: str
     source: str  # the JAX op, from the instruction's metadata
 
@@ -116,23 +117,22 @@ def loop_kernels(hlo: str) -> list[Kernel]:
                 continue
             op = re.search(r'op_name="([^"]+)"', line)
             source = "/".join(op.group(1).split("/")[-2:]) if op else ""
-            out.append(Kernel(m.group(1), m.group(2), source))
+            out.append(Kernel(m.group(1), m.group(3), m.group(2), source))
 
     walk(body.group(1))
     return out
 
 
-def layer_kernels(kernels: list[Kernel]) -> list[Kernel]:
-    """A layer's launches mid-stack: from a stage-1 launch to the next (the attention's
-    second half, the MLP or MoE, the next layer's first half). The first and last
-    layers' neighbours compile a little differently: from 4 layers on, each layer
-    more adds this many to the step."""
+def layer_kernels(kernels: list[Kernel], buffer: str) -> list[Kernel]:
+    """A layer's launches mid-stack: from a stage-1 launch (the custom call whose
+    output, or its first, is the logits buffer, of HLO shape ``buffer``) to the next:
+    the attention's second half, the MLP or MoE, the next layer's first half. The
+    first and last layers' neighbours compile a little differently: from 4 layers on,
+    each layer more adds this many to the step."""
     stage1 = [
         i
         for i, k in enumerate(kernels)
-        if k.name.startswith("triton_kernel_call")
-        and "_decode_step" in k.source
-        and not k.shape.startswith("(")
+        if k.op == "custom-call" and k.shape.lstrip("(").startswith(buffer + "{")
     ]
     if len(stage1) < 4:
         raise ValueError("fewer than four stage-1 launches: give --layers 4 or more")
@@ -232,11 +232,12 @@ def main() -> None:
         print(f"warning: the step's arguments ({held / 2**30:.1f} GiB) do not fit the card")
     print(f"kernel launches a step: {len(kernels)}")
     if a.layers >= 4:
-        layer = layer_kernels(kernels)
+        data = state.logits_buffer.data
+        layer = layer_kernels(kernels, f"f32[{','.join(map(str, data.shape))}]")
         print(f"a MoE layer (stage 1 to stage 1): {len(layer)}")
         if a.layer:
             for k in layer:
-                print(f"  {k.name[:40]:40s} {k.shape[:40]:40s} {k.source}")
+                print(f"  {k.op:11s} {k.name[:36]:36s} {k.shape[:40]:40s} {k.source}")
     if a.memory:
         gib = 2.0**-30
 

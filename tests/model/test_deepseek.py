@@ -315,9 +315,11 @@ def test_batch_one_step_matches_the_public_layers(case):
     step = jax.jit(lambda p, t, s: decode_step(p, config, t, s, backend="xla"))
     logits, after = step(params, tokens, state)
     want, want_caches = jax.jit(composed)(params, tokens, state)
-    np.testing.assert_allclose(np.asarray(logits), np.asarray(want), rtol=1e-6, atol=1e-6)
+    # The same float32 sums, in an order XLA may choose apart for one row and two (a
+    # GPU's split-K, autotuned): within 1e-5 of the largest value (an H100 gave 9.5e-7).
+    assert _rel(logits, np.asarray(want)) < 1e-5
     for got, cache in zip(after.kv_caches, want_caches):
-        np.testing.assert_allclose(np.asarray(got), np.asarray(cache), rtol=1e-6, atol=1e-6)
+        assert _rel(got, np.asarray(cache)) < 1e-5
 
 
 def test_decode_loop_lowers_for_sm90(case):

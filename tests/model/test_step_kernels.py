@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import jax
 import pytest
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "step_kernels.py"
@@ -15,6 +16,8 @@ SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "step_kernels.py"
 
 def step_kernels(*args: str) -> str:
     pytest.importorskip("triton")
+    if jax.default_backend() == "gpu":  # there step_profile.py counts them on the GPU
+        pytest.skip("counts XLA's compile for a card without one")
     proc = subprocess.run(
         [sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=600
     )
@@ -34,7 +37,7 @@ def test_batch_one_moe_layer_launches_21_kernels():
     assert re.search(r"^a MoE layer \(stage 1 to stage 1\): 21$", out, re.M), out
     layer = out.split("stage 1 to stage 1): 21\n")[1].splitlines()
     # Two attention stages and the two fused MoE kernels, the rest XLA's.
-    assert sum("triton_kernel_call" in row for row in layer) == 4, out
+    assert sum(row.split()[0] == "custom-call" for row in layer) == 4, out
 
 
 def test_drawing_a_v3_layer_needs_little_beside_its_weights():
