@@ -454,8 +454,9 @@ call24() {
   grep -E "^==|decode step|^\[" $OUT/profile.log; grep "^B=" $OUT/profile.log
 }
 
-# Call 25 (not yet run; carry .whl, .ab/REV, .vllm): the Done-when numbers on one tree
-# (NEW), the least measured first, each part only where time is left for it. Logs to $OUT:
+# Call 25 (the eighth lease, on b1-launches a66ac02; carry .whl, .ab/REV, .vllm): the
+# Done-when numbers on one tree (NEW), the least measured first, each part only where
+# time is left for it. Logs to $OUT:
 #   layer.log    step_profile.py --no-moe --batch 1 --layer: the B=1 step's costliest
 #                kernels and one layer's launches in order, each with the idle before it
 #   v3-stack/    model-bench --model v3-stack, decode at B=1, 8, 64
@@ -483,10 +484,10 @@ call25() {
   pack attention
 }
 
-# Call 26 (not yet run): the batch-one launches (NEW: the branch b1-launches checked
-# out, ead492e's zero row applied again and the MoE's one-token path, 581 launches a
-# B=1 step by scripts/step_kernels.py) against main (BASE, .ab/base: git archive of
-# main, 763); carry .whl, .ab/REV, .ab/base. Logs to $OUT:
+# Call 26 (the eighth lease, before call 25): the batch-one launches (NEW: the branch
+# b1-launches checked out, ead492e's zero row applied again and the MoE's one-token
+# path, 581 launches a B=1 step by scripts/step_kernels.py) against main (BASE,
+# .ab/base: git archive of main, 763); carry .whl, .ab/REV, .ab/base. Logs to $OUT:
 #   gpu-tests.log  fused_moe on the GPU against float64 (one token among them, with
 #                  and without the shared experts), then the tiny V2/V3 models' prefill
 #                  logits and greedy tokens against transformers, the triton backend's
