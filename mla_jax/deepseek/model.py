@@ -32,7 +32,7 @@ from mla_jax.layer import (
 )
 from mla_jax.layer import init_params as init_attention
 from mla_jax.loop import DecodeState
-from mla_jax.moe import fused_moe, shared_in_kernels
+from mla_jax.moe import fused_mlp, fused_moe, mlp_slices, shared_in_kernels
 
 # Rows past which ``mlp``'s gate and up stay two matmuls (``apart``): a prefill's,
 # which XLA hands to cuBLAS. Up to a decode batch of 64 a merged matmul is one fused
@@ -326,12 +326,23 @@ def _ffn(
 ) -> jax.Array:
     """The residual MLP/MoE half of a decoder layer (``backend`` the MoE's) on ``h
     [..., hidden]``; ``tokens``: ``h`` is ``[R, hidden]`` and only its first
-    ``tokens`` rows are tokens (``_moe_rows``)."""
+    ``tokens`` rows are tokens (``_moe_rows``). A dense MLP on one token runs on the
+    triton backend through the MoE's kernels (``fused_mlp``: its weights streamed in
+    place, where XLA's GEMM pads V2-Lite's down-projection weight every step)."""
     x = rms_norm(h, layer.post_attn_norm, config.rms_norm_eps)
     if isinstance(layer.mlp, MoEParams):
         if tokens is not None:
             return h + _moe_rows(layer.mlp, config, x, tokens, backend, compute_capability)
         return h + moe(layer.mlp, config, x, backend=backend, compute_capability=compute_capability)
+    if tokens == 1 and resolve_backend(backend, compute_capability) == "triton":
+        width = layer.mlp.gate.shape[1]
+        y = fused_mlp(
+            x,
+            *layer.mlp,
+            slices=mlp_slices(width, per_slice=config.moe_intermediate_size or width),
+            compute_capability=compute_capability,
+        )
+        return h + jnp.pad(y.astype(h.dtype), ((0, h.shape[0] - 1), (0, 0)))
     return h + mlp(layer.mlp, x)
 
 

@@ -145,18 +145,8 @@ def fused_moe(
       (The per-pair outputs are the MoE's largest array at prefill sizes: in x's
       dtype they are written and read at half float32's bytes.)
     """
-    from mla_jax import _launch  # Triton: an optional dependency
-    from mla_jax.moe import kernel
-
     _check(x, weights, experts, gate, up, down, shared)
-    cc = check_compute_capability(compute_capability)
-    if x.dtype == jnp.bfloat16 and cc is not None and cc < BF16_MIN_CAPABILITY:
-        raise ValueError(
-            f"compute_capability: got {cc}, but bfloat16 weights need >= "
-            f"{BF16_MIN_CAPABILITY}; use float16 weights there, or the xla backend"
-        )
-    if config is not None and not isinstance(config, MoEConfig):
-        raise ValueError(f"config: got a {type(config).__name__}, needed a MoEConfig or None")
+    cc = _check_launch(x, compute_capability, config)
     rows, hidden = x.shape
     tokens = rows if tokens is None else as_int("tokens", tokens, 0)
     if tokens > rows:
@@ -197,29 +187,161 @@ def fused_moe(
         aligned = moe_align(experts, num_experts + n_shared, config.block_m)
         blocks = (aligned.pairs, aligned.block_experts, aligned.num_padded)
         routing = weights.reshape(-1).astype(jnp.float32)
+    out = _run(
+        x,
+        (gate, up, down),
+        (s_gate, s_up, s_down),
+        blocks,
+        routing,
+        num_pairs=num_pairs,
+        top_k=top_k,
+        num_experts=num_experts,
+        intermediate=inter,
+        shared=n_shared,
+        one_token=one_token,
+        config=config,
+        out_dtype=x.dtype,
+        cc=cc,
+    )
+    return out.reshape(tokens, top_k, hidden).sum(axis=1, dtype=jnp.float32)
+
+
+def fused_mlp(
+    x: jax.Array,
+    gate: jax.Array,
+    up: jax.Array,
+    down: jax.Array,
+    *,
+    slices: int,
+    compute_capability: int | None = None,
+    config: MoEConfig | None = None,
+) -> jax.Array:
+    """``down(silu(x[0] @ gate) * (x[0] @ up))``, a SwiGLU MLP on one token, through
+    ``fused_moe``'s kernels on a CUDA GPU: the MLP's width in ``slices`` equal parts,
+    each a shared expert of the token, and no routed expert.
+
+    Why: at one token an MLP is a stream of its weights, as the experts are; XLA's
+    split-K GEMM pads a reduction that is not a multiple of its tile, which for
+    DeepSeek-V2-Lite's dense MLP (10944 wide) copies the 45 MB down-projection
+    weight every step. The slices read every weight in place, once; each slice's
+    down product is a partial sum of the output (split-K), stored in float32.
+
+    Args:
+      x: ``[rows, hidden]``, bfloat16, float16 or float32; the token is the first row,
+        the others go unread (a decode step's zero row at batch one).
+      gate, up: ``[hidden, width]``; down: ``[width, hidden]`` (``x @ w`` layout), in
+        x's dtype, ``width`` a multiple of ``slices``.
+      slices: how many parts (``mla_jax.moe.config.mlp_slices`` picks them).
+      compute_capability, config: as ``fused_moe``'s (the config of one token).
+
+    Returns:
+      float32 ``[1, hidden]``: ``h``, the SwiGLU between the kernels, rounded once to
+      x's dtype; the products and the sum of the slices float32.
+    """
+    for name, a in dict(x=x, gate=gate, up=up, down=down).items():
+        check_array(name, a)
+    if x.ndim != 2 or x.dtype not in DTYPES or x.shape[0] < 1:
+        raise ValueError(
+            f"x: got {x.dtype}{list(x.shape)}, needed [rows >= 1, hidden] in bfloat16, "
+            "float16 or float32"
+        )
+    hidden = x.shape[1]
+    slices = as_int("slices", slices, 1)
+    width = gate.shape[1] if gate.ndim == 2 else 0
+    if gate.ndim != 2 or gate.shape[0] != hidden or width == 0 or width % slices:
+        raise ValueError(
+            f"gate: got {list(gate.shape)}, needed [{hidden}, width] with width a multiple "
+            f"of slices={slices}"
+        )
+    for name, a, want in (("up", up, (hidden, width)), ("down", down, (width, hidden))):
+        if a.shape != want:
+            raise ValueError(f"{name}: got {list(a.shape)}, needed {list(want)} (gate's)")
+    for name, a in dict(gate=gate, up=up, down=down).items():
+        if a.dtype != x.dtype:
+            raise ValueError(f"{name}: got {a.dtype}, needed x's dtype {x.dtype} (cast one)")
+    cc = _check_launch(x, compute_capability, config)
+    if config is None:
+        config = default_config(tokens=1, top_k=slices, num_experts=0, itemsize=x.dtype.itemsize)
+    unread = jnp.zeros((1,), jnp.int32)  # no routed experts: no ids, weights or alignment
+    out = _run(
+        x,
+        (gate, up, down),
+        (gate, up, down),
+        (unread, unread, unread),
+        unread.astype(jnp.float32),
+        num_pairs=slices,
+        top_k=slices,
+        num_experts=0,
+        intermediate=width // slices,
+        shared=slices,
+        one_token=True,
+        config=config,
+        out_dtype=jnp.float32,
+        cc=cc,
+    )
+    return out.sum(axis=0, keepdims=True)
+
+
+def _check_launch(x: jax.Array, compute_capability: int | None, config) -> int | None:
+    """The capability to build for (checked against x's dtype) and the config's type."""
+    cc = check_compute_capability(compute_capability)
+    if x.dtype == jnp.bfloat16 and cc is not None and cc < BF16_MIN_CAPABILITY:
+        raise ValueError(
+            f"compute_capability: got {cc}, but bfloat16 weights need >= "
+            f"{BF16_MIN_CAPABILITY}; use float16 weights there, or the xla backend"
+        )
+    if config is not None and not isinstance(config, MoEConfig):
+        raise ValueError(f"config: got a {type(config).__name__}, needed a MoEConfig or None")
+    return cc
+
+
+def _run(
+    x: jax.Array,
+    routed: tuple[jax.Array, jax.Array, jax.Array],
+    shared_mlp: tuple[jax.Array, jax.Array, jax.Array],
+    blocks: tuple[jax.Array, jax.Array, jax.Array],
+    routing: jax.Array,
+    *,
+    num_pairs: int,
+    top_k: int,
+    num_experts: int,
+    intermediate: int,
+    shared: int,
+    one_token: bool,
+    config: MoEConfig,
+    out_dtype: jnp.dtype,
+    cc: int | None,
+) -> jax.Array:
+    """Both kernels over ``num_pairs`` pairs of ``intermediate``-wide experts (the
+    ``routed`` stacks', then ``shared`` slices of ``shared_mlp``): the pair outputs,
+    ``[num_pairs, hidden]`` in ``out_dtype``."""
+    from mla_jax import _launch  # Triton: an optional dependency
+    from mla_jax.moe import kernel
+
+    hidden = x.shape[1]
     gate_up, down_launch = kernel.launch_params(
         num_pairs=num_pairs,
         top_k=top_k,
         num_experts=num_experts,
         hidden=hidden,
-        intermediate=inter,
+        intermediate=intermediate,
         float32=x.dtype == jnp.float32,
         config=config,
-        shared=n_shared,
+        shared=shared,
         one_token=one_token,
     )
     (h,) = _launch.launch(
         kernel.moe_gate_up,
-        [x, gate, up, s_gate, s_up, *blocks],
-        out_shapes=[jax.ShapeDtypeStruct((num_pairs, inter), x.dtype)],
+        [x, routed[0], routed[1], shared_mlp[0], shared_mlp[1], *blocks],
+        out_shapes=[jax.ShapeDtypeStruct((num_pairs, intermediate), x.dtype)],
         compute_capability=cc,
         **gate_up,
     )
     (out,) = _launch.launch(
         kernel.moe_down,
-        [h, down, s_down, *blocks, routing],
-        out_shapes=[jax.ShapeDtypeStruct((num_pairs, hidden), x.dtype)],
+        [h, routed[2], shared_mlp[2], *blocks, routing],
+        out_shapes=[jax.ShapeDtypeStruct((num_pairs, hidden), out_dtype)],
         compute_capability=cc,
         **down_launch,
     )
-    return out.reshape(tokens, top_k, hidden).sum(axis=1, dtype=jnp.float32)
+    return out

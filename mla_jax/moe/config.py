@@ -91,6 +91,16 @@ def shared_in_kernels(*, tokens: int) -> bool:
     return 0 < tokens <= MIN_DOT
 
 
+def mlp_slices(width: int, *, per_slice: int) -> int:
+    """How many equal parts ``fused_mlp`` cuts a ``width``-wide MLP into: the divisor
+    of ``width`` whose parts are nearest ``per_slice`` columns wide (the routed
+    experts' width, whose one-token streams ``default_config`` is tuned for; the
+    wider of two equally near). DeepSeek-V2-Lite's dense MLP, 10944 wide beside
+    1408-wide experts: 8 parts of 1368."""
+    divisors = [d for d in range(1, width + 1) if width % d == 0]
+    return min(divisors, key=lambda d: (abs(width / d - per_slice), d))
+
+
 def default_config(*, tokens: int, top_k: int, num_experts: int, itemsize: int) -> MoEConfig:
     """The config a call runs with when it names none: from the pairs an expert gets
     on average and the weights' bytes a value (``itemsize``).

@@ -33,11 +33,13 @@ column tile (Triton's grouped ordering: those blocks share an expert's weight ti
 in L2); the block count is the grid's size over ``N_TILES``, so one build serves
 every token count. Programs whose block starts at or past ``num_padded`` exit at once.
 
-One token (``ROUTED > 0``, a decode step at batch one) needs no alignment: block
+One token (``ONE_TOKEN``, a decode step at batch one) needs no alignment: block
 ``b`` is the token's pair ``b`` alone, ``block_experts`` holds its ``ROUTED`` routed
 experts as the router chose them and ``weights`` their routing weights; pairs from
 ``ROUTED`` on are the shared experts, at weight 1; ``pairs`` and ``num_padded`` are
-not read. That leaves nothing to compute between the router and the kernels.
+not read. That leaves nothing to compute between the router and the kernels. With
+no routed experts (``ROUTED`` 0, ``E`` 0) the pairs are a dense MLP's column slices
+(``mla_jax.moe.api.fused_mlp``): nothing is read but x and the MLP.
 """
 
 from __future__ import annotations
@@ -79,20 +81,26 @@ def _block(
     block,
     E: tl.constexpr,
     BLOCK_M: tl.constexpr,
+    ONE_TOKEN: tl.constexpr,
     ROUTED: tl.constexpr,
 ):
     """``(pair ids, live, expert, unused)`` of a block: its slots' pair ids (int64)
     and which slots hold one, its expert (int64), and whether the block is past the
-    slots in use. One token's block ``b`` (``ROUTED > 0``) is pair ``b`` in slot 0; a
-    routed expert id outside ``[0, E)`` leaves its pair out (nothing read outside the
-    arrays)."""
-    if ROUTED > 0:
-        chosen = tl.load(block_experts_ptr + tl.minimum(block, ROUTED - 1))
-        routed = block < ROUTED
-        ok = ~routed | ((chosen >= 0) & (chosen < E))
-        expert = tl.where(routed, tl.where(ok, chosen, 0), E + block - ROUTED)
+    slots in use. One token's block ``b`` (``ONE_TOKEN``) is pair ``b`` in slot 0: its
+    routed expert ``b`` below ``ROUTED``, a shared one from there; a routed expert id
+    outside ``[0, E)`` leaves its pair out (nothing read outside the arrays)."""
+    if ONE_TOKEN:
         pair = tl.zeros((BLOCK_M,), tl.int64) + block
-        live = (tl.arange(0, BLOCK_M) == 0) & ok
+        first = tl.arange(0, BLOCK_M) == 0
+        if ROUTED > 0:
+            chosen = tl.load(block_experts_ptr + tl.minimum(block, ROUTED - 1))
+            routed = block < ROUTED
+            ok = ~routed | ((chosen >= 0) & (chosen < E))
+            expert = tl.where(routed, tl.where(ok, chosen, 0), E + block - ROUTED)
+            live = first & ok
+        else:  # shared experts alone (``fused_mlp``)
+            expert = E + block
+            live = first
         unused = False
     else:
         pair, live = _block_pairs(pairs_ptr, block, BLOCK_M)
@@ -177,6 +185,7 @@ def moe_gate_up(
     TOP_K: tl.constexpr,
     E: tl.constexpr,
     SHARED: tl.constexpr,
+    ONE_TOKEN: tl.constexpr,
     ROUTED: tl.constexpr,
     N_TILES: tl.constexpr,
     BLOCK_M: tl.constexpr,
@@ -189,7 +198,7 @@ def moe_gate_up(
     ``p`` of one block (expert ``e``), over one tile of columns."""
     block, col_tile = _tile(N_TILES, GROUP_M)
     pair, live, expert, unused = _block(
-        pairs_ptr, block_experts_ptr, num_padded_ptr, block, E, BLOCK_M, ROUTED
+        pairs_ptr, block_experts_ptr, num_padded_ptr, block, E, BLOCK_M, ONE_TOKEN, ROUTED
     )
     if unused:
         return
@@ -232,6 +241,7 @@ def moe_down(
     N: tl.constexpr,
     E: tl.constexpr,
     SHARED: tl.constexpr,
+    ONE_TOKEN: tl.constexpr,
     ROUTED: tl.constexpr,
     N_TILES: tl.constexpr,
     BLOCK_M: tl.constexpr,
@@ -244,7 +254,7 @@ def moe_down(
     (expert ``e``), over one tile of columns."""
     block, col_tile = _tile(N_TILES, GROUP_M)
     pair, live, expert, unused = _block(
-        pairs_ptr, block_experts_ptr, num_padded_ptr, block, E, BLOCK_M, ROUTED
+        pairs_ptr, block_experts_ptr, num_padded_ptr, block, E, BLOCK_M, ONE_TOKEN, ROUTED
     )
     if unused:
         return
@@ -261,9 +271,10 @@ def moe_down(
         acc = tl.dot(rows, w, acc, input_precision=DOT_PRECISION)
         h_ptrs += BLOCK_K
         w_ptrs += BLOCK_K * N
-    if ROUTED > 0:  # one token: the shared experts' weight is 1
-        routing = tl.load(weights_ptr + tl.minimum(block, ROUTED - 1))
-        acc *= tl.where(block < ROUTED, routing, 1.0)
+    if ONE_TOKEN:  # the shared experts' weight is 1
+        if ROUTED > 0:
+            routing = tl.load(weights_ptr + tl.minimum(block, ROUTED - 1))
+            acc *= tl.where(block < ROUTED, routing, 1.0)
     else:
         acc *= tl.load(weights_ptr + pair, mask=live, other=0.0)[:, None]
     out = out_ptr + pair[:, None] * N + cols[None, :]
@@ -313,7 +324,12 @@ def launch_params(
             "num_stages": config.num_stages,
         }
 
-    experts = {"E": num_experts, "SHARED": shared, "ROUTED": top_k - shared if one_token else 0}
+    experts = {
+        "E": num_experts,
+        "SHARED": shared,
+        "ONE_TOKEN": one_token,
+        "ROUTED": top_k - shared if one_token else 0,
+    }
     return launch(hidden, intermediate, TOP_K=top_k, **experts), launch(
         intermediate, hidden, **experts
     )

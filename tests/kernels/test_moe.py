@@ -12,7 +12,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from mla_jax.moe import MoEConfig, default_config, moe_align
+from mla_jax.moe import MoEConfig, default_config, mlp_slices, moe_align
 from mla_jax.moe.config import max_blocks
 from mla_jax.moe.reference import pair_outputs_reference
 from tests.interpreted import run_moe
@@ -297,6 +297,54 @@ def test_one_token_reads_its_choices_in_place(pool, rng):
         np.testing.assert_array_equal(g, w)
 
 
+@pytest.mark.interpreter
+@pytest.mark.parametrize(
+    "slices, width, dtype", [(3, 120, np.float32), (2, 96, ml_dtypes.bfloat16)]
+)
+def test_dense_mlp_as_slices_matches_float64(pool, rng, slices, width, dtype):
+    """A dense MLP on one token as ``slices`` shared experts and no routed one
+    (``fused_mlp``'s launch): every slice's rows written (NaN before), the padding
+    row after the token (NaN) unread, and the slices' sum the dense MLP's, against
+    float64. 120 wide in 3: 40-column slices, so the gate+up tiles wrap and the down
+    reduction has a tail."""
+    x = np.concatenate([rng.standard_normal((1, HIDDEN)), np.full((1, HIDDEN), np.nan)])
+    gate = rng.standard_normal((HIDDEN, width)) * HIDDEN**-0.5
+    up = rng.standard_normal((HIDDEN, width)) * HIDDEN**-0.5
+    down = rng.standard_normal((width, HIDDEN)) * width**-0.5
+    mlp = tuple(a.astype(dtype) for a in (gate, up, down))
+    none = np.zeros((0, HIDDEN, width // slices), dtype)  # no routed experts
+    routed = (x.astype(dtype), np.zeros((1, 0), np.float32), np.zeros((1, 0), np.int32))
+    cfg = default_config(tokens=1, top_k=slices, num_experts=0, itemsize=np.dtype(dtype).itemsize)
+    h, out = pool.apply(run_moe, (*routed, none, none, none.transpose(0, 2, 1), None, cfg, mlp, 1))
+    assert h.shape[0] == out.shape[0] == slices
+    assert not np.isnan(h).any() and not np.isnan(out).any()
+    want = dense_reference(x[:1].astype(dtype), *mlp)
+    np.testing.assert_allclose(
+        out.sum(axis=0, keepdims=True), want, rtol=0, atol=OUT_TOL[dtype] * np.abs(want).max()
+    )
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("width, slices", [(96, 3), (10944, 8)])
+def test_fused_mlp_on_the_gpu_matches_float64(rng, width, slices):
+    """``fused_mlp`` on a CUDA GPU (bf16, V2-Lite's dense width among them): the
+    token's output against float64, the padding row after it NaN and unread."""
+    from mla_jax.moe import fused_mlp
+
+    hidden = 2048 if width > 1000 else HIDDEN
+    x = np.concatenate([rng.standard_normal((1, hidden)), np.full((1, hidden), np.nan)])
+    mlp = (
+        rng.standard_normal((hidden, width)) * hidden**-0.5,
+        rng.standard_normal((hidden, width)) * hidden**-0.5,
+        rng.standard_normal((width, hidden)) * width**-0.5,
+    )
+    bf16 = [a.astype(ml_dtypes.bfloat16) for a in (x, *mlp)]
+    y = np.asarray(jax.jit(fused_mlp, static_argnames="slices")(*bf16, slices=slices))
+    assert y.dtype == np.float32 and y.shape == (1, hidden)
+    want = dense_reference(bf16[0][:1], *bf16[1:])
+    np.testing.assert_allclose(y, want, rtol=0, atol=2**-7 * np.abs(want).max())
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize(
     "tokens, num_experts, top_k, n_shared, dtype",
@@ -424,6 +472,29 @@ def test_v2_lite_shared_experts_build_for_sm90():
         assert set(opcodes(with_shared)) >= {"LDGSTS.E.BYPASS.128"}
 
 
+def test_v2_lite_dense_mlp_builds_for_sm90():
+    """V2-Lite's dense MLP (10944 wide) on one token in 8 slices of 1368: the two
+    kernels on 8 blocks of 22 and 32 column tiles, the weights read in place (no
+    padded or sliced copy of any, no matmul beside the calls), a float32 sum."""
+    from mla_jax.moe import fused_mlp, mlp_slices
+    from tests.kernel_calls import kernel_calls
+
+    slices = mlp_slices(10944, per_slice=1408)
+    assert slices == 8
+    args = (S((2, 2048), jnp.bfloat16), *(S((2048, 10944), jnp.bfloat16),) * 2)
+    args += (S((10944, 2048), jnp.bfloat16),)
+    text = lowered(lambda *a: fused_mlp(*a, slices=slices, compute_capability=90), *args)
+    calls = kernel_calls(text)
+    assert [(c.kernel_name, c.grid[0]) for c in calls] == [("moe_gate_up", 176), ("moe_down", 256)]
+    assert len(re.findall(r"custom_call @", text)) == 2 and "dot_general" not in text
+    assert set(re.findall(r"tensor<\d+x\d+xbf16>", text)) == {
+        "tensor<2x2048xbf16>",
+        "tensor<2048x10944xbf16>",
+        "tensor<10944x2048xbf16>",
+        "tensor<8x1368xbf16>",  # h
+    }
+
+
 def test_float32_builds_for_sm90():
     """float32 weights (IEEE dots) at V2-Lite's decode and prefill shapes fit sm_90."""
     from mla_jax.moe import fused_moe
@@ -461,7 +532,8 @@ def tiny_model():
 
 def test_model_on_the_triton_backend_lowers_for_cuda():
     """decode_step and prefill with backend="triton": the MoE layer's two kernels (and
-    the attention's) in the lowered step; prefill's MoE the same kernels after the
+    the attention's) in the lowered step, the dense layer's MLP on the same two at
+    batch one (``fused_mlp``); prefill's MoE the same kernels after the
     layers' flash-attention kernels (tests/kernels/test_prefill.py). backend="xla" lowers no
     kernel. The shared expert (its down projection the only ``[32, 64]`` matrix) is in
     the decode step's kernels, a matmul of its own in prefill's 32 tokens."""
@@ -482,6 +554,9 @@ def test_model_on_the_triton_backend_lowers_for_cuda():
     def fill(backend):
         return lambda p, *a: prefill(p, config, *a, backend=backend, compute_capability=90)
 
+    one = jax.eval_shape(lambda: new_decode_state(config, 1, 64, sm_count=132))
+    names = calls(step("triton"), params, S((1,), jnp.int32), one)
+    assert names.count("moe_gate_up") == names.count("moe_down") == 2  # the dense MLP's too
     args = (params, S((2,), jnp.int32), state)
     names = calls(step("triton"), *args)
     assert names.count("moe_gate_up") == names.count("moe_down") == 1  # one MoE layer
@@ -566,6 +641,34 @@ def test_bad_arguments_are_named(change, message):
     options = {k: args.pop(k) for k in keywords if k in args}
     with pytest.raises(ValueError, match=message):
         jax.eval_shape(lambda a: fused_moe(**a, **options), args)
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (dict(x=S((0, 64), jnp.bfloat16)), r"x: got bfloat16\[0, 64\], needed \[rows >= 1"),
+        (dict(slices=0), "slices: got 0, needed an int >= 1"),
+        (dict(slices=3), r"gate: got \[64, 32\], needed \[64, width\] with width a multiple"),
+        (dict(up=S((64, 16), jnp.bfloat16)), r"up: got \[64, 16\], needed \[64, 32\]"),
+        (dict(down=S((64, 32), jnp.bfloat16)), r"down: got \[64, 32\], needed \[32, 64\]"),
+        (dict(down=S((32, 64), jnp.float16)), "down: got float16, needed x's dtype bfloat16"),
+        (dict(compute_capability=75), "bfloat16 weights need >= 80"),
+    ],
+)
+def test_fused_mlp_bad_arguments_are_named(change, message):
+    from mla_jax.moe import fused_mlp
+
+    args = dict(x=X, gate=SG, up=SG, down=SD, slices=2) | change
+    options = {k: args.pop(k) for k in ("slices", "compute_capability") if k in args}
+    with pytest.raises(ValueError, match=message):
+        jax.eval_shape(lambda a: fused_mlp(**a, **options), args)
+
+
+def test_mlp_slices_nearest_the_experts_width():
+    assert mlp_slices(10944, per_slice=1408) == 8  # V2-Lite's dense MLP: 1368 wide
+    assert mlp_slices(18432, per_slice=2048) == 9  # V3's
+    assert mlp_slices(2816, per_slice=1408) == 2
+    assert mlp_slices(7, per_slice=100) == 1 and mlp_slices(64, per_slice=1) == 64
 
 
 @pytest.mark.parametrize(

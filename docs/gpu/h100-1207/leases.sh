@@ -516,4 +516,44 @@ call26() {
   grep -E "^==|decode step|one layer:" $OUT/layer.log
 }
 
+# Call 27 (the ninth lease; carry .whl, .ab/REV, .ab/base): the dense MLP on one token
+# through the MoE's kernels (NEW: the branch dense-mlp, fused_mlp; 579 launches a B=1
+# step by scripts/step_kernels.py) against main (BASE, .ab/base: git archive of main
+# b3d677a; 581). Logs to $OUT:
+#   gpu-tests.log  fused_mlp and fused_moe on the GPU against float64, then the tiny
+#                  V2/V3 models' prefill logits and greedy tokens against transformers,
+#                  the triton backend's one prompt at a time among them (NEW)
+#   v2-lite-base/, v2-lite-new/  model-bench B=1, 8 at context 1024, no transformers
+#   layer.log      step_profile.py --no-moe --batch 1 --layer, NEW
+#   moe-sweep.log, moe.json  docs/gpu/moe/bench_moe.py at one token with V2-Lite's two
+#                  shared experts, the decode sweep
+call27() {
+  (echo "rev $rev"; nvidia-smi -L; new timeout 150 python3 -m pytest -v -rfEs -p no:cacheprovider -n 6 --tb=short \
+     -W ignore::pytest.PytestWarning tests/kernels/test_moe.py tests/model/test_deepseek.py \
+     -k "gpu or generation or prefill_logits" 2>&1 \
+     | grep -v "PytestBenchmarkWarning\|warner("; echo "rc=$? $(el)") > $OUT/gpu-tests.log
+  grep -E "FAILED|ERROR|passed|failed|rc=" $OUT/gpu-tests.log | tail -4
+  for tree in base new; do
+    $tree timeout -k 10 100 python3 -m mla_jax model-bench --model v2-lite --batch 1,8 \
+      --contexts 1024 --no-torch --no-split --steps 32 --repeats 5 --prefill-len 512 \
+      --time-budget 85 --out $OUT/v2-lite-$tree 2>&1 | grep -E "^(decode|model)"
+    el
+  done
+  { echo "NEW $rev  BASE $(cat .ab/base/REV)"
+    new env XLA_FLAGS="$PROF" timeout 90 python3 $P --no-moe --batch 1 --layer 2>&1 | grep -v "^WARNING"
+    el
+  } > $OUT/layer.log 2>&1
+  grep -E "decode step|one layer:" $OUT/layer.log
+  t=$(( $(left) - 5 ))
+  [ $t -gt 60 ] && (echo "rev $rev"; new timeout $t python3 docs/gpu/moe/bench_moe.py --out /tmp/moe --tokens 1 \
+      --shared 2 --sweep-seconds $(( t - 40 )) 2>&1 | grep -v "^WARNING"; el) > $OUT/moe-sweep.log
+  cp /tmp/moe/moe.json $OUT/ 2>/dev/null; tail -3 $OUT/moe-sweep.log
+}
+
+# Call 28 (the ninth lease, after call 27; carry .whl, .ab/REV, .vllm): the GPU test files
+# on NEW (common.sh's suite). Log: gpu-suite.log
+call28() {
+  suite 520
+}
+
 call$1

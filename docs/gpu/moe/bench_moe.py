@@ -53,6 +53,13 @@ GATHER_LIMIT = 24e9  # bytes of gathered weight copies a call
 
 SWEEP = {
     "decode": [
+        MoEConfig(16, 64, 128, 1, 4, 3),  # gate+up in 108 KB: two programs an SM
+        MoEConfig(16, 64, 64, 1, 4, 6),
+        MoEConfig(16, 64, 128, 1, 8, 4),
+        MoEConfig(16, 128, 64, 1, 4, 4),
+        MoEConfig(16, 32, 128, 1, 2, 4),
+        MoEConfig(16, 64, 256, 1, 8, 2),
+        MoEConfig(16, 16, 256, 1, 2, 4),
         MoEConfig(16, 32, 64, 1, 4, 4),
         MoEConfig(16, 32, 128, 1, 4, 4),
         MoEConfig(16, 32, 256, 1, 4, 3),
