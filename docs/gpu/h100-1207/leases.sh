@@ -517,9 +517,9 @@ call26() {
 }
 
 # Call 27 (the ninth lease; carry .whl, .ab/REV, .ab/base): the dense MLP on one token
-# through the MoE's kernels (NEW: the branch dense-mlp, fused_mlp; 579 launches a B=1
-# step by scripts/step_kernels.py) against main (BASE, .ab/base: git archive of main
-# b3d677a; 581). Logs to $OUT:
+# through the MoE's kernels (NEW: the branch dense-mlp at edc7be5, now on main:
+# fused_mlp; 579 launches a B=1 step by scripts/step_kernels.py) against main (BASE,
+# .ab/base: git archive of main b3d677a; 581). Logs to $OUT:
 #   gpu-tests.log  fused_mlp and fused_moe on the GPU against float64, then the tiny
 #                  V2/V3 models' prefill logits and greedy tokens against transformers,
 #                  the triton backend's one prompt at a time among them (NEW)
@@ -527,12 +527,15 @@ call26() {
 #   layer.log      step_profile.py --no-moe --batch 1 --layer, NEW
 #   moe-sweep.log, moe.json  docs/gpu/moe/bench_moe.py at one token with V2-Lite's two
 #                  shared experts, the decode sweep
-call27() {
+call27_tests() {
   (echo "rev $rev"; nvidia-smi -L; new timeout 150 python3 -m pytest -v -rfEs -p no:cacheprovider -n 6 --tb=short \
      -W ignore::pytest.PytestWarning tests/kernels/test_moe.py tests/model/test_deepseek.py \
      -k "gpu or generation or prefill_logits" 2>&1 \
      | grep -v "PytestBenchmarkWarning\|warner("; echo "rc=$? $(el)") > $OUT/gpu-tests.log
   grep -E "FAILED|ERROR|passed|failed|rc=" $OUT/gpu-tests.log | tail -4
+}
+call27() {
+  call27_tests
   for tree in base new; do
     $tree timeout -k 10 100 python3 -m mla_jax model-bench --model v2-lite --batch 1,8 \
       --contexts 1024 --no-torch --no-split --steps 32 --repeats 5 --prefill-len 512 \
@@ -554,6 +557,66 @@ call27() {
 # on NEW (common.sh's suite). Log: gpu-suite.log
 call28() {
   suite 520
+}
+
+# Call 29 (planned, not run: refused starts took the device time; call 30 is the same cut
+# to 300 device seconds; carry .whl, .ab/REV, .ab/base): the branch b1-next checked out
+# (NEW: one token's MoE config from call 27's sweep, fused_mlp's aligned parts and
+# mla_decode's padding rows; 526 launches a B=1 step by scripts/step_kernels.py)
+# against main (BASE, .ab/base: git archive of main, call 27's NEW; 579). Logs to $OUT:
+#   gpu-tests.log  fused_mlp and fused_moe on the GPU against float64, the padding rows
+#                  unread, then the tiny V2/V3 models' prefill logits and greedy tokens
+#                  against transformers, the triton backend's one prompt at a time
+#                  among them (NEW)
+#   v2-lite-base/, v2-lite-new/  model-bench B=1, 8 at context 1024, no transformers
+#   layer.log      step_profile.py --no-moe --batch 1 --layer, NEW
+#   moe.log        docs/gpu/moe/bench_moe.py at 1 and 8 tokens with V2-Lite's two shared
+#                  experts, the default configs (BASE, then NEW)
+call29() {
+  (echo "rev $rev"; nvidia-smi -L; new timeout 150 python3 -m pytest -v -rfEs -p no:cacheprovider -n 6 --tb=short \
+     -W ignore::pytest.PytestWarning tests/kernels/test_moe.py tests/model/test_deepseek.py tests/gpu/test_gpu.py \
+     -k "fused or padding or generation or prefill_logits or batch_one" 2>&1 \
+     | grep -v "PytestBenchmarkWarning\|warner("; echo "rc=$? $(el)") > $OUT/gpu-tests.log
+  grep -E "FAILED|ERROR|passed|failed|rc=" $OUT/gpu-tests.log | tail -4
+  for tree in base new; do
+    $tree timeout -k 10 100 python3 -m mla_jax model-bench --model v2-lite --batch 1,8 \
+      --contexts 1024 --no-torch --no-split --steps 32 --repeats 5 --prefill-len 512 \
+      --time-budget 85 --out $OUT/v2-lite-$tree 2>&1 | grep -E "^(decode|model)"
+    el
+  done
+  { echo "NEW $rev  BASE $(cat .ab/base/REV)"
+    new env XLA_FLAGS="$PROF" timeout 90 python3 $P --no-moe --batch 1 --layer 2>&1 | grep -v "^WARNING"
+    el
+  } > $OUT/layer.log 2>&1
+  grep -E "decode step|one layer:" $OUT/layer.log
+  { for tree in base new; do
+      [ "$(left)" -lt 65 ] && break
+      echo "== $tree"; $tree timeout 60 python3 $NEW/docs/gpu/moe/bench_moe.py --out /tmp/moe-$tree --tokens 1 8 \
+        --shared 2 --sweep-seconds 0 2>&1 | grep -E "^N=|summary"; el
+    done
+  } > $OUT/moe.log 2>&1
+  cat $OUT/moe.log
+}
+
+# Call 30 (planned, not run; carry .whl, .ab/REV, .ab/base): call 29 cut to what 300
+# device seconds hold: NEW against BASE as in call 29.
+# Logs to $OUT:
+#   gpu-tests.log  fused_mlp on the GPU against float64, the padding rows unread, the
+#                  batch-one step against the public layers and the tiny models'
+#                  batch-one generation on the triton backend against transformers (NEW)
+#   v2-lite-base/, v2-lite-new/  model-bench B=1 at context 1024, no transformers
+call30() {
+  (echo "rev $rev"; nvidia-smi -L; new timeout 100 python3 -m pytest -v -rfEs -p no:cacheprovider -n 8 --tb=short \
+     -W ignore::pytest.PytestWarning tests/kernels/test_moe.py tests/model/test_deepseek.py tests/gpu/test_gpu.py \
+     -k "fused_mlp_on or padding or batch_one or triton_backend_matches" 2>&1 \
+     | grep -v "PytestBenchmarkWarning\|warner("; echo "rc=$? $(el)") > $OUT/gpu-tests.log
+  grep -E "FAILED|ERROR|passed|failed|rc=" $OUT/gpu-tests.log | tail -4
+  for tree in base new; do
+    $tree timeout -k 5 45 python3 -m mla_jax model-bench --model v2-lite --batch 1 \
+      --contexts 1024 --no-torch --no-split --steps 32 --repeats 5 --prefill-len 512 \
+      --time-budget 38 --out $OUT/v2-lite-$tree 2>&1 | grep -E "^(decode|model)"
+    el
+  done
 }
 
 call$1
