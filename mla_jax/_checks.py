@@ -19,6 +19,7 @@ INT32_MIN, INT32_MAX = int(np.iinfo(np.int32).min), int(np.iinfo(np.int32).max)
 # know (``compute_capability=0`` or 85: "Cannot select"), so others are refused.
 CUDA_CAPABILITIES = (70, 75, 80, 86, 87, 89, 90, 100, 103, 120)
 FP8_MIN_CAPABILITY = 89  # Triton's float8_e4m3fn ("fp8e4nv") starts at Ada
+BF16_MIN_CAPABILITY = 80  # Triton's bf16 dot starts at Ampere
 
 
 def shape_error(name: str, got, needed: str) -> ValueError:
@@ -113,6 +114,24 @@ def check_compute_capability(compute_capability, *, fp8: bool = False) -> int | 
             f">= {FP8_MIN_CAPABILITY} (Triton has no e4m3 before Ada); use a 16-bit "
             "cache or backend='xla' there"
         )
+    return cc
+
+
+def check_triton_build(
+    dtype, compute_capability, config, config_type: type, *, operands: str
+) -> int | None:
+    """``check_compute_capability``'s value for a Triton op whose ``operands`` (the
+    error's word for them: "weights", "inputs") are of ``dtype``, which at bfloat16
+    needs sm_80 or newer; and ``config`` None or a ``config_type``."""
+    cc = check_compute_capability(compute_capability)
+    if dtype == jnp.bfloat16 and cc is not None and cc < BF16_MIN_CAPABILITY:
+        raise ValueError(
+            f"compute_capability: got {cc}, but bfloat16 {operands} need >= "
+            f"{BF16_MIN_CAPABILITY}; use float16 {operands} there, or the xla backend"
+        )
+    if config is not None and not isinstance(config, config_type):
+        name = config_type.__name__
+        raise ValueError(f"config: got a {type(config).__name__}, needed a {name} or None")
     return cc
 
 

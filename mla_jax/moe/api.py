@@ -14,12 +14,11 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from mla_jax._checks import as_int, check_array, check_compute_capability
+from mla_jax._checks import as_int, check_array, check_triton_build
 from mla_jax.moe.align import moe_align
 from mla_jax.moe.config import MoEConfig, default_config
 
 DTYPES = (jnp.bfloat16, jnp.float16, jnp.float32)
-BF16_MIN_CAPABILITY = 80  # Triton's bf16 dot starts at Ampere
 
 
 def _check(
@@ -146,7 +145,7 @@ def fused_moe(
       dtype they are written and read at half float32's bytes.)
     """
     _check(x, weights, experts, gate, up, down, shared)
-    cc = _check_launch(x, compute_capability, config)
+    cc = check_triton_build(x.dtype, compute_capability, config, MoEConfig, operands="weights")
     rows, hidden = x.shape
     tokens = rows if tokens is None else as_int("tokens", tokens, 0)
     if tokens > rows:
@@ -259,7 +258,7 @@ def fused_mlp(
     for name, a in dict(gate=gate, up=up, down=down).items():
         if a.dtype != x.dtype:
             raise ValueError(f"{name}: got {a.dtype}, needed x's dtype {x.dtype} (cast one)")
-    cc = _check_launch(x, compute_capability, config)
+    cc = check_triton_build(x.dtype, compute_capability, config, MoEConfig, operands="weights")
     if config is None:
         config = default_config(tokens=1, top_k=slices, num_experts=0, itemsize=x.dtype.itemsize)
     unread = jnp.zeros((1,), jnp.int32)  # no routed experts: no ids, weights or alignment
@@ -280,19 +279,6 @@ def fused_mlp(
         cc=cc,
     )
     return out.sum(axis=0, keepdims=True)
-
-
-def _check_launch(x: jax.Array, compute_capability: int | None, config) -> int | None:
-    """The capability to build for (checked against x's dtype) and the config's type."""
-    cc = check_compute_capability(compute_capability)
-    if x.dtype == jnp.bfloat16 and cc is not None and cc < BF16_MIN_CAPABILITY:
-        raise ValueError(
-            f"compute_capability: got {cc}, but bfloat16 weights need >= "
-            f"{BF16_MIN_CAPABILITY}; use float16 weights there, or the xla backend"
-        )
-    if config is not None and not isinstance(config, MoEConfig):
-        raise ValueError(f"config: got a {type(config).__name__}, needed a MoEConfig or None")
-    return cc
 
 
 def _run(

@@ -16,11 +16,10 @@ import numbers
 import jax
 import jax.numpy as jnp
 
-from mla_jax._checks import check_array, check_compute_capability
+from mla_jax._checks import check_array, check_triton_build
 from mla_jax.prefill.config import PrefillConfig, default_config
 
 DTYPES = (jnp.bfloat16, jnp.float16, jnp.float32)
-BF16_MIN_CAPABILITY = 80  # Triton's bf16 dot starts at Ampere
 
 Keys = jax.Array | tuple[jax.Array, jax.Array]
 Queries = jax.Array | tuple[jax.Array, jax.Array]
@@ -162,14 +161,7 @@ def flash_prefill(
     from mla_jax.prefill import kernel
 
     q, q_pe, dim_nope, dim_rope, shared_pe = _check(q, k, v, lengths)
-    cc = check_compute_capability(compute_capability)
-    if q.dtype == jnp.bfloat16 and cc is not None and cc < BF16_MIN_CAPABILITY:
-        raise ValueError(
-            f"compute_capability: got {cc}, but bfloat16 inputs need >= "
-            f"{BF16_MIN_CAPABILITY}; use float16 there, or the xla backend"
-        )
-    if config is not None and not isinstance(config, PrefillConfig):
-        raise ValueError(f"config: got a {type(config).__name__}, needed a PrefillConfig or None")
+    cc = check_triton_build(q.dtype, compute_capability, config, PrefillConfig, operands="inputs")
     if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
         raise ValueError(
             f"scale: got {scale!r}, needed a Python float (the kernel is built with it; a "
