@@ -7,6 +7,9 @@ Three steps, jit-able: the pairs sorted by expert and padded to the kernels' blo
 x's dtype) summed in float32. A decode step's token reads only its experts' weights,
 each once, straight from the stacked arrays. Shared experts, if given, are more pairs
 of every token (weight 1), read in place from the shared MLP.
+
+``fused_mlp``: a dense SwiGLU MLP on one token through the same two kernels, its width
+in equal parts, each a shared expert of the token, and no routed expert.
 """
 
 from __future__ import annotations
