@@ -572,6 +572,7 @@ call28() {
 #   layer.log      step_profile.py --no-moe --batch 1 --layer, NEW
 #   moe.log        docs/gpu/moe/bench_moe.py at 1 and 8 tokens with V2-Lite's two shared
 #                  experts, the default configs (BASE, then NEW)
+#   v2-lite-no-pdl/  model-bench B=1 on NEW with XLA_FLAGS=--xla_gpu_enable_pdl=false
 call29() {
   (echo "rev $rev"; nvidia-smi -L; new timeout 150 python3 -m pytest -v -rfEs -p no:cacheprovider -n 6 --tb=short \
      -W ignore::pytest.PytestWarning tests/kernels/test_moe.py tests/model/test_deepseek.py tests/gpu/test_gpu.py \
@@ -596,6 +597,11 @@ call29() {
     done
   } > $OUT/moe.log 2>&1
   cat $OUT/moe.log
+  # What PDL gives the step: XLA's kernels wait on griddepcontrol by default
+  # (xla_gpu_enable_pdl), the Triton calls do not; NEW with it off, where time is left.
+  [ "$(left)" -gt 50 ] && new env XLA_FLAGS=--xla_gpu_enable_pdl=false timeout -k 5 45 python3 -m mla_jax \
+      model-bench --model v2-lite --batch 1 --contexts 1024 --no-torch --no-split --steps 32 \
+      --repeats 5 --prefill-len 512 --time-budget 38 --out $OUT/v2-lite-no-pdl 2>&1 | grep -E "^(decode|model)"
 }
 
 # Call 30 (planned, not run; carry .whl, .ab/REV, .ab/base): call 29 cut to what 300
