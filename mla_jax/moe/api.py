@@ -71,31 +71,50 @@ def _check(
             f"weights: got {weights.dtype}{list(weights.shape)}, needed floating "
             f"{list(experts.shape)} (experts')"
         )
-    matrices = {"gate": gate, "up": up, "down": down}
+    for name, a in dict(gate=gate, up=up, down=down).items():
+        if a.dtype != x.dtype:
+            raise ValueError(
+                f"{name}: got {a.dtype}, needed x's dtype {x.dtype} (cast one of them)"
+            )
     if shared is not None:
         if not isinstance(shared, tuple) or len(shared) != 3:
             raise ValueError(
                 f"shared: got a {type(shared).__name__}, needed None or a tuple (gate, up, "
                 "down) of the shared MLP"
             )
-        named = dict(zip(("shared gate", "shared up", "shared down"), shared))
-        for name, a in named.items():
-            check_array(name, a)
-        s_gate, s_up, s_down = shared
-        width = s_gate.shape[1] if s_gate.ndim == 2 else 0
-        if s_gate.ndim != 2 or s_gate.shape[0] != hidden or width == 0 or width % inter:
-            raise ValueError(
-                f"shared gate: got {list(s_gate.shape)}, needed [{hidden}, n * {inter}] "
-                f"(n shared experts of the routed experts' width {inter})"
-            )
-        for name, a, want in (
-            ("shared up", s_up, (hidden, width)),
-            ("shared down", s_down, (width, hidden)),
-        ):
-            if a.shape != want:
-                raise ValueError(f"{name}: got {list(a.shape)}, needed {list(want)}")
-        matrices |= named
-    for name, a in matrices.items():
+        _check_mlp(
+            x,
+            shared,
+            ("shared gate", "shared up", "shared down"),
+            unit=inter,
+            gate_needed=f"[{hidden}, n * {inter}] (n shared experts of the routed experts' "
+            f"width {inter})",
+        )
+
+
+def _check_mlp(
+    x: jax.Array,
+    mlp: tuple[jax.Array, jax.Array, jax.Array],
+    names: tuple[str, str, str],
+    *,
+    unit: int,
+    gate_needed: str,
+) -> None:
+    """A SwiGLU MLP's ``(gate, up, down)`` beside ``x [tokens, hidden]``: ``[hidden,
+    width]`` twice and ``[width, hidden]``, ``width`` a positive multiple of ``unit``,
+    in x's dtype; each error names the array (``names``), ``gate_needed`` the words
+    for gate's shape."""
+    for name, a in zip(names, mlp):
+        check_array(name, a)
+    gate, up, down = mlp
+    hidden = x.shape[1]
+    width = gate.shape[1] if gate.ndim == 2 else 0
+    if gate.ndim != 2 or gate.shape[0] != hidden or width == 0 or width % unit:
+        raise ValueError(f"{names[0]}: got {list(gate.shape)}, needed {gate_needed}")
+    for name, a, want in ((names[1], up, (hidden, width)), (names[2], down, (width, hidden))):
+        if a.shape != want:
+            raise ValueError(f"{name}: got {list(a.shape)}, needed {list(want)} (gate's)")
+    for name, a in zip(names, mlp):
         if a.dtype != x.dtype:
             raise ValueError(
                 f"{name}: got {a.dtype}, needed x's dtype {x.dtype} (cast one of them)"
@@ -240,27 +259,16 @@ def fused_mlp(
       float32 ``[1, hidden]``: ``h``, the SwiGLU between the kernels, rounded once to
       x's dtype; the products and the sum of the slices float32.
     """
-    for name, a in dict(x=x, gate=gate, up=up, down=down).items():
-        check_array(name, a)
+    check_array("x", x)
     if x.ndim != 2 or x.dtype not in DTYPES or x.shape[0] < 1:
         raise ValueError(
             f"x: got {x.dtype}{list(x.shape)}, needed [rows >= 1, hidden] in bfloat16, "
             "float16 or float32"
         )
-    hidden = x.shape[1]
     slices = as_int("slices", slices, 1)
-    width = gate.shape[1] if gate.ndim == 2 else 0
-    if gate.ndim != 2 or gate.shape[0] != hidden or width == 0 or width % slices:
-        raise ValueError(
-            f"gate: got {list(gate.shape)}, needed [{hidden}, width] with width a multiple "
-            f"of slices={slices}"
-        )
-    for name, a, want in (("up", up, (hidden, width)), ("down", down, (width, hidden))):
-        if a.shape != want:
-            raise ValueError(f"{name}: got {list(a.shape)}, needed {list(want)} (gate's)")
-    for name, a in dict(gate=gate, up=up, down=down).items():
-        if a.dtype != x.dtype:
-            raise ValueError(f"{name}: got {a.dtype}, needed x's dtype {x.dtype} (cast one)")
+    needed = f"[{x.shape[1]}, width] with width a multiple of slices={slices}"
+    _check_mlp(x, (gate, up, down), ("gate", "up", "down"), unit=slices, gate_needed=needed)
+    width = gate.shape[1]
     cc = check_triton_build(x.dtype, compute_capability, config, MoEConfig, operands="weights")
     if config is None:
         config = default_config(tokens=1, top_k=slices, num_experts=0, itemsize=x.dtype.itemsize)
