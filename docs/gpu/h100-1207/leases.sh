@@ -516,6 +516,36 @@ call26() {
   grep -E "^==|decode step|one layer:" $OUT/layer.log
 }
 
+# The A/B calls' parts from call 27 on (calls 27, 29 and 30 run them with their own sizes):
+#   gpu_tests LIMIT WORKERS FILTER FILES...  pytest -k FILTER on NEW into gpu-tests.log
+#   model_ab BATCHES KILL LIMIT BUDGET       model-bench of V2-Lite at context 1024, no
+#                                            transformers, BASE then NEW (v2-lite-TREE/)
+#   layer_profile                            step_profile.py --no-moe --batch 1 --layer on
+#                                            NEW into layer.log
+gpu_tests() {
+  local limit=$1 workers=$2 filter=$3; shift 3
+  (echo "rev $rev"; nvidia-smi -L; new timeout $limit python3 -m pytest -v -rfEs -p no:cacheprovider -n $workers --tb=short \
+     -W ignore::pytest.PytestWarning "$@" -k "$filter" 2>&1 \
+     | grep -v "PytestBenchmarkWarning\|warner("; echo "rc=$? $(el)") > $OUT/gpu-tests.log
+  grep -E "FAILED|ERROR|passed|failed|rc=" $OUT/gpu-tests.log | tail -4
+}
+model_ab() {
+  local batches=$1 kill=$2 limit=$3 budget=$4 tree
+  for tree in base new; do
+    $tree timeout -k $kill $limit python3 -m mla_jax model-bench --model v2-lite --batch $batches \
+      --contexts 1024 --no-torch --no-split --steps 32 --repeats 5 --prefill-len 512 \
+      --time-budget $budget --out $OUT/v2-lite-$tree 2>&1 | grep -E "^(decode|model)"
+    el
+  done
+}
+layer_profile() {
+  { echo "NEW $rev  BASE $(cat .ab/base/REV)"
+    new env XLA_FLAGS="$PROF" timeout 90 python3 $P --no-moe --batch 1 --layer 2>&1 | grep -v "^WARNING"
+    el
+  } > $OUT/layer.log 2>&1
+  grep -E "decode step|one layer:" $OUT/layer.log
+}
+
 # Call 27 (the ninth lease; carry .whl, .ab/REV, .ab/base): the dense MLP on one token
 # through the MoE's kernels (NEW: the branch dense-mlp at edc7be5, now on main:
 # fused_mlp; 579 launches a B=1 step by scripts/step_kernels.py) against main (BASE,
@@ -527,26 +557,10 @@ call26() {
 #   layer.log      step_profile.py --no-moe --batch 1 --layer, NEW
 #   moe-sweep.log, moe.json  docs/gpu/moe/bench_moe.py at one token with V2-Lite's two
 #                  shared experts, the decode sweep
-call27_tests() {
-  (echo "rev $rev"; nvidia-smi -L; new timeout 150 python3 -m pytest -v -rfEs -p no:cacheprovider -n 6 --tb=short \
-     -W ignore::pytest.PytestWarning tests/kernels/test_moe.py tests/model/test_deepseek.py \
-     -k "gpu or generation or prefill_logits" 2>&1 \
-     | grep -v "PytestBenchmarkWarning\|warner("; echo "rc=$? $(el)") > $OUT/gpu-tests.log
-  grep -E "FAILED|ERROR|passed|failed|rc=" $OUT/gpu-tests.log | tail -4
-}
 call27() {
-  call27_tests
-  for tree in base new; do
-    $tree timeout -k 10 100 python3 -m mla_jax model-bench --model v2-lite --batch 1,8 \
-      --contexts 1024 --no-torch --no-split --steps 32 --repeats 5 --prefill-len 512 \
-      --time-budget 85 --out $OUT/v2-lite-$tree 2>&1 | grep -E "^(decode|model)"
-    el
-  done
-  { echo "NEW $rev  BASE $(cat .ab/base/REV)"
-    new env XLA_FLAGS="$PROF" timeout 90 python3 $P --no-moe --batch 1 --layer 2>&1 | grep -v "^WARNING"
-    el
-  } > $OUT/layer.log 2>&1
-  grep -E "decode step|one layer:" $OUT/layer.log
+  gpu_tests 150 6 "gpu or generation or prefill_logits" tests/kernels/test_moe.py tests/model/test_deepseek.py
+  model_ab 1,8 10 100 85
+  layer_profile
   t=$(( $(left) - 5 ))
   [ $t -gt 60 ] && (echo "rev $rev"; new timeout $t python3 docs/gpu/moe/bench_moe.py --out /tmp/moe --tokens 1 \
       --shared 2 --sweep-seconds $(( t - 40 )) 2>&1 | grep -v "^WARNING"; el) > $OUT/moe-sweep.log
@@ -574,22 +588,10 @@ call28() {
 #                  experts, the default configs (BASE, then NEW)
 #   v2-lite-no-pdl/  model-bench B=1 on NEW with XLA_FLAGS=--xla_gpu_enable_pdl=false
 call29() {
-  (echo "rev $rev"; nvidia-smi -L; new timeout 150 python3 -m pytest -v -rfEs -p no:cacheprovider -n 6 --tb=short \
-     -W ignore::pytest.PytestWarning tests/kernels/test_moe.py tests/model/test_deepseek.py tests/gpu/test_gpu.py \
-     -k "fused or padding or generation or prefill_logits or batch_one" 2>&1 \
-     | grep -v "PytestBenchmarkWarning\|warner("; echo "rc=$? $(el)") > $OUT/gpu-tests.log
-  grep -E "FAILED|ERROR|passed|failed|rc=" $OUT/gpu-tests.log | tail -4
-  for tree in base new; do
-    $tree timeout -k 10 100 python3 -m mla_jax model-bench --model v2-lite --batch 1,8 \
-      --contexts 1024 --no-torch --no-split --steps 32 --repeats 5 --prefill-len 512 \
-      --time-budget 85 --out $OUT/v2-lite-$tree 2>&1 | grep -E "^(decode|model)"
-    el
-  done
-  { echo "NEW $rev  BASE $(cat .ab/base/REV)"
-    new env XLA_FLAGS="$PROF" timeout 90 python3 $P --no-moe --batch 1 --layer 2>&1 | grep -v "^WARNING"
-    el
-  } > $OUT/layer.log 2>&1
-  grep -E "decode step|one layer:" $OUT/layer.log
+  gpu_tests 150 6 "fused or padding or generation or prefill_logits or batch_one" \
+    tests/kernels/test_moe.py tests/model/test_deepseek.py tests/gpu/test_gpu.py
+  model_ab 1,8 10 100 85
+  layer_profile
   { for tree in base new; do
       [ "$(left)" -lt 65 ] && break
       echo "== $tree"; $tree timeout 60 python3 $NEW/docs/gpu/moe/bench_moe.py --out /tmp/moe-$tree --tokens 1 8 \
@@ -612,17 +614,9 @@ call29() {
 #                  batch-one generation on the triton backend against transformers (NEW)
 #   v2-lite-base/, v2-lite-new/  model-bench B=1 at context 1024, no transformers
 call30() {
-  (echo "rev $rev"; nvidia-smi -L; new timeout 100 python3 -m pytest -v -rfEs -p no:cacheprovider -n 8 --tb=short \
-     -W ignore::pytest.PytestWarning tests/kernels/test_moe.py tests/model/test_deepseek.py tests/gpu/test_gpu.py \
-     -k "fused_mlp_on or padding or batch_one or triton_backend_matches" 2>&1 \
-     | grep -v "PytestBenchmarkWarning\|warner("; echo "rc=$? $(el)") > $OUT/gpu-tests.log
-  grep -E "FAILED|ERROR|passed|failed|rc=" $OUT/gpu-tests.log | tail -4
-  for tree in base new; do
-    $tree timeout -k 5 45 python3 -m mla_jax model-bench --model v2-lite --batch 1 \
-      --contexts 1024 --no-torch --no-split --steps 32 --repeats 5 --prefill-len 512 \
-      --time-budget 38 --out $OUT/v2-lite-$tree 2>&1 | grep -E "^(decode|model)"
-    el
-  done
+  gpu_tests 100 8 "fused_mlp_on or padding or batch_one or triton_backend_matches" \
+    tests/kernels/test_moe.py tests/model/test_deepseek.py tests/gpu/test_gpu.py
+  model_ab 1 5 45 38
 }
 
 call$1
