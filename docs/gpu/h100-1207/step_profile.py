@@ -72,12 +72,14 @@ def kernels(run) -> tuple[int, dict[str, list[int]], list[tuple[int, str, str]],
 def one_layer(spans: list, marker: str = "mla_decode_stage1") -> None:
     """The kernels from one ``marker`` launch to the next, mid-run, in launch order:
     a layer's cycle (its attention's second half, its MLP or MoE, the next layer's
-    first half), each with its start, its time and the idle time before it."""
+    first half), each with its start, its time and the idle time before it. The
+    cycle after the run's middle launch: with an even step count and 27 layers the
+    middle launch is a step's first layer (V2-Lite's dense one), the next a MoE's."""
     marks = [i for i, (_, _, name) in enumerate(spans) if marker in name]
-    if len(marks) < 3:
-        print(f"  one layer: fewer than 3 launches of {marker}")
+    if len(marks) < 4:
+        print(f"  one layer: fewer than 4 launches of {marker}")
         return
-    first, last = marks[len(marks) // 2], marks[len(marks) // 2 + 1]
+    first, last = marks[len(marks) // 2 + 1], marks[len(marks) // 2 + 2]
     t0, busy, idle = spans[first][0], 0, 0
     print(f"  one layer in launch order ({last - first} launches; us from the first):")
     for i in range(first, last):
